@@ -1,0 +1,9 @@
+import { defineConfig } from 'drizzle-kit';
+
+export default defineConfig({
+  dialect: 'postgresql',
+  schema: ['./packages/queue/src/schema.ts'],
+  out: './migrations',
+  schemaFilter: ['skiplock'],
+  casing: undefined,
+});

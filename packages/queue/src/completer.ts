@@ -1,0 +1,62 @@
+import type pg from 'pg';
+import { runSql } from './db.js';
+import { completeJobs, type LockToken } from './sql/settle.js';
+
+interface Waiting {
+  token: LockToken;
+  resolve: (stillOwned: boolean) => void;
+  reject: (error: unknown) => void;
+}
+
+/**
+ * Coalesces completions into one fenced UPDATE per flush. Completions that arrive while a flush is
+ * in flight ride the next one, so under load one round trip settles many jobs and when idle a
+ * completion waits for no timer, only for the current event-loop turn.
+ */
+export class Completer {
+  private waiting: Waiting[] = [];
+  private flushing: Promise<void> | null = null;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly workerId: string,
+    private readonly maxBatch = 500,
+  ) {}
+
+  /** Resolves true when the job was completed, false when the worker no longer owned it. */
+  complete(token: LockToken): Promise<boolean> {
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ token, resolve, reject });
+      if (!this.flushing) this.flushing = this.flushSoon();
+    });
+  }
+
+  /** Waits until every completion handed in so far has been written. */
+  async drain(): Promise<void> {
+    while (this.flushing) await this.flushing;
+  }
+
+  private async flushSoon(): Promise<void> {
+    await new Promise((resolve) => setImmediate(resolve));
+    try {
+      while (this.waiting.length > 0) {
+        const batch = this.waiting.splice(0, this.maxBatch);
+        try {
+          const { rows } = await runSql<{ id: string }>(
+            this.pool,
+            completeJobs(
+              this.workerId,
+              batch.map((w) => w.token),
+            ),
+          );
+          const owned = new Set(rows.map((r) => r.id));
+          for (const w of batch) w.resolve(owned.has(w.token.id));
+        } catch (error) {
+          for (const w of batch) w.reject(error);
+        }
+      }
+    } finally {
+      this.flushing = null;
+    }
+  }
+}

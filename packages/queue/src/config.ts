@@ -1,0 +1,52 @@
+import { z } from 'zod';
+import { ConfigError } from './errors.js';
+
+/** Parses options with a zod schema and throws a ConfigError naming every bad field. */
+export function parseConfig<S extends z.ZodType>(
+  what: string,
+  schema: S,
+  value: unknown,
+): z.output<S> {
+  const result = schema.safeParse(value);
+  if (result.success) return result.data;
+  const details = result.error.issues
+    .map((issue) => `${issue.path.length ? issue.path.join('.') : '(root)'}: ${issue.message}`)
+    .join('; ');
+  throw new ConfigError(`invalid ${what}: ${details}`);
+}
+
+export const queueName = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9_.:-]+$/, 'use letters, digits, _ . : -');
+
+export const backoffSchema = z
+  .object({
+    baseMs: z.number().int().min(0).max(86_400_000),
+    factor: z.number().min(1).max(10),
+    maxMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(7 * 86_400_000),
+    jitter: z.number().min(0).max(1),
+  })
+  .partial()
+  .strict();
+
+export const jobOptionsSchema = z
+  .object({
+    queue: queueName.optional(),
+    priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
+    maxAttempts: z.number().int().min(1).max(1_000).optional(),
+    backoff: backoffSchema.optional(),
+    timeoutMs: z.number().int().min(1).max(86_400_000).nullable().optional(),
+    leaseMs: z.number().int().min(1_000).max(86_400_000).optional(),
+  })
+  .passthrough();
+
+/** Default size limit for one serialized payload; large blobs belong in object storage. */
+export const DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024;
+/** Default visibility timeout of a claim; heartbeats renew it well before it expires. */
+export const DEFAULT_LEASE_MS = 30_000;

@@ -1,0 +1,60 @@
+import type { SQL } from 'drizzle-orm';
+import { PgDialect } from 'drizzle-orm/pg-core';
+import type pg from 'pg';
+
+/**
+ * Anything skiplock can run a statement on: a pool, a client (possibly inside the caller's
+ * `BEGIN`), or a drizzle database or transaction. Joining the caller's transaction is what lets a
+ * business write and its job commit or roll back together.
+ */
+export type Queryable = pg.Pool | pg.PoolClient | pg.Client | DrizzleExecutor;
+
+export interface DrizzleExecutor {
+  execute(query: SQL): PromiseLike<unknown>;
+}
+
+export interface QueryOutcome<T> {
+  rows: T[];
+  rowCount: number;
+}
+
+const dialect = new PgDialect();
+
+function isPgQueryable(target: Queryable): target is pg.Pool | pg.PoolClient | pg.Client {
+  return typeof (target as { query?: unknown }).query === 'function';
+}
+
+export async function runSql<T>(target: Queryable, query: SQL): Promise<QueryOutcome<T>> {
+  if (isPgQueryable(target)) {
+    const { sql: text, params } = dialect.sqlToQuery(query);
+    const result = await target.query(text, params);
+    return { rows: result.rows as T[], rowCount: result.rowCount ?? 0 };
+  }
+  const result = (await target.execute(query)) as { rows?: T[]; rowCount?: number | null };
+  return { rows: result.rows ?? [], rowCount: result.rowCount ?? 0 };
+}
+
+/** Runs `work` inside a transaction on one pooled connection, released before returning. */
+export async function withTransaction<T>(
+  pool: pg.Pool,
+  work: (client: pg.PoolClient) => Promise<T>,
+): Promise<T> {
+  const client = await pool.connect();
+  let broken = false;
+  try {
+    await client.query('BEGIN');
+    const value = await work(client);
+    await client.query('COMMIT');
+    return value;
+  } catch (error) {
+    try {
+      await client.query('ROLLBACK');
+    } catch {
+      broken = true;
+    }
+    throw error;
+  } finally {
+    // A connection whose ROLLBACK failed is in an unknown state; destroy it instead of reusing it.
+    client.release(broken);
+  }
+}

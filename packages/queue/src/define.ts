@@ -1,0 +1,131 @@
+import type pg from 'pg';
+import { z } from 'zod';
+import { jobOptionsSchema, parseConfig, queueName, DEFAULT_LEASE_MS } from './config.js';
+import { InvalidPayloadError, type PayloadIssue } from './errors.js';
+import type { Logger } from './logger.js';
+import { defaultBackoff, type BackoffOptions } from './retry/backoff.js';
+import type { DeadReason, ErrorClass } from './retry/policy.js';
+
+/** What a handler knows about the job it runs. */
+export interface JobInfo {
+  id: string;
+  type: string;
+  queue: string;
+  /** 1-based number of this attempt. */
+  attempt: number;
+  maxAttempts: number;
+  priority: number;
+  idempotencyKey: string | null;
+}
+
+export interface JobContext {
+  job: JobInfo;
+  /** Fires with a `JobTimeoutError`, `LockLostError` or `ShutdownError` as its reason. */
+  signal: AbortSignal;
+  logger: Logger;
+  /**
+   * Stable across every attempt of this job: the job's idempotency key when it has one, else
+   * `job:<id>`. Pass it to external APIs so that a retried attempt does not repeat an effect.
+   */
+  idempotencyKey: string;
+  /** Renews this job's lease now (by `leaseMs`, default the job's own); false if the lock is lost. */
+  extendLease(leaseMs?: number): Promise<boolean>;
+  /**
+   * Completes the job inside a transaction and runs `work` in the same transaction, so that the
+   * handler's own writes and the completion commit together. The completion is fenced by the
+   * claim's lock token: if the worker lost the job, this throws `LockLostError` and nothing commits.
+   */
+  completeWith<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T>;
+}
+
+export interface DeadJobInfo extends JobInfo {
+  reason: DeadReason;
+  error: string;
+}
+
+export interface JobOptions {
+  queue?: string;
+  priority?: number;
+  maxAttempts?: number;
+  backoff?: Partial<BackoffOptions>;
+  /** Per-attempt timeout; the handler's signal fires and the attempt fails with reason `timeout`. */
+  timeoutMs?: number | null;
+  /** Visibility timeout of a claim; heartbeats renew it while the handler runs. */
+  leaseMs?: number;
+  /** Errors of these classes send the job to dead at once. */
+  nonRetryable?: readonly ErrorClass[];
+  /**
+   * Runs in the same transaction that marks the job dead (fenced by the lock token), so follow-up
+   * work such as a saga's compensation commits together with the dead state.
+   */
+  onDead?: (tx: pg.PoolClient, job: DeadJobInfo) => Promise<void>;
+}
+
+export interface JobDefinitionInput<S extends z.ZodType> extends JobOptions {
+  /** Stable name stored with each job; keep it when renaming code so queued jobs still run. */
+  type: string;
+  payload: S;
+  handler: (payload: z.output<S>, ctx: JobContext) => Promise<unknown> | unknown;
+}
+
+export interface JobDefinition<S extends z.ZodType = z.ZodType> {
+  readonly type: string;
+  readonly payload: S;
+  readonly handler: (payload: z.output<S>, ctx: JobContext) => Promise<unknown> | unknown;
+  readonly queue: string;
+  readonly priority: number;
+  readonly maxAttempts: number;
+  readonly backoff: BackoffOptions;
+  readonly timeoutMs: number | null;
+  readonly leaseMs: number;
+  readonly nonRetryable: readonly ErrorClass[];
+  readonly onDead: JobOptions['onDead'];
+}
+
+/** The payload type a producer must pass when enqueueing a definition. */
+export type PayloadOf<D> = D extends JobDefinition<infer S> ? z.input<S> : never;
+
+// Any definition, whatever its payload schema; used where definitions are collected.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyJobDefinition = JobDefinition<any>;
+
+export function defineJob<S extends z.ZodType>(input: JobDefinitionInput<S>): JobDefinition<S> {
+  const type = parseConfig('job type', queueName, input.type);
+  const options = parseConfig(`options of job type "${type}"`, jobOptionsSchema, input);
+  if (!(input.payload instanceof z.ZodType)) {
+    throw new TypeError(`job type "${type}": payload must be a zod schema`);
+  }
+  if (typeof input.handler !== 'function') {
+    throw new TypeError(`job type "${type}": handler must be a function`);
+  }
+  return Object.freeze({
+    type,
+    payload: input.payload,
+    handler: input.handler,
+    queue: options.queue ?? 'default',
+    priority: options.priority ?? 0,
+    maxAttempts: options.maxAttempts ?? 5,
+    backoff: { ...defaultBackoff, ...options.backoff },
+    timeoutMs: options.timeoutMs ?? null,
+    leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
+    nonRetryable: input.nonRetryable ?? [],
+    onDead: input.onDead,
+  });
+}
+
+export function payloadIssues(error: z.ZodError): PayloadIssue[] {
+  return error.issues.map((issue) => ({
+    path: ['payload', ...issue.path.map(String)].join('.'),
+    message: issue.message,
+  }));
+}
+
+/** Validates a payload against its definition; the error names every failing field. */
+export function validatePayload<S extends z.ZodType>(
+  definition: JobDefinition<S>,
+  payload: unknown,
+): z.output<S> {
+  const result = definition.payload.safeParse(payload);
+  if (!result.success) throw new InvalidPayloadError(definition.type, payloadIssues(result.error));
+  return result.data;
+}

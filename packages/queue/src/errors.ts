@@ -1,0 +1,90 @@
+/** Every error skiplock throws carries a stable string `code` that logs and callers can match on. */
+export class SkiplockError extends Error {
+  readonly code: string;
+
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+export interface PayloadIssue {
+  path: string;
+  message: string;
+}
+
+export class InvalidPayloadError extends SkiplockError {
+  constructor(
+    readonly jobType: string,
+    readonly issues: PayloadIssue[],
+  ) {
+    super(
+      'invalid_payload',
+      `invalid payload for job type "${jobType}": ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+    );
+  }
+}
+
+export class PayloadTooLargeError extends SkiplockError {
+  constructor(
+    readonly jobType: string,
+    readonly sizeBytes: number,
+    readonly maxBytes: number,
+  ) {
+    super(
+      'payload_too_large',
+      `payload for job type "${jobType}" is ${sizeBytes} bytes, over the limit of ${maxBytes} bytes`,
+    );
+  }
+}
+
+export class UnknownJobTypeError extends SkiplockError {
+  constructor(readonly jobType: string) {
+    super('unknown_type', `unknown job type "${jobType}": no definition is registered for it`);
+  }
+}
+
+export class ConfigError extends SkiplockError {
+  constructor(message: string) {
+    super('invalid_config', message);
+  }
+}
+
+/** Throw this (or list your own class in `nonRetryable`) to send a job straight to dead. */
+export class NonRetryableError extends SkiplockError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('non_retryable', message, options);
+  }
+}
+
+/** The reason an AbortSignal fires when the per-attempt timeout passes. */
+export class JobTimeoutError extends SkiplockError {
+  constructor(readonly timeoutMs: number) {
+    super('timeout', `job attempt timed out after ${timeoutMs} ms`);
+  }
+}
+
+/** The reason an AbortSignal fires when the worker no longer owns the job's lease. */
+export class LockLostError extends SkiplockError {
+  constructor(readonly jobId: string) {
+    super('lock_lost', `job ${jobId} is no longer locked by this worker`);
+  }
+}
+
+/** The reason an AbortSignal fires when a worker stops before the job finished. */
+export class ShutdownError extends SkiplockError {
+  constructor() {
+    super('shutdown', 'worker is shutting down');
+  }
+}
+
+export function errorMessage(error: unknown): string {
+  if (error instanceof Error) return error.message || error.name;
+  if (typeof error === 'string') return error;
+  try {
+    return JSON.stringify(error) ?? String(error);
+  } catch {
+    return String(error);
+  }
+}

@@ -1,0 +1,52 @@
+import { EventEmitter } from 'node:events';
+import type { Logger } from './logger.js';
+
+export interface JobEvent {
+  jobId: string;
+  jobType: string;
+  queue: string;
+  attempt: number;
+}
+
+/** Lifecycle events, `noun:verb`. Listeners are for observation; they cannot break the worker. */
+export interface WorkerEvents {
+  'job:claimed': [JobEvent];
+  'job:completed': [JobEvent & { durationMs: number }];
+  'job:retry': [JobEvent & { reason: string; delayMs: number }];
+  'job:dead': [JobEvent & { reason: string }];
+  'job:lock_lost': [JobEvent];
+  'job:released': [JobEvent];
+  'worker:error': [{ reason: string; error: unknown }];
+  'worker:idle': [];
+}
+
+export class SafeEmitter<E extends { [K in keyof E]: unknown[] }> {
+  private readonly emitter = new EventEmitter();
+
+  constructor(private readonly logger: Logger) {
+    this.emitter.setMaxListeners(100);
+  }
+
+  on<K extends keyof E & string>(event: K, listener: (...args: E[K]) => void): () => void {
+    const wrapped = listener as (...args: unknown[]) => void;
+    this.emitter.on(event, wrapped);
+    return () => this.emitter.off(event, wrapped);
+  }
+
+  once<K extends keyof E & string>(event: K): Promise<E[K]> {
+    return new Promise((resolve) => this.emitter.once(event, (...args) => resolve(args as E[K])));
+  }
+
+  emit<K extends keyof E & string>(event: K, ...args: E[K]): void {
+    for (const listener of this.emitter.listeners(event)) {
+      try {
+        (listener as (...a: unknown[]) => void)(...args);
+      } catch (error) {
+        this.logger.warn(
+          { reason: 'listener_error', event, err: String(error) },
+          'event listener threw',
+        );
+      }
+    }
+  }
+}

@@ -1,0 +1,96 @@
+import type pg from 'pg';
+import { runSql } from './db.js';
+import { LockLostError } from './errors.js';
+import type { Logger } from './logger.js';
+import { extendLeases } from './sql/heartbeat.js';
+import type { LockToken } from './sql/settle.js';
+import { sleep, withJitter } from './timers.js';
+
+export interface LeaseHolder {
+  token: LockToken;
+  leaseMs: number;
+  /** performance.now() of the last renewal this worker knows committed (or of the claim). */
+  renewedAt: number;
+  /** Only jobs still running their handler are renewed; settling ones keep their lease. */
+  isRunning(): boolean;
+  abort(reason: LockLostError): void;
+}
+
+/**
+ * Renews the leases of all running jobs in one statement per tick. A job missing from the result
+ * was taken back by the sweeper; one this worker could not renew for a whole lease (the database is
+ * unreachable) is presumed lost too. Either way its handler is aborted with `lock_lost`, and the
+ * fenced settle guarantees nothing it writes for that job commits.
+ */
+export class Heartbeat {
+  private readonly stopper = new AbortController();
+  private loop: Promise<void> | null = null;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly workerId: string,
+    private readonly intervalMs: number,
+    private readonly holders: () => Iterable<LeaseHolder>,
+    private readonly logger: Logger,
+    private readonly onLost: (holder: LeaseHolder) => void,
+  ) {}
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.stopper.abort();
+    await this.loop;
+  }
+
+  /** One renewal; returns how many leases were renewed and how many were found lost. */
+  async beat(): Promise<{ renewed: number; lost: number }> {
+    const running = [...this.holders()].filter((h) => h.isRunning());
+    if (running.length === 0) return { renewed: 0, lost: 0 };
+    const started = performance.now();
+    let lost = 0;
+    try {
+      const { rows } = await runSql<{ id: string }>(
+        this.pool,
+        extendLeases(
+          this.workerId,
+          running.map((h) => h.token),
+        ),
+      );
+      const renewed = new Set(rows.map((r) => r.id));
+      for (const holder of running) {
+        if (renewed.has(holder.token.id)) {
+          holder.renewedAt = started;
+        } else if (holder.isRunning()) {
+          lost += 1;
+          this.lose(holder);
+        }
+      }
+      return { renewed: renewed.size, lost };
+    } catch (error) {
+      this.logger.warn({ reason: 'heartbeat_failed', err: String(error) }, 'lease renewal failed');
+      const now = performance.now();
+      for (const holder of running) {
+        if (holder.isRunning() && now - holder.renewedAt > holder.leaseMs) {
+          lost += 1;
+          this.lose(holder);
+        }
+      }
+      return { renewed: 0, lost };
+    }
+  }
+
+  private lose(holder: LeaseHolder): void {
+    this.onLost(holder);
+    holder.abort(new LockLostError(holder.token.id));
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopper.signal.aborted) {
+      await sleep(withJitter(this.intervalMs, 0.1), this.stopper.signal);
+      if (this.stopper.signal.aborted) break;
+      await this.beat();
+    }
+  }
+}

@@ -1,0 +1,53 @@
+export { defineJob, validatePayload } from './define.js';
+export type {
+  AnyJobDefinition,
+  DeadJobInfo,
+  JobContext,
+  JobDefinition,
+  JobDefinitionInput,
+  JobInfo,
+  JobOptions,
+  PayloadOf,
+} from './define.js';
+export { createClient } from './client.js';
+export type {
+  BulkItem,
+  Client,
+  ClientOptions,
+  EnqueueOptions,
+  EnqueueResult,
+  Job,
+  QueueStats,
+  TransactionOption,
+} from './client.js';
+export { createWorker } from './worker.js';
+export type { StopOptions, Worker, WorkerOptions } from './worker.js';
+export { createSweeper } from './sweeper.js';
+export type { SweepResult, Sweeper, SweeperOptions } from './sweeper.js';
+export { createRetention } from './retention.js';
+export type { Retention, RetentionOptions, RetentionResult } from './retention.js';
+export { migrate, defaultMigrationsFolder } from './migrate.js';
+export type { MigrateOptions } from './migrate.js';
+export { computeBackoffMs, defaultBackoff } from './retry/backoff.js';
+export type { BackoffOptions } from './retry/backoff.js';
+export { decideFailure } from './retry/policy.js';
+export type { DeadReason, FailureDecision, AttemptFailureReason } from './retry/policy.js';
+export {
+  ConfigError,
+  InvalidPayloadError,
+  JobTimeoutError,
+  LockLostError,
+  NonRetryableError,
+  PayloadTooLargeError,
+  ShutdownError,
+  SkiplockError,
+  UnknownJobTypeError,
+} from './errors.js';
+export { Metrics } from './metrics.js';
+export type { WorkerEvents, JobEvent } from './events.js';
+export { runSql, withTransaction } from './db.js';
+export type { Queryable } from './db.js';
+export { jobs, jobStatus, skiplockSchema } from './schema.js';
+export type { JobStatus } from './schema.js';
+export type { Logger } from './logger.js';
+export { NOTIFY_CHANNEL } from './listener.js';

@@ -1,0 +1,37 @@
+/**
+ * Exponential backoff with jitter and a cap. Pure: the delay is added to the database's `now()` by
+ * the settle statement, so no worker clock ever decides when a job runs.
+ */
+export interface BackoffOptions {
+  /** Delay before the first retry, before jitter. */
+  baseMs: number;
+  /** Growth per attempt. */
+  factor: number;
+  /** Upper bound of any delay, jitter included. */
+  maxMs: number;
+  /** Share of the delay that is randomized, 0 (none) to 1 (full jitter). */
+  jitter: number;
+}
+
+export const defaultBackoff: BackoffOptions = {
+  baseMs: 1_000,
+  factor: 2,
+  maxMs: 60 * 60 * 1_000,
+  jitter: 0.5,
+};
+
+/**
+ * Delay before retrying after failed attempt number `attempt` (1-based): the capped exponential
+ * delay `d`, of which `(1 - jitter)` is kept and the rest drawn at random, so that many jobs failing
+ * together do not retry together. The result lies in `[d * (1 - jitter), d]`.
+ */
+export function computeBackoffMs(
+  attempt: number,
+  options: BackoffOptions = defaultBackoff,
+  random: () => number = Math.random,
+): number {
+  const exponent = Math.max(0, attempt - 1);
+  const capped = Math.min(options.maxMs, options.baseMs * options.factor ** exponent);
+  const fixed = capped * (1 - options.jitter);
+  return Math.round(fixed + capped * options.jitter * random());
+}

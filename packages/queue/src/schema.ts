@@ -1,0 +1,87 @@
+import { sql } from 'drizzle-orm';
+import {
+  bigserial,
+  check,
+  index,
+  integer,
+  jsonb,
+  pgSchema,
+  text,
+  timestamp,
+  unique,
+} from 'drizzle-orm/pg-core';
+
+/** Every library table lives in this schema so it never collides with the application's own. */
+export const skiplockSchema = pgSchema('skiplock');
+
+/**
+ * Job lifecycle:
+ * - `pending`    waiting to be claimed once `run_at` has passed (new jobs, released jobs)
+ * - `processing` claimed by `locked_by` under a lease that expires at `lease_expires_at`
+ * - `failed`     an attempt failed; the job waits for its retry at `run_at` (claimable like pending)
+ * - `completed`  the handler succeeded (terminal)
+ * - `dead`       will never run again: attempts exhausted, invalid payload, unknown type, or a
+ *                non-retryable error; `last_error` and `errors` say why (terminal, retry by hand)
+ * - `cancelled`  cancelled by a user before it ran (terminal)
+ */
+export const jobStatus = skiplockSchema.enum('job_status', [
+  'pending',
+  'processing',
+  'failed',
+  'completed',
+  'dead',
+  'cancelled',
+]);
+
+export type JobStatus = (typeof jobStatus.enumValues)[number];
+
+export const jobs = skiplockSchema.table(
+  'jobs',
+  {
+    id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+    queue: text('queue').notNull().default('default'),
+    jobType: text('job_type').notNull(),
+    payload: jsonb('payload').notNull().default({}),
+    idempotencyKey: text('idempotency_key'),
+    status: jobStatus('status').notNull().default('pending'),
+    priority: integer('priority').notNull().default(0),
+    attempts: integer('attempts').notNull().default(0),
+    maxAttempts: integer('max_attempts').notNull().default(5),
+    runAt: timestamp('run_at', { withTimezone: true }).notNull().defaultNow(),
+    lockedAt: timestamp('locked_at', { withTimezone: true }),
+    lockedBy: text('locked_by'),
+    /** Visibility timeout: a processing job whose lease passed is taken back by the sweeper. */
+    leaseExpiresAt: timestamp('lease_expires_at', { withTimezone: true }),
+    leaseMs: integer('lease_ms').notNull().default(30_000),
+    /** Per-attempt handler timeout; null means the job type has none. */
+    timeoutMs: integer('timeout_ms'),
+    lastError: text('last_error'),
+    /** One entry per failed attempt: { attempt, reason, message, at }. Bounded by the settle SQL. */
+    errors: jsonb('errors').notNull().default([]),
+    completedAt: timestamp('completed_at', { withTimezone: true }),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+  },
+  (t) => [
+    // Nulls are distinct, so only keyed jobs are deduplicated, and only within their queue.
+    unique('jobs_queue_idempotency_key_unique').on(t.queue, t.idempotencyKey),
+    // Claim path: only claimable rows are indexed, so completed history never slows a claim.
+    index('jobs_claim_idx')
+      .on(t.queue, t.priority.desc(), t.runAt, t.id)
+      .where(sql`status IN ('pending', 'failed')`),
+    // Aging path: the oldest claimable rows regardless of priority.
+    index('jobs_aging_idx')
+      .on(t.queue, t.runAt, t.id)
+      .where(sql`status IN ('pending', 'failed')`),
+    // Sweep path: processing rows by lease expiry.
+    index('jobs_sweep_idx')
+      .on(t.leaseExpiresAt)
+      .where(sql`status = 'processing'`),
+    // Retention path: terminal rows by age.
+    index('jobs_retention_idx')
+      .on(t.status, t.updatedAt)
+      .where(sql`status IN ('completed', 'dead', 'cancelled')`),
+    check('jobs_attempts_check', sql`attempts >= 0 AND max_attempts >= 1`),
+    check('jobs_lease_ms_check', sql`lease_ms >= 1000`),
+  ],
+);

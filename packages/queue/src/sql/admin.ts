@@ -1,0 +1,77 @@
+import { sql, type SQL } from 'drizzle-orm';
+import type { JobStatus } from '../schema.js';
+
+const jobColumns = sql`
+  id::text AS id, queue, job_type, payload, idempotency_key, status, priority, attempts,
+  max_attempts, run_at, locked_at, locked_by, lease_expires_at, lease_ms, timeout_ms, last_error,
+  errors, completed_at, created_at, updated_at`;
+
+export function selectJob(id: string) {
+  return sql`SELECT ${jobColumns} FROM skiplock.jobs WHERE id = ${id}`;
+}
+
+export interface JobFilter {
+  statuses?: readonly JobStatus[];
+  queue?: string;
+  jobType?: string;
+  limit: number;
+  /** Keyset pagination: only jobs with a smaller id. */
+  beforeId?: string;
+}
+
+export function selectJobs(filter: JobFilter) {
+  const where: SQL[] = [sql`true`];
+  if (filter.statuses?.length) {
+    where.push(sql`status = ANY(${sql.param(filter.statuses)}::skiplock.job_status[])`);
+  }
+  if (filter.queue) where.push(sql`queue = ${filter.queue}`);
+  if (filter.jobType) where.push(sql`job_type = ${filter.jobType}`);
+  if (filter.beforeId) where.push(sql`id < ${filter.beforeId}`);
+  return sql`
+    SELECT ${jobColumns} FROM skiplock.jobs
+    WHERE ${sql.join(where, sql` AND `)}
+    ORDER BY id DESC LIMIT ${filter.limit}`;
+}
+
+/** Cancels a job that has not started: only pending or retry-waiting rows change. */
+export function cancelJob(id: string) {
+  return sql`
+    UPDATE skiplock.jobs SET status = 'cancelled', updated_at = now()
+    WHERE id = ${id} AND status IN ('pending', 'failed')
+    RETURNING id::text AS id`;
+}
+
+/**
+ * Puts a dead, cancelled or retry-waiting job back to pending to run now, with a fresh set of
+ * attempts; its error history is kept. Notifies waiting workers.
+ */
+export function retryJob(id: string) {
+  return sql`
+    WITH retried AS (
+      UPDATE skiplock.jobs
+      SET status = 'pending', run_at = now(), attempts = 0, lease_expires_at = NULL,
+          locked_by = NULL, locked_at = NULL, updated_at = now()
+      WHERE id = ${id} AND status IN ('dead', 'cancelled', 'failed')
+      RETURNING id, queue
+    )
+    SELECT id::text AS id, pg_notify('skiplock_jobs', queue) IS NULL AS notified FROM retried`;
+}
+
+export interface QueueStatsRow {
+  queue: string;
+  status: JobStatus;
+  count: string;
+  oldest_runnable_age_ms: number | null;
+}
+
+/** Depth per queue and status, and how long the oldest runnable job has waited. */
+export function selectQueueStats() {
+  return sql`
+    SELECT queue, status, count(*)::text AS count,
+           (extract(epoch FROM now() - min(run_at) FILTER (
+              WHERE status IN ('pending', 'failed') AND run_at <= now())) * 1000)::float8
+             AS oldest_runnable_age_ms
+    FROM skiplock.jobs
+    GROUP BY queue, status
+    ORDER BY queue, status`;
+}

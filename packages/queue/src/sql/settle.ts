@@ -1,0 +1,70 @@
+import { sql } from 'drizzle-orm';
+
+/** The claim's lock token: a write for a job commits only if the job still carries it. */
+export interface LockToken {
+  id: string;
+  attempt: number;
+}
+
+/** Longest `last_error` and history message kept; a stack trace is not a message. */
+export const MAX_ERROR_LENGTH = 2_000;
+/** Newest entries kept in a job's error history. */
+export const MAX_ERROR_HISTORY = 25;
+
+const fenced = (workerId: string) => sql`j.locked_by = ${workerId} AND j.status = 'processing'`;
+
+/** Completes many jobs in one statement; returns the ids that were still ours. */
+export function completeJobs(workerId: string, tokens: readonly LockToken[]) {
+  return sql`
+    UPDATE skiplock.jobs j
+    SET status = 'completed', completed_at = now(), lease_expires_at = NULL, updated_at = now()
+    FROM unnest(${sql.param(tokens.map((t) => t.id))}::bigint[],
+                ${sql.param(tokens.map((t) => t.attempt))}::int[]) AS d(id, attempt)
+    WHERE j.id = d.id AND j.attempts = d.attempt AND ${fenced(workerId)}
+    RETURNING j.id::text AS id`;
+}
+
+export interface FailParams {
+  workerId: string;
+  token: LockToken;
+  /** `failed` schedules a retry after `delayMs`; `dead` ends the job. */
+  status: 'failed' | 'dead';
+  delayMs: number;
+  reason: string;
+  message: string;
+}
+
+/** Records a failed attempt: retry later (in the database clock) or dead, fenced by the token. */
+export function failJob(p: FailParams) {
+  const message = p.message.slice(0, MAX_ERROR_LENGTH);
+  return sql`
+    UPDATE skiplock.jobs j
+    SET status = ${p.status}::skiplock.job_status,
+        run_at = CASE WHEN ${p.status} = 'failed'
+                      THEN now() + ${p.delayMs} * interval '1 millisecond' ELSE j.run_at END,
+        last_error = ${message},
+        errors = (CASE WHEN jsonb_array_length(j.errors) >= ${MAX_ERROR_HISTORY}
+                       THEN j.errors - 0 ELSE j.errors END)
+                 || jsonb_build_array(jsonb_build_object(
+                      'attempt', j.attempts, 'reason', ${p.reason}::text,
+                      'message', ${message}::text, 'at', now())),
+        lease_expires_at = NULL,
+        updated_at = now()
+    WHERE j.id = ${p.token.id} AND j.attempts = ${p.token.attempt} AND ${fenced(p.workerId)}
+    RETURNING j.id::text AS id`;
+}
+
+/**
+ * Hands unfinished jobs back on shutdown: pending again at once, and the attempt they were on is
+ * not spent, because the job never got to fail.
+ */
+export function releaseJobs(workerId: string, tokens: readonly LockToken[]) {
+  return sql`
+    UPDATE skiplock.jobs j
+    SET status = 'pending', attempts = j.attempts - 1, lease_expires_at = NULL,
+        locked_by = NULL, locked_at = NULL, run_at = now(), updated_at = now()
+    FROM unnest(${sql.param(tokens.map((t) => t.id))}::bigint[],
+                ${sql.param(tokens.map((t) => t.attempt))}::int[]) AS d(id, attempt)
+    WHERE j.id = d.id AND j.attempts = d.attempt AND ${fenced(workerId)}
+    RETURNING j.id::text AS id`;
+}

@@ -1,0 +1,337 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import type pg from 'pg';
+import { z } from 'zod';
+import { parseConfig, queueName } from './config.js';
+import { Completer } from './completer.js';
+import { runSql } from './db.js';
+import type { AnyJobDefinition } from './define.js';
+import { ConfigError, ShutdownError, errorMessage } from './errors.js';
+import { SafeEmitter, type WorkerEvents } from './events.js';
+import { executeJob, RunningJob, type ExecutorDeps } from './executor.js';
+import { Heartbeat } from './heartbeat.js';
+import { Listener } from './listener.js';
+import { createDefaultLogger, type Logger } from './logger.js';
+import { Metrics } from './metrics.js';
+import { resolvePool, type PoolSource } from './pool.js';
+import { createRetention, type Retention, type RetentionOptions } from './retention.js';
+import { claimJobs, type ClaimedRow } from './sql/claim.js';
+import { releaseJobs } from './sql/settle.js';
+import { createSweeper, type Sweeper, type SweeperOptions } from './sweeper.js';
+import { retryDelayMs, sleep, withJitter } from './timers.js';
+
+const workerOptionsSchema = z.object({
+  queues: z.array(queueName).min(1).max(100).optional(),
+  concurrency: z.number().int().min(1).max(1_000).default(10),
+  batchSize: z.number().int().min(1).max(1_000).optional(),
+  pollIntervalMs: z.number().int().min(10).max(600_000).default(1_000),
+  listen: z.boolean().default(true),
+  heartbeatIntervalMs: z.number().int().min(50).max(3_600_000).optional(),
+  agingMs: z
+    .number()
+    .int()
+    .min(0)
+    .nullable()
+    .default(5 * 60_000),
+  shutdownTimeoutMs: z.number().int().min(0).max(3_600_000).default(30_000),
+  settleAttempts: z.number().int().min(1).max(100).default(8),
+  workerId: z.string().min(1).max(200).optional(),
+});
+
+export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsSchema> {
+  jobs: readonly AnyJobDefinition[];
+  logger?: Logger;
+  /** Run the stale-lease sweeper in this process (default true; one pass at a time across hosts). */
+  sweeper?: boolean | SweeperOptions;
+  /** Prune finished jobs from this process (default true; one pass at a time across hosts). */
+  retention?: boolean | RetentionOptions;
+}
+
+export interface StopOptions {
+  /** How long in-flight jobs may keep running before they are aborted and released. */
+  timeoutMs?: number;
+}
+
+export interface Worker {
+  readonly id: string;
+  readonly metrics: Metrics;
+  readonly sweeper: Sweeper | null;
+  readonly retention: Retention | null;
+  /** Starts claiming; resolves once the loop runs. */
+  start(): Promise<void>;
+  /**
+   * Stops claiming at once, lets in-flight jobs finish until the deadline, then aborts the rest
+   * (their signal fires with `ShutdownError`) and releases them to pending without spending an
+   * attempt. Closes the pool if the worker created it.
+   */
+  stop(options?: StopOptions): Promise<void>;
+  /** Claims one batch and runs it to its settle, without starting the loop. Returns the count. */
+  runOnce(): Promise<number>;
+  /** Renews the leases of running jobs now (normally done on an interval). */
+  heartbeat(): Promise<{ renewed: number; lost: number }>;
+  on: SafeEmitter<WorkerEvents>['on'];
+  once: SafeEmitter<WorkerEvents>['once'];
+  /** Number of jobs currently claimed by this worker. */
+  readonly inFlight: number;
+}
+
+export function createWorker(options: WorkerOptions): Worker {
+  const { jobs, logger: givenLogger, sweeper: sweeperOption, retention: retentionOption } = options;
+  const config = parseConfig('worker options', workerOptionsSchema, {
+    queues: options.queues,
+    concurrency: options.concurrency,
+    batchSize: options.batchSize,
+    pollIntervalMs: options.pollIntervalMs,
+    listen: options.listen,
+    heartbeatIntervalMs: options.heartbeatIntervalMs,
+    agingMs: options.agingMs,
+    shutdownTimeoutMs: options.shutdownTimeoutMs,
+    settleAttempts: options.settleAttempts,
+    workerId: options.workerId,
+  });
+  if (!Array.isArray(jobs) || jobs.length === 0) {
+    throw new ConfigError('invalid worker options: jobs: give at least one job definition');
+  }
+  const definitions = new Map<string, AnyJobDefinition>();
+  for (const def of jobs) {
+    if (definitions.has(def.type)) {
+      throw new ConfigError(
+        `invalid worker options: jobs: job type "${def.type}" is defined twice`,
+      );
+    }
+    definitions.set(def.type, def);
+  }
+  const id = config.workerId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const logger = (givenLogger ?? createDefaultLogger()).child({ worker: id });
+  const queues = config.queues ?? [...new Set(jobs.map((d) => d.queue))];
+  const batchSize = Math.min(config.batchSize ?? config.concurrency, config.concurrency);
+  const minLeaseMs = Math.min(...jobs.map((d) => d.leaseMs));
+  // A third of the shortest lease leaves two renewals' room before a slow tick loses a lease.
+  const heartbeatIntervalMs =
+    config.heartbeatIntervalMs ?? Math.max(100, Math.floor(minLeaseMs / 3));
+  if (heartbeatIntervalMs >= minLeaseMs) {
+    throw new ConfigError(
+      `invalid worker options: heartbeatIntervalMs (${heartbeatIntervalMs}) must be shorter than the shortest leaseMs (${minLeaseMs})`,
+    );
+  }
+
+  const owned = resolvePool(
+    { ...options, maxConnections: options.maxConnections ?? config.concurrency + 4 },
+    logger,
+    'worker',
+  );
+  const pool = owned.pool;
+  const metrics = new Metrics();
+  const events = new SafeEmitter<WorkerEvents>(logger);
+  const completer = new Completer(pool, id);
+  const running = new Map<string, RunningJob>();
+  const inflight = new Set<Promise<void>>();
+  const deps: ExecutorDeps = {
+    pool,
+    workerId: id,
+    definitions,
+    completer,
+    logger,
+    metrics,
+    events,
+    settleAttempts: config.settleAttempts,
+  };
+  const heartbeat = new Heartbeat(
+    pool,
+    id,
+    heartbeatIntervalMs,
+    () => running.values(),
+    logger,
+    (h) =>
+      logger.warn(
+        { reason: 'lock_lost', jobId: h.token.id, attempt: h.token.attempt },
+        'lease lost; aborting handler',
+      ),
+  );
+  const sweeper =
+    sweeperOption === false
+      ? null
+      : createSweeper({
+          pool,
+          logger,
+          metrics,
+          ...(typeof sweeperOption === 'object' ? sweeperOption : {}),
+        });
+  const retention =
+    retentionOption === false
+      ? null
+      : createRetention({
+          pool,
+          logger,
+          metrics,
+          ...(typeof retentionOption === 'object' ? retentionOption : {}),
+        });
+  const listener = config.listen
+    ? new Listener({
+        connection: pool.options as pg.ClientConfig,
+        logger,
+        onNotify: (queue) => {
+          if (queue === '*' || queues.includes(queue)) wake('work');
+        },
+      })
+    : null;
+
+  let state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  let loopDone: Promise<void> | null = null;
+  let stopping: Promise<void> | null = null;
+  let workRequested = false;
+  let napping: { why: 'slot' | 'work'; done: () => void } | null = null;
+
+  function wake(why: 'slot' | 'work' | 'stop') {
+    if (why === 'work') workRequested = true;
+    if (napping && (why === 'stop' || napping.why === why)) napping.done();
+  }
+
+  function nap(why: 'slot' | 'work', ms: number | null): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = ms === null ? null : setTimeout(() => done(), ms);
+      const done = () => {
+        if (timer) clearTimeout(timer);
+        napping = null;
+        resolve();
+      };
+      napping = { why, done };
+    });
+  }
+
+  async function claim(limit: number): Promise<ClaimedRow[]> {
+    const started = performance.now();
+    const { rows } = await runSql<ClaimedRow>(
+      pool,
+      claimJobs({ queues, limit, workerId: id, agingMs: config.agingMs }),
+    );
+    metrics.inc('claim_latency_ms_sum', performance.now() - started);
+    metrics.inc('claims_total');
+    metrics.inc('jobs_claimed_total', rows.length);
+    return rows;
+  }
+
+  function launch(row: ClaimedRow): Promise<void> {
+    const job = new RunningJob(row);
+    running.set(row.id, job);
+    events.emit('job:claimed', {
+      jobId: row.id,
+      jobType: row.job_type,
+      queue: row.queue,
+      attempt: row.attempts,
+    });
+    const task = executeJob(deps, job).finally(() => {
+      running.delete(row.id);
+      inflight.delete(task);
+      wake('slot');
+    });
+    inflight.add(task);
+    return task;
+  }
+
+  async function loop(): Promise<void> {
+    let failures = 0;
+    while (state === 'running') {
+      const free = config.concurrency - running.size;
+      if (free <= 0) {
+        await nap('slot', null);
+        continue;
+      }
+      const limit = Math.min(free, batchSize);
+      workRequested = false;
+      let rows: ClaimedRow[];
+      try {
+        rows = await claim(limit);
+        failures = 0;
+      } catch (error) {
+        failures += 1;
+        metrics.inc('claim_errors_total');
+        logger.warn(
+          { reason: 'db_error', err: errorMessage(error), failures },
+          'claim failed; backing off',
+        );
+        events.emit('worker:error', { reason: 'claim_failed', error });
+        await nap('work', retryDelayMs(failures));
+        continue;
+      }
+      if (state !== 'running') {
+        // Stop arrived while claiming: these jobs never started, hand them straight back.
+        if (rows.length > 0) {
+          const tokens = rows.map((r) => ({ id: r.id, attempt: r.attempts }));
+          await runSql(pool, releaseJobs(id, tokens)).catch((error: unknown) =>
+            logger.warn(
+              { reason: 'db_error', err: errorMessage(error) },
+              'release after stop failed',
+            ),
+          );
+        }
+        break;
+      }
+      for (const row of rows) void launch(row);
+      if (rows.length === limit || workRequested) continue;
+      if (running.size === 0) events.emit('worker:idle');
+      await nap('work', withJitter(config.pollIntervalMs));
+    }
+  }
+
+  async function doStop(stopOptions: StopOptions): Promise<void> {
+    const deadlineMs = stopOptions.timeoutMs ?? config.shutdownTimeoutMs;
+    const wasRunning = state === 'running';
+    state = 'stopping';
+    wake('stop');
+    await loopDone;
+    logger.info({ reason: 'shutdown', inFlight: running.size, deadlineMs }, 'worker stopping');
+    if (inflight.size > 0) {
+      const deadline = new AbortController();
+      await Promise.race([Promise.allSettled([...inflight]), sleep(deadlineMs, deadline.signal)]);
+      deadline.abort();
+    }
+    for (const job of running.values()) job.abort(new ShutdownError());
+    await Promise.allSettled([...inflight]);
+    await completer.drain();
+    if (wasRunning) {
+      await heartbeat.stop();
+      await Promise.all([listener?.stop(), sweeper?.stop(), retention?.stop()]);
+    }
+    await owned.release();
+    state = 'stopped';
+    logger.info({ reason: 'stopped' }, 'worker stopped');
+  }
+
+  return {
+    id,
+    metrics,
+    sweeper,
+    retention,
+    get inFlight() {
+      return running.size;
+    },
+    async start() {
+      if (state !== 'idle') throw new ConfigError(`worker ${id} cannot start: it is ${state}`);
+      state = 'running';
+      listener?.start();
+      heartbeat.start();
+      sweeper?.start();
+      retention?.start();
+      loopDone = loop().catch((error) => {
+        logger.fatal({ reason: 'loop_crashed', err: errorMessage(error) }, 'worker loop crashed');
+      });
+      logger.info({ reason: 'started', queues, concurrency: config.concurrency }, 'worker started');
+    },
+    stop(stopOptions = {}) {
+      if (state === 'stopped') return Promise.resolve();
+      stopping ??= doStop(stopOptions);
+      return stopping;
+    },
+    async runOnce() {
+      if (state !== 'idle') throw new ConfigError(`runOnce needs an idle worker; it is ${state}`);
+      const rows = await claim(Math.min(config.concurrency, batchSize));
+      await Promise.all(rows.map((row) => launch(row)));
+      await completer.drain();
+      return rows.length;
+    },
+    heartbeat: () => heartbeat.beat(),
+    on: (event, listener) => events.on(event, listener),
+    once: (event) => events.once(event),
+  };
+}
