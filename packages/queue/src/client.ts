@@ -71,6 +71,10 @@ export interface QueueStats {
   status: JobStatus;
   count: number;
   oldestRunnableAgeMs: number | null;
+  /** Processing jobs whose lease has passed: the sweeper has not taken them back yet. */
+  expiredLeases: number;
+  /** Jobs that went dead in the last hour (by their last update). */
+  deadLastHour: number;
 }
 
 export interface ClientOptions extends PoolSource {
@@ -326,6 +330,8 @@ export function createClient(options: ClientOptions = {}): Client {
         status: r.status,
         count: Number(r.count),
         oldestRunnableAgeMs: r.oldest_runnable_age_ms,
+        expiredLeases: r.expired_leases,
+        deadLastHour: r.dead_last_hour,
       }));
     },
     close: owned.release,

@@ -62,15 +62,24 @@ export interface QueueStatsRow {
   status: JobStatus;
   count: string;
   oldest_runnable_age_ms: number | null;
+  expired_leases: number;
+  dead_last_hour: number;
 }
 
-/** Depth per queue and status, and how long the oldest runnable job has waited. */
+/**
+ * Depth per queue and status, how long the oldest runnable job has waited, processing jobs whose
+ * lease has expired (the sweeper's backlog), and jobs that went dead in the last hour.
+ */
 export function selectQueueStats() {
   return sql`
     SELECT queue, status, count(*)::text AS count,
            (extract(epoch FROM now() - min(run_at) FILTER (
               WHERE status IN ('pending', 'failed') AND run_at <= now())) * 1000)::float8
-             AS oldest_runnable_age_ms
+             AS oldest_runnable_age_ms,
+           count(*) FILTER (WHERE status = 'processing' AND lease_expires_at < now())::int
+             AS expired_leases,
+           count(*) FILTER (WHERE status = 'dead' AND updated_at >= now() - interval '1 hour')::int
+             AS dead_last_hour
     FROM skiplock.jobs
     GROUP BY queue, status
     ORDER BY queue, status`;
