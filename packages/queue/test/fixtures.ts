@@ -1,10 +1,47 @@
-import { z } from 'zod';
-import { defineJob } from '../src/index.js';
+import { pino } from 'pino';
+import type pg from 'pg';
+import { createWorker, type AnyJobDefinition, type WorkerOptions } from '../src/index.js';
 
-export const silent = { level: 'silent' } as const;
+export const quiet = pino({ level: 'silent' });
 
-export const sendEmail = defineJob({
-  type: 'send-email',
-  payload: z.object({ to: z.string().email(), amount: z.number().int() }),
-  handler: async () => {},
-});
+/** Fast backoff so retry tests do not wait seconds. */
+export const fastBackoff = { baseMs: 1, maxMs: 5, jitter: 0 };
+
+/** A worker with background services off, so a test drives exactly what it means to. */
+export function testWorker(
+  pool: pg.Pool,
+  jobs: AnyJobDefinition[],
+  options: Partial<WorkerOptions> = {},
+) {
+  return createWorker({
+    pool,
+    jobs,
+    logger: quiet,
+    sweeper: false,
+    retention: false,
+    listen: false,
+    ...options,
+  });
+}
+
+export async function jobRow(pool: pg.Pool, id: string) {
+  const { rows } = await pool.query<{
+    status: string;
+    attempts: number;
+    run_at: Date;
+    locked_by: string | null;
+    last_error: string | null;
+    errors: { attempt: number; reason: string; message: string }[];
+  }>(
+    'SELECT status, attempts, run_at, locked_by, last_error, errors FROM skiplock.jobs WHERE id = $1',
+    [id],
+  );
+  return rows[0]!;
+}
+
+export async function countByStatus(pool: pg.Pool): Promise<Record<string, number>> {
+  const { rows } = await pool.query<{ status: string; n: number }>(
+    'SELECT status, count(*)::int AS n FROM skiplock.jobs GROUP BY status',
+  );
+  return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}

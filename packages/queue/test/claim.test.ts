@@ -1,0 +1,166 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createClient, defineJob, runSql } from '../src/index.js';
+import { claimJobs } from '../src/sql/claim.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { countByStatus, quiet, testWorker } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+describe('claiming', () => {
+  it('1,000 jobs, 8 concurrent workers on their own connections, batched claims: each job runs exactly once', async () => {
+    const executions = new Map<string, string[]>();
+    const work = defineJob({
+      type: 'count-me',
+      queue: 'overlap',
+      payload: z.object({ n: z.number() }),
+      handler: async (_p, ctx) => {
+        const seen = executions.get(ctx.job.id) ?? [];
+        seen.push(workerIdOf(ctx.logger));
+        executions.set(ctx.job.id, seen);
+        // Yield so that claims interleave with running handlers.
+        await new Promise((r) => setImmediate(r));
+      },
+    });
+    const workerIdOf = (logger: { bindings(): Record<string, unknown> }) =>
+      String(logger.bindings().worker);
+    await client.enqueueMany(
+      work,
+      Array.from({ length: 1_000 }, (_, n) => ({ payload: { n } })),
+    );
+    const workers = Array.from({ length: 8 }, () =>
+      testWorker(db.newPool(3), [work], { concurrency: 8, pollIntervalMs: 20 }),
+    );
+    const claimCounts = new Map<string, number>();
+    for (const w of workers) {
+      w.on('job:claimed', (e) => claimCounts.set(e.jobId, (claimCounts.get(e.jobId) ?? 0) + 1));
+    }
+    await Promise.all(workers.map((w) => w.start()));
+    await waitFor(async () => (await countByStatus(db.pool)).completed === 1_000, {
+      timeoutMs: 60_000,
+      what: '1,000 completed jobs',
+    });
+    await Promise.all(workers.map((w) => w.stop()));
+    const jobsPerClaim = workers.map(
+      (w) =>
+        w.metrics.counter('jobs_claimed_total') / Math.max(1, w.metrics.counter('claims_total')),
+    );
+
+    expect(executions.size).toBe(1_000);
+    expect([...executions.values()].every((runs) => runs.length === 1)).toBe(true);
+    expect(claimCounts.size).toBe(1_000);
+    expect([...claimCounts.values()].every((n) => n === 1)).toBe(true);
+    const perWorker = workers.map((w) => w.metrics.counter('jobs_completed_total'));
+    expect(perWorker.reduce((a, b) => a + b, 0)).toBe(1_000);
+    // More than one worker took part, and claims carried more than one job at a time.
+    expect(perWorker.filter((n) => n > 0).length).toBeGreaterThan(1);
+    expect(Math.max(...jobsPerClaim)).toBeGreaterThan(1);
+  });
+
+  it('concurrent raw claims on separate connections never return the same job', async () => {
+    const queue = 'raw-overlap';
+    await db.pool.query(
+      `INSERT INTO skiplock.jobs (queue, job_type) SELECT $1, 'raw' FROM generate_series(1, 600)`,
+      [queue],
+    );
+    const pools = Array.from({ length: 6 }, () => db.newPool(1));
+    const claimed: string[] = [];
+    await Promise.all(
+      pools.map(async (pool, i) => {
+        for (;;) {
+          const { rows } = await runSql<{ id: string }>(
+            pool,
+            claimJobs({ queues: [queue], limit: 25, workerId: `raw-${i}`, agingMs: null }),
+          );
+          if (rows.length === 0) return;
+          claimed.push(...rows.map((r) => r.id));
+        }
+      }),
+    );
+    expect(claimed).toHaveLength(600);
+    expect(new Set(claimed).size).toBe(600);
+  });
+
+  it('claims by priority desc, then run_at, then id', async () => {
+    const order: string[] = [];
+    const ranked = defineJob({
+      type: 'ranked',
+      queue: 'ranked',
+      payload: z.object({ name: z.string() }),
+      handler: async ({ name }) => void order.push(name),
+    });
+    await client.enqueue(ranked, { name: 'low-old' }, { priority: 0, delayMs: 0 });
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET run_at = now() - interval '10 seconds' WHERE payload->>'name' = 'low-old'`,
+    );
+    await client.enqueue(ranked, { name: 'high-1' }, { priority: 10 });
+    await client.enqueue(ranked, { name: 'high-2' }, { priority: 10 });
+    await client.enqueue(ranked, { name: 'mid' }, { priority: 5 });
+    const worker = testWorker(db.pool, [ranked], { concurrency: 1, agingMs: null });
+    while ((await worker.runOnce()) > 0);
+    expect(order).toEqual(['high-1', 'high-2', 'mid', 'low-old']);
+  });
+
+  it('ages: a low-priority job that waited past agingMs goes before fresh high-priority work', async () => {
+    const order: string[] = [];
+    const aged = defineJob({
+      type: 'aged',
+      queue: 'aging',
+      payload: z.object({ name: z.string() }),
+      handler: async ({ name }) => void order.push(name),
+    });
+    await client.enqueueMany(aged, [
+      { payload: { name: 'starved' }, priority: -5 },
+      ...Array.from({ length: 5 }, (_, i) => ({ payload: { name: `urgent-${i}` }, priority: 100 })),
+    ]);
+    // The low-priority job has been runnable for a minute; the urgent stream just arrived.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET run_at = now() - interval '1 minute' WHERE payload->>'name' = 'starved'`,
+    );
+    const worker = testWorker(db.pool, [aged], { concurrency: 1, agingMs: 30_000 });
+    await worker.runOnce();
+    expect(order).toEqual(['starved']);
+    // Without aging, the same situation starves it behind every urgent job.
+    order.length = 0;
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'pending', run_at = now() - interval '1 minute' WHERE payload->>'name' = 'starved'`,
+    );
+    const unaged = testWorker(db.pool, [aged], { concurrency: 1, agingMs: null });
+    while ((await unaged.runOnce()) > 0);
+    expect(order.at(-1)).toBe('starved');
+    expect(order.slice(0, 5).every((n) => n.startsWith('urgent'))).toBe(true);
+  });
+
+  it('does not claim a job before its run_at, and claims it once due', async () => {
+    let ran = 0;
+    const later = defineJob({
+      type: 'later',
+      queue: 'later',
+      payload: z.object({}),
+      handler: async () => void (ran += 1),
+    });
+    const { id } = await client.enqueue(later, {}, { delayMs: 3_600_000 });
+    const worker = testWorker(db.pool, [later]);
+    expect(await worker.runOnce()).toBe(0);
+    expect(ran).toBe(0);
+    await db.pool.query(`UPDATE skiplock.jobs SET run_at = now() - interval '1 ms' WHERE id = $1`, [
+      id,
+    ]);
+    expect(await worker.runOnce()).toBe(1);
+    expect(ran).toBe(1);
+  });
+
+  it('only claims from its own queues', async () => {
+    const typed = defineJob({
+      type: 'q-only',
+      queue: 'mine',
+      payload: z.object({}),
+      handler: async () => {},
+    });
+    await client.enqueue(typed, {}, { queue: 'theirs' });
+    expect(await testWorker(db.pool, [typed]).runOnce()).toBe(0);
+    expect(await testWorker(db.pool, [typed], { queues: ['theirs'] }).runOnce()).toBe(1);
+  });
+});

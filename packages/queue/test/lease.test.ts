@@ -1,0 +1,200 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createClient, createSweeper, defineJob, LockLostError, runSql } from '../src/index.js';
+import { failJob } from '../src/sql/settle.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { jobRow, quiet, testWorker } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+/** Simulates the sweeper's view of a dead worker by moving the lease into the past. */
+async function expireLease(id: string) {
+  await db.pool.query(
+    `UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`,
+    [id],
+  );
+}
+
+function gatedJob(type: string, options: { leaseMs?: number; maxAttempts?: number } = {}) {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const started: string[] = [];
+  const signals: AbortSignal[] = [];
+  const def = defineJob({
+    type,
+    payload: z.object({}),
+    leaseMs: options.leaseMs ?? 30_000,
+    maxAttempts: options.maxAttempts ?? 5,
+    backoff: { baseMs: 1, maxMs: 5, jitter: 0 },
+    handler: async (_p, ctx) => {
+      started.push(ctx.job.id);
+      signals.push(ctx.signal);
+      await gate;
+    },
+  });
+  return { def, release: () => release(), started, signals };
+}
+
+describe('leases, fencing and the sweeper', () => {
+  it('a worker whose job was taken over cannot complete it: 0 rows, lock_lost, and the new owner wins', async () => {
+    const { def, release, started } = gatedJob('fenced');
+    const { id } = await client.enqueue(def, {});
+    const logs = captureLogs();
+    const first = testWorker(db.pool, [def], { logger: logs.logger, workerId: 'first' });
+    const running = first.runOnce();
+    await waitFor(() => started.length === 1);
+    // The sweeper takes the job back, and a second worker claims it (attempt 2).
+    await expireLease(id);
+    const sweeper = createSweeper({
+      pool: db.pool,
+      logger: quiet,
+      backoff: { baseMs: 0, maxMs: 0 },
+    });
+    expect((await sweeper.runOnce()).jobIds).toEqual([id]);
+    const second = testWorker(db.pool, [def], { workerId: 'second' });
+    const secondRun = second.runOnce();
+    await waitFor(() => started.length === 2);
+    release();
+    await Promise.all([running, secondRun]);
+
+    const row = await jobRow(db.pool, id);
+    expect(row.status).toBe('completed');
+    expect(row.locked_by).toBe('second');
+    expect(row.attempts).toBe(2);
+    expect(logs.lines.find((l) => l.reason === 'lock_lost')).toMatchObject({
+      jobId: id,
+      attempt: 1,
+    });
+    expect(first.metrics.counter('jobs_lock_lost_total')).toBe(1);
+
+    // A late failure write from the first owner touches nothing either.
+    const late = await runSql(
+      db.pool,
+      failJob({
+        workerId: 'first',
+        token: { id, attempt: 1 },
+        status: 'failed',
+        delayMs: 0,
+        reason: 'error',
+        message: 'late',
+      }),
+    );
+    expect(late.rowCount).toBe(0);
+    expect((await jobRow(db.pool, id)).status).toBe('completed');
+  });
+
+  it('heartbeats renew all running leases in one statement and abort a handler whose lease was lost', async () => {
+    const { def, release, started, signals } = gatedJob('beating');
+    const a = await client.enqueue(def, {});
+    const b = await client.enqueue(def, {});
+    const logs = captureLogs();
+    const worker = testWorker(db.pool, [def], { logger: logs.logger, concurrency: 2 });
+    const run = worker.runOnce();
+    await waitFor(() => started.length === 2);
+    const before = await db.pool.query<{ id: string; lease: Date }>(
+      `SELECT id::text, lease_expires_at AS lease FROM skiplock.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [[a.id, b.id]],
+    );
+    expect(await worker.heartbeat()).toEqual({ renewed: 2, lost: 0 });
+    const after = await db.pool.query<{ lease: Date }>(
+      `SELECT lease_expires_at AS lease FROM skiplock.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [[a.id, b.id]],
+    );
+    after.rows.forEach((r, i) =>
+      expect(r.lease.getTime()).toBeGreaterThanOrEqual(before.rows[i]!.lease.getTime()),
+    );
+
+    // The sweeper takes b back behind the worker's back; the next heartbeat finds it missing.
+    await expireLease(b.id);
+    await createSweeper({ pool: db.pool, logger: quiet }).runOnce();
+    expect(await worker.heartbeat()).toEqual({ renewed: 1, lost: 1 });
+    const lostSignal = signals[started.indexOf(b.id)]!;
+    expect(lostSignal.aborted).toBe(true);
+    expect(lostSignal.reason).toBeInstanceOf(LockLostError);
+    release();
+    await run;
+    expect((await jobRow(db.pool, a.id)).status).toBe('completed');
+    expect((await jobRow(db.pool, b.id)).status).toBe('failed');
+    expect(logs.reasons()).toContain('lock_lost');
+  });
+
+  it('lets a handler extend its own lease (the seed extend_lock)', async () => {
+    let extended: boolean | undefined;
+    let aheadMs = 0;
+    const long = defineJob({
+      type: 'extends',
+      payload: z.object({}),
+      leaseMs: 5_000,
+      handler: async (_p, ctx) => {
+        extended = await ctx.extendLease(3_600_000);
+        const { rows } = await db.pool.query<{ ahead: number }>(
+          `SELECT (extract(epoch FROM lease_expires_at - now()) * 1000)::float8 AS ahead FROM skiplock.jobs WHERE id = $1`,
+          [ctx.job.id],
+        );
+        aheadMs = rows[0]!.ahead;
+      },
+    });
+    const { id } = await client.enqueue(long, {});
+    await testWorker(db.pool, [long]).runOnce();
+    expect(extended).toBe(true);
+    expect(aheadMs).toBeGreaterThan(3_500_000);
+    expect((await jobRow(db.pool, id)).status).toBe('completed');
+  });
+
+  it('the sweeper retries expired jobs with backoff, kills exhausted ones, logs lease_expired and counts them', async () => {
+    const { def, release, started } = gatedJob('swept', { maxAttempts: 2 });
+    const retry = await client.enqueue(def, {});
+    const exhaust = await client.enqueue(def, {}, { maxAttempts: 1 });
+    const worker = testWorker(db.pool, [def], { concurrency: 2 });
+    const run = worker.runOnce();
+    await waitFor(() => started.length === 2);
+    await expireLease(retry.id);
+    await expireLease(exhaust.id);
+    const logs = captureLogs();
+    const sweeper = createSweeper({
+      pool: db.pool,
+      logger: logs.logger,
+      backoff: { baseMs: 60_000, maxMs: 60_000, jitter: 0 },
+    });
+    const result = await sweeper.runOnce();
+    expect(result).toMatchObject({ ran: true, recovered: 2, retried: 1, dead: 1 });
+    expect(sweeper.metrics.counter('stale_recovered_total')).toBe(2);
+    expect(sweeper.metrics.gauge('stale_recovered_last')).toBe(2);
+    expect(
+      logs.lines
+        .filter((l) => l.reason === 'lease_expired')
+        .map((l) => l.jobId)
+        .sort(),
+    ).toEqual([retry.id, exhaust.id].sort());
+    const retried = await jobRow(db.pool, retry.id);
+    expect(retried.status).toBe('failed');
+    expect(retried.errors[0]).toMatchObject({ reason: 'lease_expired', attempt: 1 });
+    const { rows } = await db.pool.query<{ ahead: number }>(
+      `SELECT (extract(epoch FROM run_at - now()) * 1000)::float8 AS ahead FROM skiplock.jobs WHERE id = $1`,
+      [retry.id],
+    );
+    expect(rows[0]!.ahead).toBeGreaterThan(50_000);
+    expect((await jobRow(db.pool, exhaust.id)).status).toBe('dead');
+    // A second pass finds nothing; the gauge shows the last pass.
+    expect((await sweeper.runOnce()).recovered).toBe(0);
+    expect(sweeper.metrics.gauge('stale_recovered_last')).toBe(0);
+    release();
+    await run;
+  });
+
+  it('runs one sweep at a time across hosts (advisory lock)', async () => {
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT pg_advisory_xact_lock($1, $2)', [0x5c10c, 2]);
+      const other = createSweeper({ pool: db.newPool(2), logger: quiet });
+      expect(await other.runOnce()).toMatchObject({ ran: false, recovered: 0 });
+      await holder.query('COMMIT');
+      expect(await other.runOnce()).toMatchObject({ ran: true });
+    } finally {
+      holder.release();
+    }
+  });
+});

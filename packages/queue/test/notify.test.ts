@@ -1,0 +1,93 @@
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createClient, defineJob, NOTIFY_CHANNEL } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { quiet, testWorker } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+const ping = defineJob({
+  type: 'ping',
+  queue: 'wake',
+  payload: z.object({ n: z.number() }),
+  handler: async () => {},
+});
+
+async function listen(): Promise<{ received: string[]; close: () => Promise<void> }> {
+  const conn = new pg.Client({ connectionString: db.url });
+  await conn.connect();
+  const received: string[] = [];
+  conn.on('notification', (m) => received.push(m.payload ?? ''));
+  await conn.query(`LISTEN ${NOTIFY_CHANNEL}`);
+  return { received, close: () => conn.end() };
+}
+
+/** A marker notification proves every earlier notification has been delivered. */
+async function flush(l: { received: string[] }) {
+  await db.pool.query(`SELECT pg_notify($1, 'marker')`, [NOTIFY_CHANNEL]);
+  await waitFor(() => l.received.includes('marker'));
+  l.received.splice(l.received.indexOf('marker'), 1);
+}
+
+describe('LISTEN/NOTIFY wake-ups', () => {
+  it('sends one notification per statement and queue, none for jobs scheduled in the future', async () => {
+    const l = await listen();
+    try {
+      await client.enqueueMany(
+        ping,
+        Array.from({ length: 200 }, (_, n) => ({ payload: { n } })),
+      );
+      await flush(l);
+      expect(l.received).toEqual(['wake']);
+      l.received.length = 0;
+
+      await client.enqueueMany(ping, [
+        { payload: { n: 1 }, queue: 'a' },
+        { payload: { n: 2 }, queue: 'b' },
+        { payload: { n: 3 }, queue: 'a' },
+      ]);
+      await flush(l);
+      expect(l.received.sort()).toEqual(['a', 'b']);
+      l.received.length = 0;
+
+      await client.enqueueMany(ping, [{ payload: { n: 4 }, delayMs: 60_000 }]);
+      await client.enqueue(ping, { n: 5 }, { delayMs: 60_000 });
+      await flush(l);
+      expect(l.received).toEqual([]);
+    } finally {
+      await l.close();
+    }
+  });
+
+  it('a listening worker starts new work without waiting for its poll interval', async () => {
+    let started = 0;
+    const wake = defineJob({
+      type: 'wake-up',
+      queue: 'listen-test',
+      payload: z.object({}),
+      handler: async () => void (started += 1),
+    });
+    // Ten minutes between polls: only a notification can start this job within the test's deadline.
+    const worker = testWorker(db.newPool(4), [wake], { listen: true, pollIntervalMs: 600_000 });
+    await worker.start();
+    try {
+      // The first claim happens at start; wait until the worker sits idle, then enqueue.
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT 1 FROM pg_stat_activity WHERE application_name = 'skiplock-listener' AND datname = current_database()`,
+        );
+        return rows.length === 1;
+      });
+      await client.enqueue(wake, {});
+      await waitFor(() => started === 1, {
+        timeoutMs: 10_000,
+        what: 'the notified worker to start the job',
+      });
+    } finally {
+      await worker.stop();
+    }
+  });
+});

@@ -1,0 +1,286 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import {
+  createClient,
+  defineJob,
+  JobTimeoutError,
+  NonRetryableError,
+  type JobContext,
+} from '../src/index.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { fastBackoff, jobRow, quiet, testWorker } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+describe('worker outcomes', () => {
+  it('retries a failing job with backoff in the database clock, then dead with every error kept', async () => {
+    const attempts: number[] = [];
+    const flaky = defineJob({
+      type: 'always-fails',
+      payload: z.object({}),
+      maxAttempts: 3,
+      backoff: { baseMs: 60_000, maxMs: 60_000, jitter: 0 },
+      handler: async (_p, ctx) => {
+        attempts.push(ctx.job.attempt);
+        throw new Error(`boom ${ctx.job.attempt}`);
+      },
+    });
+    const logs = captureLogs();
+    const worker = testWorker(db.pool, [flaky], { logger: logs.logger });
+    const { id } = await client.enqueue(flaky, {});
+
+    expect(await worker.runOnce()).toBe(1);
+    let row = await jobRow(db.pool, id);
+    expect(row.status).toBe('failed');
+    const { rows } = await db.pool.query<{ ahead: number }>(
+      'SELECT (extract(epoch FROM run_at - now()) * 1000)::float8 AS ahead FROM skiplock.jobs WHERE id = $1',
+      [id],
+    );
+    expect(rows[0]!.ahead).toBeGreaterThan(50_000);
+    // Not claimable before its run_at.
+    expect(await worker.runOnce()).toBe(0);
+
+    for (let i = 0; i < 2; i++) {
+      await db.pool.query(`UPDATE skiplock.jobs SET run_at = now() WHERE id = $1`, [id]);
+      expect(await worker.runOnce()).toBe(1);
+    }
+    row = await jobRow(db.pool, id);
+    expect(attempts).toEqual([1, 2, 3]);
+    expect(row.status).toBe('dead');
+    expect(row.attempts).toBe(3);
+    expect(row.last_error).toBe('boom 3');
+    expect(row.errors.map((e) => [e.attempt, e.reason, e.message])).toEqual([
+      [1, 'error', 'boom 1'],
+      [2, 'error', 'boom 2'],
+      [3, 'error', 'boom 3'],
+    ]);
+    const retryLogs = logs.lines.filter((l) => l.reason === 'error');
+    expect(retryLogs).toHaveLength(2);
+    expect(retryLogs[0]).toMatchObject({ jobId: id, jobType: 'always-fails', attempt: 1 });
+    expect(logs.lines.find((l) => l.reason === 'max_attempts')).toMatchObject({
+      jobId: id,
+      attempt: 3,
+    });
+  });
+
+  it('sends a job with an invalid stored payload to dead without running the handler', async () => {
+    let ran = 0;
+    const strict = defineJob({
+      type: 'strict',
+      payload: z.object({ email: z.string().email() }),
+      handler: async () => {
+        ran += 1;
+      },
+    });
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO skiplock.jobs (job_type, payload) VALUES ('strict', '{"email": 42}') RETURNING id::text`,
+    );
+    const logs = captureLogs();
+    await testWorker(db.pool, [strict], { logger: logs.logger }).runOnce();
+    const row = await jobRow(db.pool, rows[0]!.id);
+    expect(ran).toBe(0);
+    expect(row.status).toBe('dead');
+    expect(row.last_error).toContain('payload.email');
+    expect(row.errors[0]).toMatchObject({ reason: 'invalid_payload', attempt: 1 });
+    expect(logs.reasons()).toContain('invalid_payload');
+  });
+
+  it('sends a job of an unknown type to dead without running any handler', async () => {
+    let ran = 0;
+    const known = defineJob({
+      type: 'known',
+      payload: z.object({}),
+      handler: async () => void (ran += 1),
+    });
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO skiplock.jobs (job_type, payload) VALUES ('mystery', '{}') RETURNING id::text`,
+    );
+    await testWorker(db.pool, [known]).runOnce();
+    const row = await jobRow(db.pool, rows[0]!.id);
+    expect(ran).toBe(0);
+    expect(row.status).toBe('dead');
+    expect(row.errors[0]).toMatchObject({ reason: 'unknown_type' });
+    expect(row.last_error).toContain('mystery');
+  });
+
+  it('sends a non-retryable error to dead at once', async () => {
+    class CardDeclined extends Error {}
+    const declines = defineJob({
+      type: 'declines',
+      payload: z.object({ which: z.string() }),
+      maxAttempts: 10,
+      nonRetryable: [CardDeclined],
+      handler: async ({ which }) => {
+        throw which === 'own'
+          ? new CardDeclined('card declined')
+          : new NonRetryableError('bad request');
+      },
+    });
+    const a = await client.enqueue(declines, { which: 'own' });
+    const b = await client.enqueue(declines, { which: 'builtin' });
+    await testWorker(db.pool, [declines]).runOnce();
+    for (const id of [a.id, b.id]) {
+      const row = await jobRow(db.pool, id);
+      expect(row.status).toBe('dead');
+      expect(row.attempts).toBe(1);
+      expect(row.errors[0]!.reason).toBe('non_retryable');
+    }
+  });
+
+  it('aborts a handler at its timeout and fails the attempt with reason timeout', async () => {
+    let seenReason: unknown;
+    const slow = defineJob({
+      type: 'slow',
+      payload: z.object({}),
+      timeoutMs: 50,
+      maxAttempts: 2,
+      backoff: fastBackoff,
+      handler: async (_p, ctx: JobContext) =>
+        new Promise<void>((_resolve, reject) => {
+          ctx.signal.addEventListener('abort', () => {
+            seenReason = ctx.signal.reason;
+            reject(ctx.signal.reason as Error);
+          });
+        }),
+    });
+    const stubborn = defineJob({
+      type: 'ignores-signal',
+      payload: z.object({}),
+      timeoutMs: 50,
+      maxAttempts: 1,
+      handler: () => new Promise<void>((resolve) => setTimeout(resolve, 2_000)),
+    });
+    const a = await client.enqueue(slow, {});
+    const b = await client.enqueue(stubborn, {});
+    await testWorker(db.pool, [slow, stubborn]).runOnce();
+    expect(seenReason).toBeInstanceOf(JobTimeoutError);
+    const rowA = await jobRow(db.pool, a.id);
+    expect(rowA.status).toBe('failed');
+    expect(rowA.errors[0]).toMatchObject({ reason: 'timeout' });
+    const rowB = await jobRow(db.pool, b.id);
+    expect(rowB.status).toBe('dead');
+    expect(rowB.errors[0]).toMatchObject({ reason: 'timeout' });
+  });
+
+  it('gives handlers a stable idempotency key across attempts', async () => {
+    const keys: string[] = [];
+    const keyed = defineJob({
+      type: 'keyed',
+      payload: z.object({}),
+      backoff: fastBackoff,
+      handler: async (_p, ctx) => {
+        keys.push(ctx.idempotencyKey);
+        if (ctx.job.attempt === 1) throw new Error('first try fails');
+      },
+    });
+    const { id } = await client.enqueue(keyed, {});
+    const { id: id2 } = await client.enqueue(keyed, {}, { idempotencyKey: 'order-7' });
+    const worker = testWorker(db.pool, [keyed]);
+    await worker.runOnce();
+    await db.pool.query(`UPDATE skiplock.jobs SET run_at = now() WHERE status = 'failed'`);
+    await worker.runOnce();
+    expect(keys.filter((k) => k === `job:${id}`)).toHaveLength(2);
+    expect(keys.filter((k) => k === 'order-7')).toHaveLength(2);
+    expect((await jobRow(db.pool, id2)).status).toBe('completed');
+  });
+
+  it('commits a handler write and its completion together with completeWith', async () => {
+    await db.pool.query('CREATE TABLE IF NOT EXISTS public.effects (job_id text PRIMARY KEY)');
+    const writes = defineJob({
+      type: 'writes',
+      payload: z.object({}),
+      handler: async (_p, ctx) => {
+        await ctx.completeWith((tx) =>
+          tx.query('INSERT INTO public.effects VALUES ($1)', [ctx.job.id]),
+        );
+      },
+    });
+    const { id } = await client.enqueue(writes, {});
+    await testWorker(db.pool, [writes]).runOnce();
+    expect((await jobRow(db.pool, id)).status).toBe('completed');
+    expect(
+      (await db.pool.query('SELECT 1 FROM public.effects WHERE job_id = $1', [id])).rowCount,
+    ).toBe(1);
+  });
+
+  it('runs onDead in the same transaction as the dead write', async () => {
+    await db.pool.query(
+      'CREATE TABLE IF NOT EXISTS public.dead_letters (job_id text PRIMARY KEY, reason text)',
+    );
+    const doomed = defineJob({
+      type: 'doomed',
+      payload: z.object({}),
+      maxAttempts: 1,
+      handler: async () => {
+        throw new Error('nope');
+      },
+      onDead: async (tx, info) => {
+        await tx.query('INSERT INTO public.dead_letters VALUES ($1, $2)', [info.id, info.reason]);
+      },
+    });
+    const { id } = await client.enqueue(doomed, {});
+    await testWorker(db.pool, [doomed]).runOnce();
+    expect((await jobRow(db.pool, id)).status).toBe('dead');
+    const { rows } = await db.pool.query(
+      'SELECT reason FROM public.dead_letters WHERE job_id = $1',
+      [id],
+    );
+    expect(rows).toEqual([{ reason: 'max_attempts' }]);
+  });
+
+  it('stop() stops claiming and waits for in-flight jobs to finish', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let started = 0;
+    const gated = defineJob({
+      type: 'gated',
+      payload: z.object({}),
+      handler: async () => {
+        started += 1;
+        await gate;
+      },
+    });
+    await client.enqueueMany(gated, [{ payload: {} }, { payload: {} }, { payload: {} }]);
+    const worker = testWorker(db.pool, [gated], { concurrency: 2, pollIntervalMs: 20 });
+    await worker.start();
+    await waitFor(() => started === 2, { what: 'two handlers running' });
+    const stopped = worker.stop({ timeoutMs: 10_000 });
+    release();
+    await stopped;
+    const { rows } = await db.pool.query<{ status: string; n: number }>(
+      `SELECT status, count(*)::int AS n FROM skiplock.jobs WHERE job_type = 'gated' GROUP BY status ORDER BY status::text`,
+    );
+    expect(rows).toEqual([
+      { status: 'completed', n: 2 },
+      { status: 'pending', n: 1 },
+    ]);
+    expect(started).toBe(2);
+  });
+
+  it('stop() past its deadline aborts handlers and releases jobs without spending an attempt', async () => {
+    let sawShutdown = false;
+    const endless = defineJob({
+      type: 'endless',
+      payload: z.object({}),
+      handler: (_p, ctx) =>
+        new Promise<void>((_resolve, reject) =>
+          ctx.signal.addEventListener('abort', () => {
+            sawShutdown = (ctx.signal.reason as Error).name === 'ShutdownError';
+            reject(ctx.signal.reason as Error);
+          }),
+        ),
+    });
+    const { id } = await client.enqueue(endless, {});
+    const worker = testWorker(db.pool, [endless], { pollIntervalMs: 20 });
+    await worker.start();
+    await waitFor(async () => (await jobRow(db.pool, id)).status === 'processing');
+    await worker.stop({ timeoutMs: 50 });
+    const row = await jobRow(db.pool, id);
+    expect(sawShutdown).toBe(true);
+    expect(row.status).toBe('pending');
+    expect(row.attempts).toBe(0);
+    expect(row.locked_by).toBeNull();
+  });
+});
