@@ -1,0 +1,146 @@
+import { sql } from 'drizzle-orm';
+import {
+  bigint,
+  bigserial,
+  boolean,
+  check,
+  index,
+  integer,
+  jsonb,
+  pgSchema,
+  primaryKey,
+  text,
+  timestamp,
+  unique,
+} from 'drizzle-orm/pg-core';
+
+// The same `skiplock` schema the queue's tables live in (drizzle-kit merges schemas by name).
+const skiplock = pgSchema('skiplock');
+
+/**
+ * Saga lifecycle:
+ * - `running`      a step's job is queued or running (`current_step`, `current_job_id`)
+ * - `waiting`      a wait step is waiting for its signal (until the signal, its timeout, the
+ *                  saga's deadline or a cancel)
+ * - `compensating` a step failed for good (or cancel/deadline); completed steps are being undone
+ *                  in reverse order, one compensation job at a time (`current_step` is the step
+ *                  being compensated)
+ * - `completed`    every step succeeded (terminal)
+ * - `compensated`  a step failed for good and every completed step was compensated (terminal)
+ * - `cancelled`    `cancel()` stopped the saga and every completed step was compensated (terminal)
+ * - `failed`       needs an operator: a compensation failed for good, a step after the pivot
+ *                  failed for good, or no worker knows the saga's definition; `error` says which
+ *                  (terminal)
+ */
+export const sagaStatus = skiplock.enum('saga_status', [
+  'running',
+  'waiting',
+  'compensating',
+  'completed',
+  'compensated',
+  'cancelled',
+  'failed',
+]);
+
+/** A history row is either a step or the compensation of a step. */
+export const sagaStepKind = skiplock.enum('saga_step_kind', ['step', 'compensation']);
+
+/**
+ * Step (and compensation) lifecycle:
+ * - `pending`   its job is queued and no attempt has started
+ * - `running`   an attempt started; `attempts` counts them, `error` holds the last failed one
+ * - `waiting`   a wait step found no signal yet and waits for it
+ * - `completed` it succeeded; `output` holds its recorded result (terminal)
+ * - `failed`    it failed for good: retries exhausted, non-retryable error, timeout, signal
+ *               timeout or the saga's deadline; `error` says why (terminal)
+ * - `cancelled` `cancel()` stopped it before it ran or while it waited (terminal)
+ */
+export const sagaStepStatus = skiplock.enum('saga_step_status', [
+  'pending',
+  'running',
+  'waiting',
+  'completed',
+  'failed',
+  'cancelled',
+]);
+
+export type SagaStatus = (typeof sagaStatus.enumValues)[number];
+export type SagaStepKind = (typeof sagaStepKind.enumValues)[number];
+export type SagaStepStatus = (typeof sagaStepStatus.enumValues)[number];
+
+export const sagas = skiplock.table(
+  'sagas',
+  {
+    /** Chosen by the caller; starting twice with the same id is one saga. */
+    id: text('id').primaryKey(),
+    name: text('name').notNull(),
+    version: integer('version').notNull(),
+    status: sagaStatus('status').notNull().default('running'),
+    input: jsonb('input').notNull(),
+    currentStep: text('current_step'),
+    currentKind: sagaStepKind('current_kind'),
+    /** The queue job of the current step or compensation; the reconciler watches it. */
+    currentJobId: bigint('current_job_id', { mode: 'bigint' }),
+    /** Set once the pivot step completed: from then on the saga can no longer compensate. */
+    pivoted: boolean('pivoted').notNull().default(false),
+    /** `cancel()` arrived while a step was running; acted on when that step settles. */
+    cancelRequested: boolean('cancel_requested').notNull().default(false),
+    deadline: timestamp('deadline', { withTimezone: true }),
+    error: text('error'),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+    finishedAt: timestamp('finished_at', { withTimezone: true }),
+  },
+  (t) => [
+    index('sagas_status_created_idx').on(t.status, t.createdAt, t.id),
+    index('sagas_name_created_idx').on(t.name, t.createdAt, t.id),
+    index('sagas_created_idx').on(t.createdAt, t.id),
+    // Reconciler paths: live sagas by their current job, waiting sagas by deadline.
+    index('sagas_live_job_idx')
+      .on(t.currentJobId)
+      .where(sql`status IN ('running', 'compensating')`),
+    index('sagas_waiting_deadline_idx')
+      .on(t.deadline)
+      .where(sql`status = 'waiting' AND deadline IS NOT NULL`),
+    check('sagas_version_check', sql`version >= 1`),
+  ],
+);
+
+export const sagaSteps = skiplock.table(
+  'saga_steps',
+  {
+    /** Orders the history: rows are created in the order the saga reached them. */
+    id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+    sagaId: text('saga_id')
+      .notNull()
+      .references(() => sagas.id, { onDelete: 'cascade' }),
+    step: text('step').notNull(),
+    kind: sagaStepKind('kind').notNull(),
+    status: sagaStepStatus('status').notNull().default('pending'),
+    attempts: integer('attempts').notNull().default(0),
+    jobId: bigint('job_id', { mode: 'bigint' }),
+    output: jsonb('output'),
+    error: text('error'),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
+    startedAt: timestamp('started_at', { withTimezone: true }),
+    finishedAt: timestamp('finished_at', { withTimezone: true }),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+  },
+  (t) => [unique('saga_steps_saga_kind_step_unique').on(t.sagaId, t.kind, t.step)],
+);
+
+export const sagaSignals = skiplock.table(
+  'saga_signals',
+  {
+    sagaId: text('saga_id')
+      .notNull()
+      .references(() => sagas.id, { onDelete: 'cascade' }),
+    name: text('name').notNull(),
+    /** The first delivery's payload; later deliveries of the same name are ignored. */
+    payload: jsonb('payload').notNull(),
+    receivedAt: timestamp('received_at', { withTimezone: true }).notNull().defaultNow(),
+    /** When a wait step took it; null while it waits for its step. */
+    consumedAt: timestamp('consumed_at', { withTimezone: true }),
+  },
+  (t) => [primaryKey({ name: 'saga_signals_pk', columns: [t.sagaId, t.name] })],
+);
