@@ -1,35 +1,51 @@
-import { parseArgs } from 'node:util';
+import { CliError, UsageError } from './args.js';
+import { jobsCancelCommand } from './commands/jobs-cancel.js';
+import { jobsListCommand } from './commands/jobs-list.js';
+import { jobsRetryCommand } from './commands/jobs-retry.js';
+import { jobsShowCommand } from './commands/jobs-show.js';
 import { migrateCommand } from './commands/migrate.js';
+import { statsCommand } from './commands/stats.js';
+import { workerCommand } from './commands/worker.js';
+import type { CliIo, Command } from './io.js';
 
-export interface CliIo {
-  stdout(text: string): void;
-  stderr(text: string): void;
-  env: NodeJS.ProcessEnv;
+export type { CliIo, Command } from './io.js';
+
+const commands: Command[] = [
+  migrateCommand,
+  workerCommand,
+  statsCommand,
+  jobsListCommand,
+  jobsShowCommand,
+  jobsRetryCommand,
+  jobsCancelCommand,
+];
+
+function listing(list: readonly Command[]): string[] {
+  const width = Math.max(...list.map((c) => c.name.length));
+  return list.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`);
 }
-
-export class UsageError extends Error {}
-
-export interface Command {
-  name: string;
-  summary: string;
-  usage: string;
-  run(args: string[], io: CliIo): Promise<number>;
-}
-
-const commands: Command[] = [migrateCommand];
 
 function help(): string {
-  const lines = commands.map((c) => `  ${c.name.padEnd(14)} ${c.summary}`);
   return [
     'usage: skiplock <command> [options]',
     '',
     'commands:',
-    ...lines,
+    ...listing(commands),
     '',
-    'Every command takes --database-url (default: $DATABASE_URL) and --help.',
+    'Every command takes --help; those that read the database take --database-url',
+    '(default: $DATABASE_URL); listings and show commands take --json.',
+    'Exit codes: 0 done, 1 failed (message on stderr), 2 bad command line.',
     '',
   ].join('\n');
 }
+
+function groupHelp(group: string, members: readonly Command[]): string {
+  return [`usage: skiplock ${group} <subcommand> [options]`, '', ...listing(members), ''].join(
+    '\n',
+  );
+}
+
+const wantsHelp = (args: readonly string[]) => args.includes('--help') || args.includes('-h');
 
 /** Parses the command line and runs one command; returns the process exit code. */
 export async function runCli(argv: string[], io: CliIo): Promise<number> {
@@ -38,47 +54,51 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
     io.stdout(help());
     return name ? 0 : 2;
   }
-  const command = commands.find((c) => c.name === name);
+  let command = commands.find((c) => c.name === name);
+  let args = rest;
   if (!command) {
-    io.stderr(`skiplock: unknown command "${name}"\n\n${help()}`);
-    return 2;
+    const members = commands.filter((c) => c.name.startsWith(`${name} `));
+    if (members.length === 0) {
+      io.stderr(`skiplock: unknown command "${name}"\n\n${help()}`);
+      return 2;
+    }
+    const [sub, ...subArgs] = rest;
+    if (!sub || sub === '--help' || sub === '-h') {
+      (sub ? io.stdout : io.stderr)(groupHelp(name, members));
+      return sub ? 0 : 2;
+    }
+    command = members.find((c) => c.name === `${name} ${sub}`);
+    if (!command) {
+      io.stderr(`skiplock: unknown ${name} subcommand "${sub}"\n\n${groupHelp(name, members)}`);
+      return 2;
+    }
+    args = subArgs;
   }
-  if (rest.includes('--help') || rest.includes('-h')) {
+  if (wantsHelp(args)) {
     io.stdout(`${command.usage}\n`);
     return 0;
   }
   try {
-    return await command.run(rest, io);
+    return await command.run(args, io);
   } catch (error) {
-    if (
-      error instanceof UsageError ||
-      (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
-    ) {
-      io.stderr(`skiplock ${command.name}: ${(error as Error).message}\n\n${command.usage}\n`);
+    if (error instanceof UsageError) {
+      // The synopsis (usage up to its first blank line) is enough to see what was expected.
+      const synopsis = command.usage.split('\n\n')[0];
+      io.stderr(
+        `skiplock ${command.name}: ${error.message}\n\n${synopsis}\n` +
+          `(skiplock ${command.name} --help for details)\n`,
+      );
       return 2;
     }
-    io.stderr(`skiplock ${command.name}: ${(error as Error).message ?? String(error)}\n`);
+    if (error instanceof CliError) {
+      io.stderr(`skiplock ${command.name}: ${error.message}\n`);
+      return error.exitCode;
+    }
+    // Unexpected failures still get one line, not a stack; SKIPLOCK_DEBUG=1 shows the stack.
+    const detail = io.env.SKIPLOCK_DEBUG ? (error as Error)?.stack : undefined;
+    io.stderr(
+      `skiplock ${command.name}: ${detail ?? (error as Error)?.message ?? String(error)}\n`,
+    );
     return 1;
   }
-}
-
-/** Strict option parsing shared by commands: unknown flags are errors that name the flag. */
-export function parseOptions<T extends NonNullable<Parameters<typeof parseArgs>[0]>['options']>(
-  args: string[],
-  options: T,
-  allowPositionals = false,
-) {
-  return parseArgs({ args, options, strict: true, allowPositionals });
-}
-
-export function databaseUrl(value: string | undefined, io: CliIo): string {
-  const url = value ?? io.env.DATABASE_URL;
-  if (!url) throw new UsageError('no database: pass --database-url or set DATABASE_URL');
-  try {
-    const parsed = new URL(url);
-    if (!/^postgres(ql)?:$/.test(parsed.protocol)) throw new Error();
-  } catch {
-    throw new UsageError('--database-url must be a postgres:// URL');
-  }
-  return url;
 }

@@ -1,15 +1,34 @@
 import { migrate } from '@skiplock/queue';
 import { pino } from 'pino';
-import { databaseUrl, parseOptions, type Command } from '../cli.js';
+import { databaseOption, databaseUrl, parseOptions, positionalArgs } from '../args.js';
+import { openDatabase } from '../database.js';
+import { databaseError } from '../db-errors.js';
+import type { Command } from '../io.js';
 
 export const migrateCommand: Command = {
   name: 'migrate',
   summary: 'apply pending skiplock migrations (safe to run from many processes at once)',
-  usage: 'usage: skiplock migrate [--database-url URL]',
+  usage: [
+    'usage: skiplock migrate [--database-url URL]',
+    '',
+    'Creates or upgrades the skiplock schema. Concurrent runs wait on an advisory lock.',
+  ].join('\n'),
   async run(args, io) {
-    const { values } = parseOptions(args, { 'database-url': { type: 'string' } });
-    const connectionString = databaseUrl(values['database-url'] as string | undefined, io);
-    await migrate({ connectionString, logger: pino({ level: 'silent' }) });
+    const { values, positionals } = parseOptions(args, databaseOption);
+    positionalArgs(positionals, []);
+    const url = databaseUrl(values['database-url'], io.env);
+    // Probe first so an unreachable server gets the same clear message as every other command.
+    const db = await openDatabase(url, {
+      requireSchema: false,
+      applicationName: 'skiplock-migrate',
+    });
+    try {
+      await migrate({ pool: db.pool, logger: pino({ level: 'silent' }) });
+    } catch (error) {
+      throw databaseError(error, url);
+    } finally {
+      await db.close();
+    }
     io.stdout('skiplock schema is up to date\n');
     return 0;
   },

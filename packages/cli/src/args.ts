@@ -1,0 +1,87 @@
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+
+/** A bad command line: printed with the command's usage, exit code 2. */
+export class UsageError extends Error {}
+
+/** A command that ran but could not do what was asked (exit code 1); the message says why. */
+export class CliError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+  ) {
+    super(message);
+  }
+}
+
+type OptionsConfig = NonNullable<ParseArgsConfig['options']>;
+
+/** Strict option parsing shared by commands: unknown flags are errors that name the flag. */
+export function parseOptions<const O extends OptionsConfig>(args: string[], options: O) {
+  try {
+    return parseArgs({ args, options, strict: true, allowPositionals: true });
+  } catch (error) {
+    throw new UsageError(parseErrorMessage(error));
+  }
+}
+
+function parseErrorMessage(error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error);
+  const unknown = /^Unknown option '([^']+)'/.exec(message);
+  if (unknown) return `unknown option ${unknown[1]}`;
+  const missing = /^Option '(-\S+)(?: <value>)?' argument missing/.exec(message);
+  if (missing) return `option ${missing[1]} needs a value`;
+  // Node's own wording (e.g. a boolean flag given a value) already names the option.
+  return message.split('. ')[0] ?? message;
+}
+
+/** Exactly `names.length` positionals, or a UsageError naming the missing or extra one. */
+export function positionalArgs(positionals: string[], names: string[]): string[] {
+  if (positionals.length < names.length) {
+    throw new UsageError(`missing ${names[positionals.length]}`);
+  }
+  if (positionals.length > names.length) {
+    throw new UsageError(`unexpected argument "${positionals[names.length]}"`);
+  }
+  return positionals;
+}
+
+export function parseInteger(
+  flag: string,
+  value: string | undefined,
+  { min, max }: { min: number; max: number },
+): number | undefined {
+  if (value === undefined) return undefined;
+  const n = /^-?[0-9]+$/.test(value.trim()) ? Number(value) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max) {
+    throw new UsageError(`${flag} must be an integer from ${min} to ${max}, got "${value}"`);
+  }
+  return n;
+}
+
+const JOB_ID = /^[1-9][0-9]{0,18}$/;
+
+export function parseJobId(value: string, flag = '<id>'): string {
+  if (!JOB_ID.test(value)) {
+    throw new UsageError(`${flag} must be a job id (a positive integer), got "${value}"`);
+  }
+  return value;
+}
+
+export function databaseUrl(value: string | undefined, env: NodeJS.ProcessEnv): string {
+  const url = value ?? env.DATABASE_URL;
+  if (!url) throw new UsageError('no database: pass --database-url or set DATABASE_URL');
+  let protocol = '';
+  try {
+    protocol = new URL(url).protocol;
+  } catch {
+    // reported below without echoing the URL, which may hold a password
+  }
+  if (!/^postgres(ql)?:$/.test(protocol)) {
+    throw new UsageError('--database-url (or DATABASE_URL) must be a postgres:// URL');
+  }
+  return url;
+}
+
+/** Options every database command takes. */
+export const databaseOption = { 'database-url': { type: 'string' } } as const;
+export const jsonOption = { json: { type: 'boolean' } } as const;

@@ -1,0 +1,139 @@
+import { ConfigError, createWorker, type Worker } from '@skiplock/queue';
+import { pino, type Logger } from 'pino';
+import {
+  UsageError,
+  databaseOption,
+  databaseUrl,
+  parseInteger,
+  parseOptions,
+  positionalArgs,
+} from '../args.js';
+import { openDatabase } from '../database.js';
+import type { Command } from '../io.js';
+import { loadJobModule } from '../load-jobs.js';
+
+// The worker's own default; used here only to size the pool before the worker exists.
+const DEFAULT_CONCURRENCY = 10;
+
+export const workerCommand: Command = {
+  name: 'worker',
+  summary: 'run the jobs a module exports until SIGTERM or SIGINT, then drain and exit',
+  usage: [
+    'usage: skiplock worker <module> [--queue Q]... [--concurrency N] [--shutdown-timeout-ms MS]',
+    '                       [--poll-interval-ms MS] [--no-listen] [--database-url URL]',
+    '',
+    '<module> is a .ts or .js file exporting job definitions (made with defineJob): a default',
+    'export array, a "jobs" array, or each one as its own export. It may also export',
+    '"workerOptions" (createWorker options); the flags below override them.',
+    '',
+    '  --queue Q                 claim from queue Q (repeat; default: the queues of the jobs)',
+    '  --concurrency N           jobs run at once, 1 to 1000 (default 10)',
+    '  --shutdown-timeout-ms MS  on SIGTERM/SIGINT, how long running jobs may finish before they',
+    '                            are aborted and put back to pending without spending an attempt',
+    '                            (default 30000)',
+    '  --poll-interval-ms MS     how often to look for work without a notification (default 1000)',
+    '  --no-listen               poll only, no LISTEN (for PgBouncer in transaction mode)',
+    '',
+    'Logs are JSON lines on stdout (level: $SKIPLOCK_LOG_LEVEL, default info). A second signal',
+    'exits at once with code 1, leaving running jobs to the sweeper once their leases expire.',
+    'The schema must exist: run `skiplock migrate` first.',
+  ].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, {
+      ...databaseOption,
+      queue: { type: 'string', multiple: true },
+      concurrency: { type: 'string' },
+      'shutdown-timeout-ms': { type: 'string' },
+      'poll-interval-ms': { type: 'string' },
+      'no-listen': { type: 'boolean' },
+    });
+    const [specifier] = positionalArgs(positionals, ['<module>']);
+    const concurrency = parseInteger('--concurrency', values.concurrency, { min: 1, max: 1_000 });
+    const shutdownTimeoutMs = parseInteger('--shutdown-timeout-ms', values['shutdown-timeout-ms'], {
+      min: 0,
+      max: 3_600_000,
+    });
+    const pollIntervalMs = parseInteger('--poll-interval-ms', values['poll-interval-ms'], {
+      min: 10,
+      max: 600_000,
+    });
+    const queues = values.queue;
+    if (queues?.some((q) => q.trim() === '')) throw new UsageError('--queue must not be empty');
+    const url = databaseUrl(values['database-url'], io.env);
+    const loaded = await loadJobModule(specifier!, io.cwd);
+
+    const logger = pino({
+      name: 'skiplock',
+      level: io.env.SKIPLOCK_LOG_LEVEL ?? 'info',
+      redact: ['payload', 'password', 'connectionString', '*.payload', '*.password'],
+    });
+    const options = {
+      ...loaded.workerOptions,
+      ...(queues ? { queues } : {}),
+      ...(concurrency !== undefined ? { concurrency } : {}),
+      ...(shutdownTimeoutMs !== undefined ? { shutdownTimeoutMs } : {}),
+      ...(pollIntervalMs !== undefined ? { pollIntervalMs } : {}),
+      ...(values['no-listen'] ? { listen: false } : {}),
+    };
+    const db = await openDatabase(url, {
+      // Room for the claim loop, heartbeats, settles, the sweeper and retention besides jobs.
+      maxConnections: (options.concurrency ?? DEFAULT_CONCURRENCY) + 4,
+      applicationName: 'skiplock-worker',
+      onPoolError: (error) =>
+        logger.warn({ reason: 'db_error', err: error.message }, 'idle connection error'),
+    });
+    let worker: Worker;
+    try {
+      worker = createWorker({ ...options, jobs: loaded.jobs, pool: db.pool, logger });
+    } catch (error) {
+      await db.close();
+      if (error instanceof ConfigError) throw new UsageError(error.message);
+      throw error;
+    }
+    logger.info(
+      { reason: 'jobs_loaded', module: specifier, jobTypes: loaded.jobs.map((j) => j.type) },
+      'job definitions loaded',
+    );
+    const exitCode = untilSignal(worker, logger, shutdownTimeoutMs, db.close);
+    await worker.start();
+    return exitCode;
+  },
+};
+
+/**
+ * Resolves with the exit code once a SIGTERM or SIGINT has drained the worker: 0 after a clean
+ * stop, 1 if stopping failed. A second signal exits at once with 1.
+ */
+function untilSignal(
+  worker: Worker,
+  logger: Logger,
+  timeoutMs: number | undefined,
+  closePool: () => Promise<void>,
+): Promise<number> {
+  return new Promise((resolve) => {
+    let received = 0;
+    const onSignal = (signal: NodeJS.Signals) => {
+      received += 1;
+      if (received > 1) {
+        logger.warn(
+          { reason: 'forced_exit', signal },
+          'second signal: exiting without waiting; running jobs return when their leases expire',
+        );
+        process.exit(1);
+      }
+      logger.info({ reason: 'signal', signal }, 'stopping: no new claims, draining running jobs');
+      worker
+        .stop(timeoutMs === undefined ? {} : { timeoutMs })
+        .then(closePool)
+        .then(
+          () => resolve(0),
+          (error: unknown) => {
+            logger.error({ reason: 'stop_failed', err: (error as Error)?.message }, 'stop failed');
+            resolve(1);
+          },
+        );
+    };
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
+  });
+}
