@@ -1,0 +1,70 @@
+/** Counts the progress display shows; read from the database on each tick. */
+export interface ProgressCounts {
+  total: number;
+  completed: number;
+  compensated: number;
+  failed: number;
+  /** Running, waiting or compensating. */
+  inFlight: number;
+  workers: number;
+  note?: string;
+}
+
+export interface ProgressDisplay {
+  update(counts: ProgressCounts): void;
+  /** Leaves the display on a line of its own, ready for the summary. */
+  done(): void;
+}
+
+const BAR_WIDTH = 30;
+
+function line(c: ProgressCounts): string {
+  const finished = c.completed + c.compensated + c.failed;
+  const pct = c.total === 0 ? 100 : Math.floor((finished / c.total) * 100);
+  return (
+    `${finished}/${c.total} (${pct}%) · ${c.completed} completed · ${c.compensated} compensated · ` +
+    `${c.failed} failed · ${c.inFlight} in flight · ${c.workers} workers` +
+    (c.note ? ` · ${c.note}` : '')
+  );
+}
+
+/**
+ * On a terminal: one bar redrawn in place with plain ANSI. Elsewhere (CI logs, pipes): a line at
+ * most every `intervalMs`, and one when the run ends, so logs stay short.
+ */
+export function createProgress(
+  stream: NodeJS.WriteStream,
+  options: { intervalMs?: number; now?: () => number } = {},
+): ProgressDisplay {
+  const now = options.now ?? Date.now;
+  const interval = options.intervalMs ?? 2_000;
+  if (stream.isTTY) {
+    let drawn = false;
+    return {
+      update(c) {
+        const finished = c.completed + c.compensated + c.failed;
+        const filled = c.total === 0 ? BAR_WIDTH : Math.round((finished / c.total) * BAR_WIDTH);
+        const bar = `\x1b[32m${'█'.repeat(filled)}\x1b[2m${'░'.repeat(BAR_WIDTH - filled)}\x1b[0m`;
+        stream.write(`\r\x1b[2K${bar} ${line(c)}`);
+        drawn = true;
+      },
+      done() {
+        if (drawn) stream.write('\n');
+      },
+    };
+  }
+  let last = -Infinity;
+  let pending: ProgressCounts | null = null;
+  return {
+    update(c) {
+      pending = c;
+      if (now() - last < interval) return;
+      last = now();
+      pending = null;
+      stream.write(`progress: ${line(c)}\n`);
+    },
+    done() {
+      if (pending) stream.write(`progress: ${line(pending)}\n`);
+    },
+  };
+}
