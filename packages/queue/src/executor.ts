@@ -29,7 +29,8 @@ export class RunningJob implements LeaseHolder {
   readonly controller = new AbortController();
   leaseMs: number;
   renewedAt = performance.now();
-  state: 'running' | 'settling' | 'done' = 'running';
+  /** queued: claimed, waiting in the worker's local buffer; running: handler executing. */
+  state: 'queued' | 'running' | 'settling' | 'done' = 'queued';
   settledExplicitly = false;
 
   constructor(readonly row: ClaimedRow) {
@@ -46,8 +47,9 @@ export class RunningJob implements LeaseHolder {
     };
   }
 
+  /** Whether the lease must be kept alive: the job is buffered or its handler runs. */
   isRunning(): boolean {
-    return this.state === 'running';
+    return this.state === 'queued' || this.state === 'running';
   }
 
   abort(reason: Error): void {
@@ -65,6 +67,8 @@ export interface ExecutorDeps {
   events: SafeEmitter<WorkerEvents>;
   /** Attempts at writing a settle before leaving the job to the sweeper. */
   settleAttempts: number;
+  /** Called when the handler has finished (before the settle write), freeing its slot. */
+  handlerDone(job: RunningJob, durationMs: number): void;
 }
 
 type Outcome =
@@ -77,8 +81,10 @@ type Outcome =
 export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void> {
   const fields = logFields(job);
   const started = performance.now();
+  job.state = 'running';
   const outcome = await run(d, job);
   job.state = 'settling';
+  d.handlerDone(job, performance.now() - started);
   try {
     await settle(d, job, outcome, performance.now() - started);
   } catch (error) {
@@ -110,6 +116,8 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
     );
   }
   const signal = job.controller.signal;
+  // Lost or released while it waited in the local buffer: the handler must not start at all.
+  if (signal.aborted) return abortedOutcome(signal.reason) ?? { kind: 'lock_lost' };
   const timeoutMs = job.row.timeout_ms ?? definition.timeoutMs;
   const timer =
     timeoutMs === null
@@ -160,8 +168,8 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
   } catch (error) {
     const reason: unknown = signal.aborted ? signal.reason : error;
     if (job.settledExplicitly) return { kind: 'success' };
-    if (reason instanceof LockLostError) return { kind: 'lock_lost' };
-    if (reason instanceof ShutdownError) return { kind: 'shutdown' };
+    const aborted = abortedOutcome(reason);
+    if (aborted) return aborted;
     const attemptReason = reason instanceof JobTimeoutError ? 'timeout' : 'error';
     return {
       kind: 'failure',
@@ -178,6 +186,12 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
   } finally {
     if (timer) clearTimeout(timer);
   }
+}
+
+function abortedOutcome(reason: unknown): Outcome | null {
+  if (reason instanceof LockLostError) return { kind: 'lock_lost' };
+  if (reason instanceof ShutdownError) return { kind: 'shutdown' };
+  return null;
 }
 
 async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durationMs: number) {

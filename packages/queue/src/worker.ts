@@ -24,6 +24,8 @@ const workerOptionsSchema = z.object({
   queues: z.array(queueName).min(1).max(100).optional(),
   concurrency: z.number().int().min(1).max(1_000).default(10),
   batchSize: z.number().int().min(1).max(1_000).optional(),
+  maxPrefetch: z.number().int().min(0).max(1_000).default(200),
+  prefetchWindowMs: z.number().int().min(0).max(60_000).default(50),
   pollIntervalMs: z.number().int().min(10).max(600_000).default(1_000),
   listen: z.boolean().default(true),
   heartbeatIntervalMs: z.number().int().min(50).max(3_600_000).optional(),
@@ -81,6 +83,8 @@ export function createWorker(options: WorkerOptions): Worker {
     queues: options.queues,
     concurrency: options.concurrency,
     batchSize: options.batchSize,
+    maxPrefetch: options.maxPrefetch,
+    prefetchWindowMs: options.prefetchWindowMs,
     pollIntervalMs: options.pollIntervalMs,
     listen: options.listen,
     heartbeatIntervalMs: options.heartbeatIntervalMs,
@@ -104,7 +108,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const id = config.workerId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   const logger = (givenLogger ?? createDefaultLogger()).child({ worker: id });
   const queues = config.queues ?? [...new Set(jobs.map((d) => d.queue))];
-  const batchSize = Math.min(config.batchSize ?? config.concurrency, config.concurrency);
+  const batchSize = config.batchSize ?? Math.min(1_000, config.concurrency + config.maxPrefetch);
   const minLeaseMs = Math.min(...jobs.map((d) => d.leaseMs));
   // A third of the shortest lease leaves two renewals' room before a slow tick loses a lease.
   const heartbeatIntervalMs =
@@ -116,7 +120,8 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   const owned = resolvePool(
-    { ...options, maxConnections: options.maxConnections ?? config.concurrency + 4 },
+    // Handlers hold no connection; claims, settles, heartbeats and the services need a few.
+    { ...options, maxConnections: options.maxConnections ?? Math.min(config.concurrency + 3, 20) },
     logger,
     'worker',
   );
@@ -124,8 +129,13 @@ export function createWorker(options: WorkerOptions): Worker {
   const metrics = new Metrics();
   const events = new SafeEmitter<WorkerEvents>(logger);
   const completer = new Completer(pool, id);
+  /** Every claimed job until it is settled: buffered, running or settling. Heartbeats cover it. */
   const running = new Map<string, RunningJob>();
+  /** Claimed jobs waiting for a free slot, in claim order. */
+  const buffered: RunningJob[] = [];
   const inflight = new Set<Promise<void>>();
+  let active = 0;
+  let averageDurationMs: number | null = null;
   const deps: ExecutorDeps = {
     pool,
     workerId: id,
@@ -135,6 +145,13 @@ export function createWorker(options: WorkerOptions): Worker {
     metrics,
     events,
     settleAttempts: config.settleAttempts,
+    handlerDone: (_job, durationMs) => {
+      active -= 1;
+      averageDurationMs =
+        averageDurationMs === null ? durationMs : averageDurationMs * 0.9 + durationMs * 0.1;
+      pump();
+      wake('slot');
+    },
   };
   const heartbeat = new Heartbeat(
     pool,
@@ -211,7 +228,23 @@ export function createWorker(options: WorkerOptions): Worker {
     return rows;
   }
 
-  function launch(row: ClaimedRow): Promise<void> {
+  /**
+   * How many jobs beyond the free slots to claim ahead. Claiming in bigger batches saves a round
+   * trip per job when handlers are quick, but a buffered job is work other workers cannot take, so
+   * the buffer holds at most `prefetchWindowMs` of work at the observed handler speed, and nothing
+   * until a speed has been observed. Buffered jobs keep their leases through heartbeats.
+   */
+  function prefetchLimit(): number {
+    if (averageDurationMs === null || config.maxPrefetch === 0) return 0;
+    const perSlot = config.prefetchWindowMs / Math.max(averageDurationMs, 0.01);
+    return Math.min(config.maxPrefetch, Math.floor(config.concurrency * perSlot));
+  }
+
+  function capacity(): number {
+    return config.concurrency + prefetchLimit() - active - buffered.length;
+  }
+
+  function accept(row: ClaimedRow): Promise<void> {
     const job = new RunningJob(row);
     running.set(row.id, job);
     events.emit('job:claimed', {
@@ -220,24 +253,39 @@ export function createWorker(options: WorkerOptions): Worker {
       queue: row.queue,
       attempt: row.attempts,
     });
-    const task = executeJob(deps, job).finally(() => {
-      running.delete(row.id);
-      inflight.delete(task);
-      wake('slot');
-    });
+    let started!: (run: boolean) => void;
+    const turn = new Promise<boolean>((resolve) => (started = resolve));
+    const task = turn
+      .then((run) => (run ? executeJob(deps, job) : undefined))
+      .finally(() => {
+        running.delete(row.id);
+        inflight.delete(task);
+      });
     inflight.add(task);
+    turns.set(job, started);
+    buffered.push(job);
     return task;
+  }
+
+  const turns = new WeakMap<RunningJob, (run: boolean) => void>();
+
+  /** Starts buffered jobs while slots are free. */
+  function pump(): void {
+    while (active < config.concurrency && buffered.length > 0) {
+      const job = buffered.shift()!;
+      active += 1;
+      turns.get(job)!(true);
+    }
   }
 
   async function loop(): Promise<void> {
     let failures = 0;
     while (state === 'running') {
-      const free = config.concurrency - running.size;
-      if (free <= 0) {
+      const limit = Math.min(capacity(), batchSize);
+      if (limit <= 0) {
         await nap('slot', null);
         continue;
       }
-      const limit = Math.min(free, batchSize);
       workRequested = false;
       let rows: ClaimedRow[];
       try {
@@ -254,23 +302,33 @@ export function createWorker(options: WorkerOptions): Worker {
         await nap('work', retryDelayMs(failures));
         continue;
       }
-      if (state !== 'running') {
-        // Stop arrived while claiming: these jobs never started, hand them straight back.
-        if (rows.length > 0) {
-          const tokens = rows.map((r) => ({ id: r.id, attempt: r.attempts }));
-          await runSql(pool, releaseJobs(id, tokens)).catch((error: unknown) =>
-            logger.warn(
-              { reason: 'db_error', err: errorMessage(error) },
-              'release after stop failed',
-            ),
-          );
-        }
-        break;
-      }
-      for (const row of rows) void launch(row);
+      for (const row of rows) void accept(row);
+      if (state !== 'running') break;
+      pump();
       if (rows.length === limit || workRequested) continue;
       if (running.size === 0) events.emit('worker:idle');
       await nap('work', withJitter(config.pollIntervalMs));
+    }
+  }
+
+  /** Hands buffered jobs back without running them: one statement, no attempt spent. */
+  async function releaseBuffered(): Promise<void> {
+    const jobs = buffered.splice(0);
+    if (jobs.length === 0) return;
+    for (const job of jobs) job.abort(new ShutdownError());
+    const tokens = jobs.map((j) => j.token);
+    try {
+      await runSql(pool, releaseJobs(id, tokens));
+      metrics.inc('jobs_released_total', jobs.length);
+    } catch (error) {
+      logger.warn(
+        { reason: 'db_error', err: errorMessage(error) },
+        'release failed; leases will expire',
+      );
+    }
+    for (const job of jobs) {
+      job.state = 'done';
+      turns.get(job)!(false);
     }
   }
 
@@ -280,6 +338,7 @@ export function createWorker(options: WorkerOptions): Worker {
     state = 'stopping';
     wake('stop');
     await loopDone;
+    await releaseBuffered();
     logger.info({ reason: 'shutdown', inFlight: running.size, deadlineMs }, 'worker stopping');
     if (inflight.size > 0) {
       const deadline = new AbortController();
@@ -326,7 +385,9 @@ export function createWorker(options: WorkerOptions): Worker {
     async runOnce() {
       if (state !== 'idle') throw new ConfigError(`runOnce needs an idle worker; it is ${state}`);
       const rows = await claim(Math.min(config.concurrency, batchSize));
-      await Promise.all(rows.map((row) => launch(row)));
+      const tasks = rows.map((row) => accept(row));
+      pump();
+      await Promise.all(tasks);
       await completer.drain();
       return rows.length;
     },

@@ -39,9 +39,13 @@ export async function jobRow(pool: pg.Pool, id: string) {
   return rows[0]!;
 }
 
-export async function countByStatus(pool: pg.Pool): Promise<Record<string, number>> {
+export async function countByStatus(
+  pool: pg.Pool,
+  queue?: string,
+): Promise<Record<string, number>> {
   const { rows } = await pool.query<{ status: string; n: number }>(
-    'SELECT status, count(*)::int AS n FROM skiplock.jobs GROUP BY status',
+    'SELECT status, count(*)::int AS n FROM skiplock.jobs WHERE $1::text IS NULL OR queue = $1 GROUP BY status',
+    [queue ?? null],
   );
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }

@@ -1,0 +1,84 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createClient, defineJob } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { countByStatus, quiet, testWorker } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+describe('claiming ahead into the local buffer', () => {
+  it('claims more than its free slots once handlers prove quick, and still runs each job once', async () => {
+    const runs = new Map<string, number>();
+    const quick = defineJob({
+      type: 'quick',
+      queue: 'prefetch',
+      payload: z.object({ n: z.number() }),
+      handler: async (_p, ctx) => void runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1),
+    });
+    await client.enqueueMany(
+      quick,
+      Array.from({ length: 2_000 }, (_, n) => ({ payload: { n } })),
+    );
+    const worker = testWorker(db.pool, [quick], { concurrency: 2, pollIntervalMs: 20 });
+    await worker.start();
+    await waitFor(async () => (await countByStatus(db.pool, 'prefetch')).completed === 2_000, {
+      timeoutMs: 60_000,
+    });
+    await worker.stop();
+    expect(runs.size).toBe(2_000);
+    expect([...runs.values()].every((n) => n === 1)).toBe(true);
+    const perClaim =
+      worker.metrics.counter('jobs_claimed_total') / worker.metrics.counter('claims_total');
+    expect(perClaim).toBeGreaterThan(2);
+  });
+
+  it('keeps buffered jobs leased and hands them back on stop without spending an attempt', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let started = 0;
+    const mixed = defineJob({
+      type: 'mixed',
+      queue: 'buffered',
+      payload: z.object({ slow: z.boolean() }),
+      handler: async ({ slow }) => {
+        if (!slow) return;
+        started += 1;
+        await gate;
+      },
+    });
+    const worker = testWorker(db.pool, [mixed], { concurrency: 2, pollIntervalMs: 20 });
+    // Teach the worker its handlers are quick, so that it starts claiming ahead.
+    await client.enqueueMany(
+      mixed,
+      Array.from({ length: 50 }, () => ({ payload: { slow: false } })),
+    );
+    await worker.start();
+    await waitFor(async () => (await countByStatus(db.pool, 'buffered')).completed === 50);
+    await client.enqueueMany(
+      mixed,
+      Array.from({ length: 20 }, () => ({ payload: { slow: true } })),
+    );
+    await waitFor(async () => (await countByStatus(db.pool, 'buffered')).processing > 2, {
+      what: 'jobs claimed ahead',
+    });
+    await waitFor(() => started === 2);
+    expect(await worker.heartbeat()).toMatchObject({ lost: 0 });
+    const { rows: leased } = await db.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM skiplock.jobs WHERE status = 'processing' AND lease_expires_at > now()`,
+    );
+    expect(leased[0]!.n).toBeGreaterThan(2);
+    const stopping = worker.stop({ timeoutMs: 5_000 });
+    release();
+    await stopping;
+    const { rows } = await db.pool.query<{ status: string; attempts: number; n: number }>(
+      `SELECT status::text, attempts, count(*)::int AS n FROM skiplock.jobs
+       WHERE payload->>'slow' = 'true' GROUP BY 1, 2 ORDER BY 1`,
+    );
+    // The two that ran finished; every buffered one is pending again with no attempt spent.
+    expect(rows.find((r) => r.status === 'completed')).toMatchObject({ attempts: 1, n: 2 });
+    expect(rows.find((r) => r.status === 'pending')).toMatchObject({ attempts: 0, n: 18 });
+    expect(started).toBe(2);
+  });
+});
