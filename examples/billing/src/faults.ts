@@ -5,8 +5,9 @@
 export type BillingStepName =
   | 'issue-invoice'
   | 'reserve-credit'
+  | 'open-payment'
   | 'charge-card'
-  | 'await-confirmation'
+  | 'capture-payment'
   | 'issue-receipt'
   | 'write-ledger';
 

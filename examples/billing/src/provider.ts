@@ -62,10 +62,11 @@ export interface FakeProvider {
    */
   confirm(key: string): Promise<{ status: ChargeStatus; declineCode: string | null } | null>;
   /**
-   * Voids a pending charge or refunds a succeeded one. Idempotent: returns the charge's final
-   * status (`voided`, `refunded`, or `declined` when no money ever moved), or null for an unknown key.
+   * Voids a pending charge or refunds a succeeded one; for a key never charged, records it voided
+   * so a late charge with that key is refused. Idempotent: returns the charge's final status
+   * (`voided`, `refunded`, or `declined` when no money ever moved).
    */
-  reverse(key: string): Promise<ChargeStatus | null>;
+  reverse(key: string, request: ChargeRequest): Promise<ChargeStatus>;
 }
 
 interface ChargeRow {
@@ -144,22 +145,32 @@ export function createFakeProvider(options: FakeProviderOptions): FakeProvider {
       return row ? { status: row.status, declineCode: row.decline_code } : null;
     },
 
-    async reverse(key) {
+    async reverse(key, request) {
       const { rows } = await pool.query<{ status: ChargeStatus }>(
-        `WITH reversed AS (
+        `WITH tombstone AS (
+           INSERT INTO billing.provider_charges
+             (idempotency_key, invoice_id, customer_id, amount_cents, status)
+           VALUES ($1, $2, $3, $4, 'voided')
+           ON CONFLICT (idempotency_key) DO NOTHING
+           RETURNING status),
+         reversed AS (
            UPDATE billing.provider_charges
               SET status = CASE status WHEN 'pending' THEN 'voided'::billing.provider_charge_status
                                        ELSE 'refunded'::billing.provider_charge_status END,
                   updated_at = now()
             WHERE idempotency_key = $1 AND status IN ('pending', 'succeeded')
             RETURNING status)
-         SELECT status FROM reversed
+         SELECT status FROM tombstone
+         UNION ALL SELECT status FROM reversed
          UNION ALL
          SELECT status FROM billing.provider_charges
-          WHERE idempotency_key = $1 AND NOT EXISTS (SELECT 1 FROM reversed)`,
-        [key],
+          WHERE idempotency_key = $1
+            AND NOT EXISTS (SELECT 1 FROM tombstone) AND NOT EXISTS (SELECT 1 FROM reversed)`,
+        [key, request.invoiceId, request.customerId, request.amountCents],
       );
-      return rows[0]?.status ?? null;
+      // Only when a concurrent first charge committed after this statement began: ask again.
+      if (!rows[0]) throw new ProviderUnavailableError('before_charge');
+      return rows[0].status;
     },
   };
 }

@@ -1,73 +1,77 @@
 import type pg from 'pg';
 import { InvoiceStateError, PaymentDeclinedError } from '../errors.js';
-import type { FakeProvider } from '../provider.js';
+import type { ChargeRequest, FakeProvider } from '../provider.js';
 import type { BillingInput } from './types.js';
 
-export interface ChargeResult {
-  /** The idempotency key the provider knows this charge by; null when credit paid it all. */
-  providerKey: string | null;
+/** How the invoice is paid: credit covers what it can, the card the rest. */
+export interface PaymentPlan {
   cardCents: number;
-  /** `pending`: the provider confirms later by webhook. */
-  status: 'succeeded' | 'pending' | 'not_needed';
+  /** The key the card charge is made under; null when credit paid it all. */
+  providerKey: string | null;
+}
+
+export function chargeRequest(input: BillingInput, cardCents: number): ChargeRequest {
+  return { invoiceId: input.invoiceId, customerId: input.customerId, amountCents: cardCents };
 }
 
 /**
- * The pivot: charges the card for what credit did not cover. The provider call carries the step's
- * stable idempotency key, so a retry after a lost answer returns the first charge instead of
- * charging again; our `payments` row is written in the step's transaction.
+ * The external call of the charge step. It carries the step's stable idempotency key, so a retry
+ * after a lost answer gets the first charge's outcome back instead of charging again. A decline is
+ * a business outcome and fails the step for good.
  */
-export async function chargeCard(args: {
-  provider: FakeProvider;
-  tx: pg.ClientBase;
-  idempotencyKey: string;
-  input: BillingInput;
-  creditCents: number;
-}): Promise<ChargeResult> {
-  const { provider, tx, idempotencyKey, input } = args;
-  const cardCents = input.amountCents - args.creditCents;
-  if (cardCents <= 0) return { providerKey: null, cardCents: 0, status: 'not_needed' };
-  const outcome = await provider.charge(idempotencyKey, {
-    invoiceId: input.invoiceId,
-    customerId: input.customerId,
-    amountCents: cardCents,
-  });
+export async function chargeCard(
+  provider: FakeProvider,
+  key: string,
+  request: ChargeRequest,
+): Promise<'succeeded' | 'pending'> {
+  const outcome = await provider.charge(key, request);
   if (outcome.status === 'declined') {
-    throw new PaymentDeclinedError(input.invoiceId, outcome.declineCode ?? 'declined');
+    throw new PaymentDeclinedError(request.invoiceId, outcome.declineCode ?? 'declined');
   }
   if (outcome.status !== 'succeeded' && outcome.status !== 'pending') {
-    throw new InvoiceStateError(`charge ${idempotencyKey} was already ${outcome.status}`);
+    // Reversed before this attempt got through (its saga is already compensating).
+    throw new InvoiceStateError(`charge ${key} was already ${outcome.status}`);
   }
+  return outcome.status;
+}
+
+/** Our record of the card payment, written in the charge step's transaction. */
+export async function recordPayment(
+  tx: pg.ClientBase,
+  key: string,
+  request: ChargeRequest,
+  status: 'succeeded' | 'pending',
+): Promise<void> {
   await tx.query(
     `INSERT INTO billing.payments (invoice_id, customer_id, amount_cents, provider_key, status)
      VALUES ($1, $2, $3, $4, $5)
      ON CONFLICT (invoice_id) DO NOTHING`,
     [
-      input.invoiceId,
-      input.customerId,
-      cardCents,
-      idempotencyKey,
-      outcome.status === 'pending' ? 'pending' : 'confirmed',
+      request.invoiceId,
+      request.customerId,
+      request.amountCents,
+      key,
+      status === 'pending' ? 'pending' : 'confirmed',
     ],
   );
-  return { providerKey: idempotencyKey, cardCents, status: outcome.status };
 }
 
 /**
- * Compensation, reached only when the confirmation failed (late decline or timeout): voids the
- * pending charge at the provider, or refunds it if it succeeded meanwhile. Idempotent.
+ * Compensation of the payment: voids a pending charge or refunds a succeeded one, and leaves a
+ * voided record when none was made, so a straggling attempt can no longer charge under that key.
+ * Runs whether the charge step completed or failed for good. Idempotent.
  */
-export async function reverseCharge(args: {
-  provider: FakeProvider;
-  tx: pg.ClientBase;
-  invoiceId: string;
-  providerKey: string | null;
-}): Promise<string | null> {
-  if (!args.providerKey) return null;
-  const status = await args.provider.reverse(args.providerKey);
-  await args.tx.query(
+export async function reverseCharge(
+  provider: FakeProvider,
+  tx: pg.ClientBase,
+  key: string,
+  request: ChargeRequest,
+): Promise<string> {
+  const status = await provider.reverse(key, request);
+  await tx.query(
     `UPDATE billing.payments SET status = $2, updated_at = now()
       WHERE invoice_id = $1 AND status IN ('pending', 'confirmed')`,
-    [args.invoiceId, status === 'refunded' ? 'refunded' : 'voided'],
+    [request.invoiceId, status === 'refunded' ? 'refunded' : 'voided'],
   );
   return status;
 }

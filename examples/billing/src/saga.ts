@@ -1,0 +1,166 @@
+import { defineSaga, type RetryPolicy } from '@skiplock/saga';
+import { z } from 'zod';
+import { InvoiceStateError, PaymentDeclinedError } from './errors.js';
+import { InjectedPermanentError, noFaults, type Faults } from './faults.js';
+import type { FakeProvider } from './provider.js';
+import {
+  chargeCard,
+  chargeRequest,
+  recordPayment,
+  reverseCharge,
+  type PaymentPlan,
+} from './steps/charge-card.js';
+import { applyConfirmation } from './steps/confirm-payment.js';
+import { issueInvoice, voidInvoice } from './steps/issue-invoice.js';
+import { issueReceipt } from './steps/issue-receipt.js';
+import { releaseCredit, reserveCredit } from './steps/reserve-credit.js';
+import { billingInput } from './steps/types.js';
+import { writeLedger } from './steps/write-ledger.js';
+
+export const BILLING_SAGA = 'billing';
+/** The signal that tells the saga the card charge is final (from the provider or the charge). */
+export const PAYMENT_CONFIRMED = 'payment-confirmed';
+
+export const paymentConfirmation = z.object({
+  status: z.enum(['succeeded', 'declined']),
+  declineCode: z.string().nullable().default(null),
+});
+export type PaymentConfirmationSignal = z.input<typeof paymentConfirmation>;
+
+export interface BillingDeps {
+  provider: FakeProvider;
+  faults?: Faults;
+  /** How long the saga waits for the provider's webhook before it voids the charge. */
+  confirmTimeoutMs: number;
+  /**
+   * Delivers `PAYMENT_CONFIRMED` to a saga. The charge step calls it itself when the provider's
+   * answer is already final; the saga keeps the signal until its wait step takes it.
+   */
+  confirm(sagaId: string, payload: PaymentConfirmationSignal): Promise<void>;
+  /** Retry timing of every step (the demo shortens it; leases short enough to see kill -9 heal). */
+  retry?: Pick<RetryPolicy, 'backoff' | 'leaseMs'>;
+}
+
+/** The key the charge step's job runs under (the saga package's `saga:<sagaId>:<step>`). */
+export function chargeKeyOf(sagaId: string): string {
+  return `saga:${sagaId}:charge-card`;
+}
+
+/**
+ * The billing saga. Order matters: everything before the pivot can be undone, everything after it
+ * only moves forward.
+ *
+ *   issue-invoice     draft → open                      undo: void the invoice
+ *   reserve-credit    hold prepaid credit               undo: release it
+ *   open-payment      split credit / card, fix the key  undo: void or refund the card charge
+ *   charge-card       charge the card (idempotent key)
+ *   payment-confirmed wait for the provider's verdict (webhook), with a timeout
+ *   capture-payment   PIVOT: a late decline still compensates; after this, no way back
+ *   issue-receipt     retriable
+ *   write-ledger      retriable: the balanced journal, reservation captured, invoice paid
+ *
+ * The card charge's undo sits on `open-payment`, before the charge, so it also runs when the
+ * charge step itself fails for good after a charge went through (an answer lost on every retry).
+ */
+export function createBillingSaga(deps: BillingDeps) {
+  const { provider } = deps;
+  const faults = deps.faults ?? noFaults;
+  const policy: RetryPolicy = { maxAttempts: 8, ...deps.retry };
+  const permanent = [InvoiceStateError, InjectedPermanentError];
+
+  return defineSaga({ name: BILLING_SAGA, version: 1, input: billingInput })
+    .step('issue-invoice', {
+      ...policy,
+      nonRetryable: permanent,
+      run: async (ctx, input) => {
+        faults.check('issue-invoice', ctx.attempt);
+        return ctx.transaction((tx) => issueInvoice(tx, input.invoiceId));
+      },
+      compensate: (ctx) =>
+        ctx.transaction((tx) => voidInvoice(tx, ctx.input.invoiceId, ctx.reason)),
+    })
+    .step('reserve-credit', {
+      ...policy,
+      nonRetryable: permanent,
+      run: async (ctx, input) => {
+        faults.check('reserve-credit', ctx.attempt);
+        return ctx.transaction((tx) => reserveCredit(tx, input));
+      },
+      compensate: async (ctx) => ({
+        releasedCents: await ctx.transaction((tx) => releaseCredit(tx, ctx.input.invoiceId)),
+      }),
+    })
+    .step('open-payment', {
+      ...policy,
+      nonRetryable: permanent,
+      run: (ctx, input): PaymentPlan => {
+        faults.check('open-payment', ctx.attempt);
+        const cardCents = input.amountCents - ctx.steps['reserve-credit'].creditCents;
+        return { cardCents, providerKey: cardCents > 0 ? chargeKeyOf(ctx.sagaId) : null };
+      },
+      compensate: async (ctx, plan) => {
+        if (!plan.providerKey) return { card: 'none' };
+        const request = chargeRequest(ctx.input, plan.cardCents);
+        const key = plan.providerKey;
+        return { card: await ctx.transaction((tx) => reverseCharge(provider, tx, key, request)) };
+      },
+    })
+    .step('charge-card', {
+      ...policy,
+      nonRetryable: [PaymentDeclinedError, ...permanent],
+      run: async (ctx, input) => {
+        faults.check('charge-card', ctx.attempt);
+        const plan = ctx.steps['open-payment'];
+        if (!plan.providerKey) {
+          await deps.confirm(ctx.sagaId, { status: 'succeeded' });
+          return { status: 'not_needed' as const };
+        }
+        if (ctx.idempotencyKey !== plan.providerKey) {
+          throw new InvoiceStateError(`charge key ${ctx.idempotencyKey} is not the planned one`);
+        }
+        const request = chargeRequest(input, plan.cardCents);
+        const status = await chargeCard(provider, ctx.idempotencyKey, request);
+        // A charge that succeeded outright is its own confirmation; a pending one waits for the
+        // provider's webhook. Signalled before the step's transaction opens (that transaction
+        // holds the saga's row); a retry finds the signal already delivered and adds nothing.
+        if (status === 'succeeded') await deps.confirm(ctx.sagaId, { status: 'succeeded' });
+        await ctx.transaction((tx) => recordPayment(tx, ctx.idempotencyKey, request, status));
+        return { status };
+      },
+    })
+    .waitFor(PAYMENT_CONFIRMED, {
+      payload: paymentConfirmation,
+      timeoutMs: deps.confirmTimeoutMs,
+    })
+    .step('capture-payment', {
+      ...policy,
+      pivot: true,
+      nonRetryable: [PaymentDeclinedError, ...permanent],
+      run: async (ctx, input) => {
+        faults.check('capture-payment', ctx.attempt);
+        const confirmation = ctx.steps[PAYMENT_CONFIRMED];
+        await ctx.transaction((tx) => applyConfirmation(tx, input.invoiceId, confirmation));
+        return { captured: true };
+      },
+    })
+    .step('issue-receipt', {
+      ...deps.retry,
+      retriable: true,
+      run: async (ctx, input) => {
+        faults.check('issue-receipt', ctx.attempt);
+        return ctx.transaction((tx) => issueReceipt(tx, input.invoiceId));
+      },
+    })
+    .step('write-ledger', {
+      ...deps.retry,
+      retriable: true,
+      run: async (ctx, input) => {
+        faults.check('write-ledger', ctx.attempt);
+        const creditCents = ctx.steps['reserve-credit'].creditCents;
+        const cardCents = ctx.steps['open-payment'].cardCents;
+        return ctx.transaction((tx) => writeLedger(tx, input, { creditCents, cardCents }));
+      },
+    });
+}
+
+export type BillingSaga = ReturnType<typeof createBillingSaga>;
