@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 
 export interface ClaimedRow {
   id: string;
@@ -32,32 +32,28 @@ export interface ClaimParams {
  * attempt and stamps the lock token (locked_by + attempts) that fences every later write.
  */
 export function claimJobs(params: ClaimParams) {
-  const queues = sql.param(params.queues);
-  const claimable = sql`status IN ('pending', 'failed') AND queue = ANY(${queues}::text[])`;
+  const claimable = sql`j.status IN ('pending', 'failed')`;
   const picked =
     params.agingMs === null
       ? sql`
         picked AS (
-          SELECT id FROM skiplock.jobs
-          WHERE ${claimable} AND run_at <= now()
-          ORDER BY priority DESC, run_at, id
-          LIMIT ${params.limit}
-          FOR UPDATE SKIP LOCKED
+          ${perQueue(params, sql`${claimable} AND j.run_at <= now()`, 'priority')}
         )`
       : sql`
         aged AS (
-          SELECT id FROM skiplock.jobs
-          WHERE ${claimable} AND run_at <= now() - ${params.agingMs} * interval '1 millisecond'
-          ORDER BY run_at, id
-          LIMIT ${params.limit}
-          FOR UPDATE SKIP LOCKED
+          ${perQueue(
+            params,
+            sql`${claimable} AND j.run_at <= now() - ${params.agingMs} * interval '1 millisecond'`,
+            'age',
+          )}
         ),
         fresh AS (
-          SELECT id FROM skiplock.jobs
-          WHERE ${claimable} AND run_at <= now() AND id NOT IN (SELECT id FROM aged)
-          ORDER BY priority DESC, run_at, id
-          LIMIT ${params.limit} - (SELECT count(*) FROM aged)
-          FOR UPDATE SKIP LOCKED
+          ${perQueue(
+            params,
+            sql`${claimable} AND j.run_at <= now() AND j.id NOT IN (SELECT id FROM aged)`,
+            'priority',
+            sql`${params.limit} - (SELECT count(*) FROM aged)`,
+          )}
         ),
         picked AS (SELECT id FROM aged UNION ALL SELECT id FROM fresh)`;
   return sql`
@@ -73,4 +69,42 @@ export function claimJobs(params: ClaimParams) {
     WHERE j.id = picked.id
     RETURNING j.id::text AS id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts,
               j.priority, j.timeout_ms, j.lease_ms, j.idempotency_key`;
+}
+
+/**
+ * Selects and locks up to `limit` claimable rows of the worker's queues, best first.
+ *
+ * With one queue this is one ordered scan of a partial index that stops after `limit` rows. With
+ * several, `queue = ANY(...)` would make PostgreSQL read and sort every claimable row of those
+ * queues (measured: 35 ms per claim with 20,000 pending), so each queue gets its own ordered,
+ * limited scan in a LATERAL subquery and only their union of at most `limit` rows per queue is
+ * sorted. Rows locked there but not picked are unlocked when the statement commits.
+ */
+function perQueue(
+  params: ClaimParams,
+  where: SQL,
+  order: 'priority' | 'age',
+  limit: SQL | number = params.limit,
+) {
+  const orderBy =
+    order === 'priority' ? sql`priority DESC NULLS LAST, run_at, id` : sql`run_at, id`;
+  if (params.queues.length === 1) {
+    return sql`
+      SELECT j.id FROM skiplock.jobs j
+      WHERE ${where} AND j.queue = ${params.queues[0]}
+      ORDER BY ${orderBy}
+      LIMIT ${limit}
+      FOR UPDATE SKIP LOCKED`;
+  }
+  return sql`
+    SELECT c.id FROM unnest(${sql.param(params.queues)}::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+      SELECT j.id, j.priority, j.run_at FROM skiplock.jobs j
+      WHERE ${where} AND j.queue = q.name
+      ORDER BY ${orderBy}
+      LIMIT ${limit}
+      FOR UPDATE SKIP LOCKED
+    ) c
+    ORDER BY ${order === 'priority' ? sql`c.priority DESC NULLS LAST, c.run_at, c.id` : sql`c.run_at, c.id`}
+    LIMIT ${limit}`;
 }
