@@ -1,0 +1,319 @@
+import type { BackoffOptions, Logger } from '@skiplock/queue';
+import type pg from 'pg';
+import { z } from 'zod';
+import { SagaDefinitionError } from './errors.js';
+import { orderProblem, roleOf, type PlannedStep, type StepRole } from './plan.js';
+
+/** Outputs of the steps that ran so far, by step name. */
+export type StepOutputs = Record<string, unknown>;
+
+type Simplify<T> = { [K in keyof T]: T[K] };
+
+/** The outputs of a saga with no steps yet: reading any step is a compile error. */
+export type NoOutputs = Record<never, never>;
+
+/** Error classes that fail a step (or compensation) for good on the first throw. */
+export type ErrorClass = abstract new (...args: never[]) => Error;
+
+interface SharedContext<I, O extends StepOutputs> {
+  readonly sagaId: string;
+  readonly sagaName: string;
+  readonly version: number;
+  /** The step this code runs for (a compensation: the step it undoes). */
+  readonly step: string;
+  /** The saga's input, parsed by its schema. */
+  readonly input: I;
+  /**
+   * Recorded outputs of the steps before this one. They went through JSON (they are what the
+   * database holds), so return plain JSON values from `run`.
+   */
+  readonly steps: Readonly<O>;
+  /**
+   * Stable across every attempt: `saga:<sagaId>:<step>` for a step and
+   * `saga:<sagaId>:compensate:<step>` for a compensation. Pass it to external APIs so a retried
+   * attempt does not repeat an effect.
+   */
+  readonly idempotencyKey: string;
+  /** 1-based attempt of this step's (or compensation's) job. */
+  readonly attempt: number;
+  /** Fires on the attempt's timeout, the saga's deadline, a lost lease or worker shutdown. */
+  readonly signal: AbortSignal;
+  /** Bound to `sagaId`, `saga`, `step` and `attempt`. */
+  readonly logger: Logger;
+  /**
+   * Runs `work` in the transaction that also completes this step's job and records its result,
+   * so writes to the same database commit exactly once, together with the step. Call it at most
+   * once per attempt; the transaction stays open until `run` returns, then commits.
+   */
+  transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T>;
+}
+
+export type StepContext<I, O extends StepOutputs> = SharedContext<I, O>;
+
+export interface CompensationContext<I, O extends StepOutputs> extends SharedContext<I, O> {
+  /** Why the saga compensates: the failed step's error, `cancelled` or the deadline. */
+  readonly reason: string;
+}
+
+/** How a step's (or compensation's) job retries. */
+export interface RetryPolicy {
+  /** Attempts before failing for good (default 5; retriable steps default to 1000). */
+  maxAttempts?: number;
+  backoff?: Partial<BackoffOptions>;
+  /** Per-attempt timeout; the attempt's signal fires and it fails with reason `timeout`. */
+  timeoutMs?: number;
+  /** Visibility timeout of the job's claim; heartbeats renew it while the code runs. */
+  leaseMs?: number;
+  nonRetryable?: readonly ErrorClass[];
+}
+
+export interface StepOptions<I, O extends StepOutputs, R> extends RetryPolicy {
+  run: (ctx: StepContext<I, O>, input: I) => Promise<R> | R;
+  /** Undoes the step; gets the step's recorded output. Runs as its own job, with its own retries. */
+  compensate?: (ctx: CompensationContext<I, O>, output: Awaited<R>) => Promise<unknown> | unknown;
+  /** Retry policy of the compensation's job (default 10 attempts). */
+  compensation?: RetryPolicy;
+  /** At most one: once it succeeds the saga can no longer compensate. */
+  pivot?: boolean;
+  /** After the pivot: retried until it succeeds, never triggers compensation. */
+  retriable?: boolean;
+}
+
+export interface WaitOptions<S extends z.ZodType> {
+  /** Signal name `signal(sagaId, name, payload)` delivers (default: the step's name). */
+  signal?: string;
+  /** Validates the signal's payload; the step's output is the parsed payload. */
+  payload: S;
+  /** Counts as a failure of the step (the saga compensates) if no signal arrives in time. */
+  timeoutMs?: number;
+}
+
+/** Internal, untyped form of a step as the runtime executes it. */
+export interface StepSpec extends PlannedStep {
+  index: number;
+  role: StepRole;
+  run: ((ctx: StepContext<unknown, StepOutputs>, input: unknown) => unknown) | null;
+  compensate: ((ctx: CompensationContext<unknown, StepOutputs>, output: unknown) => unknown) | null;
+  wait: { signal: string; payload: z.ZodType; timeoutMs: number | null } | null;
+  retry: RetryPolicy;
+  compensation: RetryPolicy;
+}
+
+export interface SagaOptions<N extends string, S extends z.ZodType> {
+  /** Stable name; with `version` it names the saga's job types. Letters, digits, `_` and `-`. */
+  name: N;
+  /** Bump it when the steps change; in-flight sagas finish on the version they started with. */
+  version: number;
+  input: S;
+  /** Queue of the saga's jobs (default `sagas`). */
+  queue?: string;
+  /** Default deadline of each saga, counted from its start; a start may override it. */
+  deadlineMs?: number;
+}
+
+type StepName<K extends string, O> = K extends keyof O ? never : K;
+
+/**
+ * A saga definition. Each `.step()` returns a new definition whose later steps see this step's
+ * output in `ctx.steps`, typed.
+ */
+export interface SagaDefinition<
+  N extends string = string,
+  S extends z.ZodType = z.ZodType,
+  O extends StepOutputs = StepOutputs,
+> {
+  readonly name: N;
+  readonly version: number;
+  readonly input: S;
+  readonly queue: string;
+  readonly deadlineMs: number | null;
+  readonly steps: readonly StepSpec[];
+  step<K extends string, R>(
+    name: StepName<K, O>,
+    options: StepOptions<z.output<S>, O, R>,
+  ): SagaDefinition<N, S, Simplify<O & { [P in K]: Awaited<R> }>>;
+  /** A step that waits for a named signal; its output is the signal's parsed payload. */
+  waitFor<K extends string, P extends z.ZodType>(
+    name: StepName<K, O>,
+    options: WaitOptions<P>,
+  ): SagaDefinition<N, S, Simplify<O & { [Q in K]: z.output<P> }>>;
+}
+
+// Any definition, whatever its input schema and outputs; used where definitions are collected.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnySagaDefinition = SagaDefinition<string, any, any>;
+
+/** The input a caller passes to `start` for a definition. */
+export type SagaInput<D> =
+  D extends SagaDefinition<string, infer S, StepOutputs> ? z.input<S> : never;
+/** The outputs of every step of a definition, by step name. */
+export type SagaOutputs<D> = D extends SagaDefinition<string, z.ZodType, infer O> ? O : never;
+
+const NAME = /^[A-Za-z0-9_-]{1,48}$/;
+const retrySchema = z
+  .object({
+    maxAttempts: z.number().int().min(1).max(1_000).optional(),
+    backoff: z
+      .object({
+        baseMs: z.number().int().min(0).optional(),
+        factor: z.number().min(1).optional(),
+        maxMs: z.number().int().min(0).optional(),
+        jitter: z.number().min(0).max(1).optional(),
+      })
+      .strict()
+      .optional(),
+    timeoutMs: z.number().int().min(1).max(86_400_000).optional(),
+    leaseMs: z.number().int().min(1_000).max(86_400_000).optional(),
+    nonRetryable: z.array(z.function()).optional(),
+  })
+  .passthrough();
+
+function issuesOf(error: z.ZodError): string {
+  return error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
+}
+
+function pickRetry(sagaName: string, where: string, value: unknown): RetryPolicy {
+  if (value === undefined) return {};
+  const parsed = retrySchema.safeParse(value);
+  if (!parsed.success) {
+    throw new SagaDefinitionError(sagaName, `${where}: ${issuesOf(parsed.error)}`);
+  }
+  const { maxAttempts, backoff, timeoutMs, leaseMs } = parsed.data;
+  const nonRetryable = (value as RetryPolicy).nonRetryable;
+  return { maxAttempts, backoff, timeoutMs, leaseMs, nonRetryable };
+}
+
+function build(
+  base: Omit<SagaDefinition, 'step' | 'waitFor' | 'steps'>,
+  steps: readonly StepSpec[],
+): AnySagaDefinition {
+  const add = (spec: StepSpec): AnySagaDefinition => {
+    const problem = orderProblem(steps, spec);
+    if (problem) throw new SagaDefinitionError(base.name, problem);
+    return build(base, Object.freeze([...steps, Object.freeze(spec)]));
+  };
+  const checkName = (name: unknown): string => {
+    if (typeof name !== 'string' || !NAME.test(name)) {
+      throw new SagaDefinitionError(
+        base.name,
+        `step name ${JSON.stringify(name)} must be 1-48 letters, digits, _ or -`,
+      );
+    }
+    return name;
+  };
+  const definition = {
+    ...base,
+    steps,
+    step(rawName: string, options: StepOptions<unknown, StepOutputs, unknown>) {
+      const name = checkName(rawName);
+      if (typeof options?.run !== 'function') {
+        throw new SagaDefinitionError(base.name, `step "${name}": run must be a function`);
+      }
+      if (options.compensate !== undefined && typeof options.compensate !== 'function') {
+        throw new SagaDefinitionError(base.name, `step "${name}": compensate must be a function`);
+      }
+      const role = roleOf({
+        name,
+        pivot: options.pivot,
+        retriable: options.retriable,
+        hasCompensate: options.compensate !== undefined,
+      });
+      if (!['compensatable', 'plain', 'pivot', 'retriable'].includes(role)) {
+        throw new SagaDefinitionError(base.name, role);
+      }
+      return add({
+        name,
+        index: steps.length,
+        role: role as StepRole,
+        waits: false,
+        run: options.run as StepSpec['run'],
+        compensate: (options.compensate ?? null) as StepSpec['compensate'],
+        wait: null,
+        retry: pickRetry(base.name, `step "${name}"`, options),
+        compensation: pickRetry(base.name, `step "${name}" compensation`, options.compensation),
+      });
+    },
+    waitFor(rawName: string, options: WaitOptions<z.ZodType>) {
+      const name = checkName(rawName);
+      const signal = options?.signal ?? name;
+      if (typeof signal !== 'string' || !NAME.test(signal)) {
+        throw new SagaDefinitionError(
+          base.name,
+          `wait step "${name}": signal name ${JSON.stringify(signal)} must be 1-48 letters, digits, _ or -`,
+        );
+      }
+      if (!(options.payload instanceof z.ZodType)) {
+        throw new SagaDefinitionError(
+          base.name,
+          `wait step "${name}": payload must be a zod schema`,
+        );
+      }
+      const taken = steps.find((s) => s.wait?.signal === signal);
+      if (taken) {
+        throw new SagaDefinitionError(
+          base.name,
+          `wait step "${name}": signal "${signal}" is already awaited by step "${taken.name}"`,
+        );
+      }
+      const timeout = options.timeoutMs;
+      if (timeout !== undefined && (!Number.isInteger(timeout) || timeout < 1)) {
+        throw new SagaDefinitionError(
+          base.name,
+          `wait step "${name}": timeoutMs must be a positive integer`,
+        );
+      }
+      return add({
+        name,
+        index: steps.length,
+        role: 'plain',
+        waits: true,
+        run: null,
+        compensate: null,
+        wait: { signal, payload: options.payload, timeoutMs: timeout ?? null },
+        retry: {},
+        compensation: {},
+      });
+    },
+  };
+  // The typed surface is the SagaDefinition interface; this object is its untyped engine.
+  return Object.freeze(definition) as unknown as AnySagaDefinition;
+}
+
+/**
+ * Declares a saga; add its steps in order with `.step()` and `.waitFor()`:
+ *
+ * ```ts
+ * const order = defineSaga({ name: 'order', version: 1, input: z.object({ sku: z.string() }) })
+ *   .step('reserve', { run: async (ctx, input) => ({ reservationId: 'r1' }), compensate: ... })
+ *   .step('charge', { pivot: true, run: async (ctx) => ctx.steps.reserve.reservationId });
+ * ```
+ */
+export function defineSaga<N extends string, S extends z.ZodType>(
+  options: SagaOptions<N, S>,
+): SagaDefinition<N, S, NoOutputs> {
+  const name = options?.name;
+  if (typeof name !== 'string' || !NAME.test(name)) {
+    throw new SagaDefinitionError(
+      String(name),
+      'name must be 1-48 letters, digits, _ or - (it names the saga job types)',
+    );
+  }
+  if (!Number.isInteger(options.version) || options.version < 1 || options.version > 1_000_000) {
+    throw new SagaDefinitionError(name, 'version must be an integer from 1 to 1000000');
+  }
+  if (!(options.input instanceof z.ZodType)) {
+    throw new SagaDefinitionError(name, 'input must be a zod schema');
+  }
+  const queue = options.queue ?? 'sagas';
+  if (typeof queue !== 'string' || !/^[A-Za-z0-9_.:-]{1,128}$/.test(queue)) {
+    throw new SagaDefinitionError(name, `queue ${JSON.stringify(queue)} is not a valid queue name`);
+  }
+  const deadlineMs = options.deadlineMs ?? null;
+  if (deadlineMs !== null && (!Number.isInteger(deadlineMs) || deadlineMs < 1)) {
+    throw new SagaDefinitionError(name, 'deadlineMs must be a positive integer');
+  }
+  return build(
+    { name, version: options.version, input: options.input, queue, deadlineMs },
+    Object.freeze([]),
+  ) as unknown as SagaDefinition<N, S, NoOutputs>;
+}

@@ -1,0 +1,415 @@
+import {
+  defineJob,
+  NonRetryableError,
+  runSql,
+  type AnyJobDefinition,
+  type DeadJobInfo,
+  type JobContext,
+} from '@skiplock/queue';
+import type pg from 'pg';
+import { z } from 'zod';
+import { Completion } from './completion.js';
+import type {
+  AnySagaDefinition,
+  CompensationContext,
+  RetryPolicy,
+  StepContext,
+  StepOutputs,
+  StepSpec,
+} from './define.js';
+import { compensationKey, jobType, stepKey, type Engine, type SagaEntry } from './engine.js';
+import { SagaDeadlineError } from './errors.js';
+import { lockSaga, lockSagaByJob, selectSagaRow, type SagaRow } from './sql/sagas.js';
+import { consumeSignal, selectSignal } from './sql/signals.js';
+import { markAttempt, recordAttemptError, selectOutputs, settleStep } from './sql/steps.js';
+import {
+  advanceAfter,
+  compensateNext,
+  enterWaiting,
+  failSaga,
+  failStep,
+  isCurrent,
+  OUTCOMES,
+  type Transition,
+} from './transitions.js';
+
+const payload = z.object({ sagaId: z.string().min(1) });
+type Payload = z.output<typeof payload>;
+
+/** Retriable steps are retried "until they succeed": the queue's attempt ceiling. */
+const RETRIABLE_MAX_ATTEMPTS = 1_000;
+const STEP_MAX_ATTEMPTS = 5;
+const COMPENSATION_MAX_ATTEMPTS = 10;
+
+function jobOptions(policy: RetryPolicy, defaultAttempts: number) {
+  return {
+    maxAttempts: policy.maxAttempts ?? defaultAttempts,
+    ...(policy.backoff ? { backoff: policy.backoff } : {}),
+    ...(policy.timeoutMs ? { timeoutMs: policy.timeoutMs } : {}),
+    ...(policy.leaseMs ? { leaseMs: policy.leaseMs } : {}),
+    ...(policy.nonRetryable ? { nonRetryable: policy.nonRetryable } : {}),
+  };
+}
+
+function errorText(error: unknown): string {
+  if (error instanceof Error) return error.message || error.name;
+  return String(error);
+}
+
+async function loadSaga(e: Engine, sagaId: string): Promise<SagaRow> {
+  const { rows } = await runSql<SagaRow>(e.pool, selectSagaRow(sagaId));
+  if (!rows[0]) throw new NonRetryableError(`saga "${sagaId}" does not exist`);
+  return rows[0];
+}
+
+async function loadOutputs(e: Engine, sagaId: string): Promise<StepOutputs> {
+  const { rows } = await runSql<{ step: string; output: unknown }>(e.pool, selectOutputs(sagaId));
+  return Object.fromEntries(rows.map((r) => [r.step, r.output]));
+}
+
+/** Outputs of the steps defined before `index` only: later ones are not in the step's type. */
+function outputsBefore(entry: SagaEntry, outputs: StepOutputs, index: number): StepOutputs {
+  const visible: StepOutputs = {};
+  for (const step of entry.steps.slice(0, index)) {
+    if (step.name in outputs) visible[step.name] = outputs[step.name];
+  }
+  return Object.freeze(visible);
+}
+
+function parseInput(entry: SagaEntry, saga: SagaRow): unknown {
+  const parsed = (entry.def.input as z.ZodType).safeParse(saga.input);
+  if (!parsed.success) {
+    throw new NonRetryableError(`saga "${saga.id}": stored input no longer matches its schema`);
+  }
+  return parsed.data;
+}
+
+/** A signal that also fires at the saga's deadline (before the pivot only). */
+function withDeadline(saga: SagaRow, signal: AbortSignal): { signal: AbortSignal; clear(): void } {
+  if (saga.pivoted || saga.deadline_left_ms === null) return { signal, clear: () => {} };
+  const controller = new AbortController();
+  const forward = () => controller.abort(signal.reason);
+  if (signal.aborted) forward();
+  signal.addEventListener('abort', forward, { once: true });
+  const timer = setTimeout(
+    () => controller.abort(new SagaDeadlineError(saga.id)),
+    Math.max(0, saga.deadline_left_ms),
+  );
+  return {
+    signal: controller.signal,
+    clear: () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', forward);
+    },
+  };
+}
+
+/** Runs `work` until it settles or `signal` fires, whichever comes first. */
+async function raceSignal<T>(work: () => Promise<T> | T, signal: AbortSignal): Promise<T> {
+  let onAbort: (() => void) | null = null;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+  });
+  aborted.catch(() => {});
+  try {
+    return await Promise.race([Promise.resolve().then(work), aborted]);
+  } finally {
+    if (onAbort) signal.removeEventListener('abort', onAbort);
+  }
+}
+
+function report(e: Engine, saga: SagaRow, step: string, transition: Transition): void {
+  const fields = { sagaId: saga.id, saga: saga.name, version: saga.version, step };
+  if (transition === 'stale') {
+    e.logger.info({ ...fields, reason: 'stale_job' }, 'saga moved on; job did nothing');
+    return;
+  }
+  if (!OUTCOMES.has(transition)) return;
+  e.metrics.inc(`saga_outcomes_total{outcome="${transition}"}`);
+  const level = transition === 'completed' ? 'info' : 'warn';
+  e.logger[level]({ ...fields, reason: `saga_${transition}` }, `saga ${transition}`);
+}
+
+interface Prepared {
+  saga: SagaRow;
+  outputs: StepOutputs;
+  input: unknown;
+}
+
+function contextFor(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  kind: 'step' | 'compensation',
+  p: Prepared,
+  job: JobContext,
+  signal: AbortSignal,
+  completion: Completion,
+): StepContext<unknown, StepOutputs> {
+  const idempotencyKey =
+    kind === 'step' ? stepKey(p.saga.id, spec.name) : compensationKey(p.saga.id, spec.name);
+  return {
+    sagaId: p.saga.id,
+    sagaName: entry.def.name,
+    version: entry.def.version,
+    step: spec.name,
+    input: p.input,
+    steps: outputsBefore(entry, p.outputs, spec.index),
+    idempotencyKey,
+    attempt: job.job.attempt,
+    signal,
+    logger: job.logger.child({
+      sagaId: p.saga.id,
+      saga: entry.def.name,
+      step: spec.name,
+      kind,
+    }),
+    transaction: <T>(work: (tx: pg.PoolClient) => Promise<T>) => completion.transaction(work),
+  };
+}
+
+async function runStep(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  data: Payload,
+  job: JobContext,
+) {
+  const saga = await loadSaga(e, data.sagaId);
+  if (!isCurrent(saga, spec.name, 'step', ['running'])) return report(e, saga, spec.name, 'stale');
+  // Cancel and deadline end the step before it runs: its job completes and the saga compensates.
+  const deadlinePassed = saga.deadline_left_ms !== null && saga.deadline_left_ms <= 0;
+  if (!saga.pivoted && (saga.cancel_requested || deadlinePassed)) {
+    return endBeforeRun(e, entry, spec, saga, job, saga.cancel_requested);
+  }
+  const key = { sagaId: saga.id, step: spec.name, kind: 'step' as const };
+  await runSql(e.pool, markAttempt({ ...key, attempt: job.job.attempt }));
+  if (spec.wait) return runWait(e, entry, spec, saga, job);
+
+  const prepared = { saga, outputs: await loadOutputs(e, saga.id), input: parseInput(entry, saga) };
+  const completion = new Completion(job, async (tx, output) => {
+    const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+    if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale';
+    return advanceAfter(e, tx, entry, locked, spec.index, output);
+  });
+  const deadline = withDeadline(saga, job.signal);
+  const ctx = contextFor(e, entry, spec, 'step', prepared, job, deadline.signal, completion);
+  const point = { ...key, sagaName: entry.def.name, attempt: job.job.attempt };
+  try {
+    await e.faults?.({ ...point, phase: 'before' });
+    const value = await raceSignal(() => spec.run!(ctx, prepared.input), deadline.signal);
+    // Later steps read the output back from jsonb; hand them exactly that, in every process.
+    const output = value === undefined ? null : (JSON.parse(JSON.stringify(value)) as unknown);
+    await e.faults?.({ ...point, phase: 'after' });
+    report(e, saga, spec.name, await completion.finish(output));
+  } catch (error) {
+    completion.abandon(error);
+    if (deadline.signal.reason instanceof SagaDeadlineError && !job.signal.aborted) {
+      return endBeforeRun(e, entry, spec, saga, job, false);
+    }
+    await runSql(e.pool, recordAttemptError({ ...key, message: errorText(error) })).catch(() => {});
+    throw error;
+  } finally {
+    deadline.clear();
+  }
+}
+
+/** Ends a step for a cancel or the deadline: the job completes, the saga compensates. */
+async function endBeforeRun(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  saga: SagaRow,
+  job: JobContext,
+  cancelled: boolean,
+) {
+  const transition = await job.completeWith(async (tx) => {
+    const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+    if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
+    return cancelled
+      ? failStep(e, tx, entry, locked, spec.index, 'cancelled', 'cancelled')
+      : failStep(e, tx, entry, locked, spec.index, 'deadline exceeded');
+  });
+  report(e, saga, spec.name, transition);
+}
+
+/** A wait step: take the signal if it already arrived, else park the saga until it does. */
+async function runWait(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  saga: SagaRow,
+  job: JobContext,
+) {
+  const wait = spec.wait!;
+  const transition = await job.completeWith(async (tx) => {
+    const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+    if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
+    const { rows } = await runSql<{ payload: unknown }>(tx, selectSignal(saga.id, wait.signal));
+    if (!rows[0]) return enterWaiting(e, tx, entry, locked, spec.index);
+    const parsed = wait.payload.safeParse(rows[0].payload);
+    if (!parsed.success) {
+      return failStep(e, tx, entry, locked, spec.index, `signal "${wait.signal}" is invalid`);
+    }
+    await runSql(tx, consumeSignal(saga.id, wait.signal));
+    return advanceAfter(
+      e,
+      tx,
+      entry,
+      locked,
+      spec.index,
+      JSON.parse(JSON.stringify(parsed.data ?? null)),
+    );
+  });
+  report(e, saga, spec.name, transition);
+}
+
+async function runTimeout(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  data: Payload,
+  job: JobContext,
+) {
+  const wait = spec.wait!;
+  const transition = await job.completeWith(async (tx) => {
+    const locked = (await runSql<SagaRow>(tx, lockSaga(data.sagaId))).rows[0];
+    if (!isCurrent(locked, spec.name, 'step', ['waiting'])) return 'stale' as const;
+    const pastDeadline =
+      !locked.pivoted && locked.deadline_left_ms !== null && locked.deadline_left_ms <= 0;
+    const reason = pastDeadline
+      ? `deadline exceeded while waiting for signal "${wait.signal}"`
+      : `signal "${wait.signal}" did not arrive within ${wait.timeoutMs} ms`;
+    return failStep(e, tx, entry, locked, spec.index, reason);
+  });
+  if (transition !== 'stale') {
+    e.logger.warn(
+      { sagaId: data.sagaId, step: spec.name, reason: 'signal_timeout' },
+      'wait timed out',
+    );
+  }
+}
+
+async function runCompensation(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  data: Payload,
+  job: JobContext,
+) {
+  const saga = await loadSaga(e, data.sagaId);
+  if (!isCurrent(saga, spec.name, 'compensation', ['compensating'])) {
+    return report(e, saga, spec.name, 'stale');
+  }
+  const key = { sagaId: saga.id, step: spec.name, kind: 'compensation' as const };
+  await runSql(e.pool, markAttempt({ ...key, attempt: job.job.attempt }));
+  const prepared = { saga, outputs: await loadOutputs(e, saga.id), input: parseInput(entry, saga) };
+  const completion = new Completion(job, async (tx) => {
+    const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+    if (!isCurrent(locked, spec.name, 'compensation', ['compensating'])) return 'stale';
+    await runSql(tx, settleStep({ ...key, status: 'completed' }));
+    return compensateNext(e, tx, entry, locked, spec.index);
+  });
+  const ctx: CompensationContext<unknown, StepOutputs> = {
+    ...contextFor(e, entry, spec, 'compensation', prepared, job, job.signal, completion),
+    reason: saga.error ?? 'compensating',
+  };
+  const point = { ...key, sagaName: entry.def.name, attempt: job.job.attempt };
+  try {
+    await e.faults?.({ ...point, phase: 'before' });
+    await spec.compensate!(ctx, prepared.outputs[spec.name] ?? null);
+    await e.faults?.({ ...point, phase: 'after' });
+    report(e, saga, spec.name, await completion.finish(null));
+  } catch (error) {
+    completion.abandon(error);
+    await runSql(e.pool, recordAttemptError({ ...key, message: errorText(error) })).catch(() => {});
+    throw error;
+  }
+}
+
+/** A step's job died (retries spent, non-retryable, timeouts): compensate, in the same tx. */
+async function stepDead(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  tx: pg.PoolClient,
+  info: DeadJobInfo,
+) {
+  const saga = (await runSql<SagaRow>(tx, lockSagaByJob(info.id))).rows[0];
+  if (!isCurrent(saga, spec.name, 'step', ['running'])) return;
+  const transition = await failStep(
+    e,
+    tx,
+    entry,
+    saga,
+    spec.index,
+    `${info.reason}: ${info.error}`,
+  );
+  report(e, saga, spec.name, transition);
+}
+
+async function compensationDead(spec: StepSpec, e: Engine, tx: pg.PoolClient, info: DeadJobInfo) {
+  const saga = (await runSql<SagaRow>(tx, lockSagaByJob(info.id))).rows[0];
+  if (!isCurrent(saga, spec.name, 'compensation', ['compensating'])) return;
+  const error = `${info.reason}: ${info.error}`;
+  await runSql(
+    tx,
+    settleStep({ sagaId: saga.id, step: spec.name, kind: 'compensation', status: 'failed', error }),
+  );
+  const transition = await failSaga(tx, saga.id, `compensation of "${spec.name}" failed: ${error}`);
+  report(e, saga, spec.name, transition);
+}
+
+/** The job types one saga definition runs as: a run job per step, plus compensations and timeouts. */
+export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
+  const entry: SagaEntry = {
+    def,
+    steps: def.steps,
+    runJobs: [],
+    compensateJobs: [],
+    timeoutJobs: [],
+    signals: new Map(def.steps.flatMap((s) => (s.wait ? [[s.wait.signal, s] as const] : []))),
+  };
+  for (const spec of def.steps) {
+    const retry = jobOptions(
+      spec.retry,
+      spec.role === 'retriable' ? RETRIABLE_MAX_ATTEMPTS : STEP_MAX_ATTEMPTS,
+    );
+    entry.runJobs.push(
+      defineJob({
+        type: jobType(def, spec.name, 'run'),
+        queue: def.queue,
+        payload,
+        ...retry,
+        handler: (data, job) => runStep(e, entry, spec, data, job),
+        onDead: (tx, info) => stepDead(e, entry, spec, tx, info),
+      }) as AnyJobDefinition,
+    );
+    entry.compensateJobs.push(
+      spec.compensate
+        ? (defineJob({
+            type: jobType(def, spec.name, 'compensate'),
+            queue: def.queue,
+            payload,
+            ...jobOptions(spec.compensation, COMPENSATION_MAX_ATTEMPTS),
+            handler: (data, job) => runCompensation(e, entry, spec, data, job),
+            onDead: (tx, info) => compensationDead(spec, e, tx, info),
+          }) as AnyJobDefinition)
+        : null,
+    );
+    entry.timeoutJobs.push(
+      spec.wait
+        ? (defineJob({
+            type: jobType(def, spec.name, 'timeout'),
+            queue: def.queue,
+            payload,
+            maxAttempts: STEP_MAX_ATTEMPTS,
+            handler: (data, job) => runTimeout(e, entry, spec, data, job),
+          }) as AnyJobDefinition)
+        : null,
+    );
+  }
+  return entry;
+}

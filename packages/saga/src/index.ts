@@ -1,0 +1,54 @@
+export { defineSaga } from './define.js';
+export type {
+  AnySagaDefinition,
+  CompensationContext,
+  ErrorClass,
+  NoOutputs,
+  RetryPolicy,
+  SagaDefinition,
+  SagaInput,
+  SagaOptions,
+  SagaOutputs,
+  StepContext,
+  StepOptions,
+  StepOutputs,
+  WaitOptions,
+} from './define.js';
+export { createSagaRuntime } from './runtime.js';
+export type {
+  CancelResult,
+  SagaRuntime,
+  SagaRuntimeOptions,
+  SignalResult,
+  StartOptions,
+  StartResult,
+} from './runtime.js';
+export type { Reconciler, ReconcilerOptions, ReconcileResult } from './reconciler.js';
+export type {
+  SagaList,
+  SagaListOptions,
+  SagaSummary,
+  SagaView,
+  SignalRecord,
+  StepRecord,
+} from './read.js';
+export type { FaultHook, FaultPoint } from './engine.js';
+export { nextCompensation, orderProblem } from './plan.js';
+export type { StepRole } from './plan.js';
+export {
+  SagaDeadlineError,
+  SagaDefinitionError,
+  SagaError,
+  SagaNotFoundError,
+  SagaValidationError,
+  UnknownSagaError,
+} from './errors.js';
+export {
+  sagas,
+  sagaSignals,
+  sagaSteps,
+  sagaStatus,
+  sagaStepKind,
+  sagaStepStatus,
+} from './schema.js';
+export type { SagaStatus, SagaStepKind, SagaStepStatus } from './schema.js';

@@ -1,0 +1,171 @@
+import { runSql } from '@skiplock/queue';
+import type pg from 'pg';
+import { SagaError } from './errors.js';
+import { sagaStatus, type SagaStatus, type SagaStepKind, type SagaStepStatus } from './schema.js';
+import { selectSaga, selectSagas, type SagaReadRow } from './sql/read.js';
+import { selectSignals, type SignalRow } from './sql/signals.js';
+import { selectHistory, type HistoryRow } from './sql/steps.js';
+
+/** One step or compensation in a saga's history. */
+export interface StepRecord {
+  step: string;
+  kind: SagaStepKind;
+  status: SagaStepStatus;
+  attempts: number;
+  jobId: string | null;
+  output: unknown;
+  error: string | null;
+  createdAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+}
+
+export interface SignalRecord {
+  name: string;
+  payload: unknown;
+  receivedAt: Date;
+  consumedAt: Date | null;
+}
+
+export interface SagaSummary {
+  id: string;
+  name: string;
+  version: number;
+  status: SagaStatus;
+  currentStep: string | null;
+  currentKind: SagaStepKind | null;
+  currentJobId: string | null;
+  /** The pivot completed: the saga can no longer compensate. */
+  pivoted: boolean;
+  cancelRequested: boolean;
+  deadline: Date | null;
+  error: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+  finishedAt: Date | null;
+}
+
+export interface SagaView extends SagaSummary {
+  input: unknown;
+  /** Steps and compensations in the order the saga reached them. */
+  history: StepRecord[];
+  signals: SignalRecord[];
+}
+
+export interface SagaListOptions {
+  status?: SagaStatus | readonly SagaStatus[];
+  name?: string;
+  /** Page size, 1-1000 (default 50). */
+  limit?: number;
+  /** `nextCursor` of the previous page. */
+  cursor?: string;
+}
+
+export interface SagaList {
+  sagas: SagaSummary[];
+  /** Pass it as `cursor` for the next page; null on the last page. */
+  nextCursor: string | null;
+}
+
+const date = (value: Date | string | null) => (value === null ? null : new Date(value));
+
+function toSummary(row: SagaReadRow): SagaSummary {
+  return {
+    id: row.id,
+    name: row.name,
+    version: row.version,
+    status: row.status,
+    currentStep: row.current_step,
+    currentKind: row.current_kind,
+    currentJobId: row.current_job_id,
+    pivoted: row.pivoted,
+    cancelRequested: row.cancel_requested,
+    deadline: date(row.deadline),
+    error: row.error,
+    createdAt: new Date(row.created_at),
+    updatedAt: new Date(row.updated_at),
+    finishedAt: date(row.finished_at),
+  };
+}
+
+export async function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
+  const row = (await runSql<SagaReadRow>(pool, selectSaga(id))).rows[0];
+  if (!row) return null;
+  const [history, signals] = await Promise.all([
+    runSql<HistoryRow>(pool, selectHistory(id)),
+    runSql<SignalRow>(pool, selectSignals(id)),
+  ]);
+  return {
+    ...toSummary(row),
+    input: row.input,
+    history: history.rows.map((h) => ({
+      step: h.step,
+      kind: h.kind,
+      status: h.status,
+      attempts: h.attempts,
+      jobId: h.job_id,
+      output: h.output,
+      error: h.error,
+      createdAt: new Date(h.created_at),
+      startedAt: date(h.started_at),
+      finishedAt: date(h.finished_at),
+    })),
+    signals: signals.rows.map((s) => ({
+      name: s.name,
+      payload: s.payload,
+      receivedAt: new Date(s.received_at),
+      consumedAt: date(s.consumed_at),
+    })),
+  };
+}
+
+function decodeCursor(cursor: string): { createdKey: string; id: string } {
+  try {
+    const value = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
+    if (Array.isArray(value) && value.length === 2 && value.every((v) => typeof v === 'string')) {
+      return { createdKey: value[0] as string, id: value[1] as string };
+    }
+  } catch {
+    // Reported below.
+  }
+  throw new SagaError(
+    'invalid_cursor',
+    `cursor ${JSON.stringify(cursor)} is not a listSagas cursor`,
+  );
+}
+
+export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): Promise<SagaList> {
+  const limit = options.limit ?? 50;
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1_000) {
+    throw new SagaError('invalid_limit', `limit must be an integer from 1 to 1000, got ${limit}`);
+  }
+  const statuses =
+    options.status === undefined
+      ? []
+      : typeof options.status === 'string'
+        ? [options.status]
+        : [...options.status];
+  const unknown = statuses.filter((s) => !sagaStatus.enumValues.includes(s));
+  if (unknown.length > 0) {
+    throw new SagaError(
+      'invalid_status',
+      `unknown saga status ${unknown.map((s) => JSON.stringify(s)).join(', ')}; use ${sagaStatus.enumValues.join(', ')}`,
+    );
+  }
+  const { rows } = await runSql<SagaReadRow>(
+    pool,
+    selectSagas({
+      statuses,
+      name: options.name,
+      limit: limit + 1,
+      after: options.cursor ? decodeCursor(options.cursor) : undefined,
+    }),
+  );
+  const page = rows.slice(0, limit);
+  const last = page[page.length - 1];
+  const nextCursor =
+    rows.length > limit && last
+      ? Buffer.from(JSON.stringify([last.created_key, last.id]), 'utf8').toString('base64url')
+      : null;
+  return { sagas: page.map(toSummary), nextCursor };
+}

@@ -1,0 +1,374 @@
+import {
+  createClient,
+  Metrics,
+  runSql,
+  withTransaction,
+  type AnyJobDefinition,
+  type Client,
+  type Logger,
+  type Queryable,
+} from '@skiplock/queue';
+import pg from 'pg';
+import { pino } from 'pino';
+import { z } from 'zod';
+import type { AnySagaDefinition, SagaDefinition, StepOutputs } from './define.js';
+import { entryKey, type Engine, type FaultHook, type SagaEntry } from './engine.js';
+import {
+  SagaError,
+  SagaNotFoundError,
+  SagaValidationError,
+  UnknownSagaError,
+  type FieldIssue,
+} from './errors.js';
+import { buildEntry } from './handlers.js';
+import { createReconciler, type Reconciler, type ReconcilerOptions } from './reconciler.js';
+import { readSaga, readSagas, type SagaList, type SagaListOptions, type SagaView } from './read.js';
+import type { SagaStatus } from './schema.js';
+import { cancelQueuedJob } from './sql/jobs.js';
+import { insertSaga, lockSaga, selectSagaRow, setSagaFlags, type SagaRow } from './sql/sagas.js';
+import { consumeSignal, insertSignal } from './sql/signals.js';
+import { settleStep } from './sql/steps.js';
+import {
+  advanceAfter,
+  compensateNext,
+  enterStep,
+  OUTCOMES,
+  type Transition,
+} from './transitions.js';
+
+export interface SagaRuntimeOptions {
+  /** The database; or give `connectionString` (or set DATABASE_URL). */
+  pool?: pg.Pool;
+  connectionString?: string;
+  /** The queue client to enqueue with (default: one made on the same pool). */
+  client?: Client;
+  /** Every definition this process runs, including older versions still in flight. */
+  sagas: readonly AnySagaDefinition[];
+  logger?: Logger;
+  reconciler?: ReconcilerOptions;
+  /** Crash injection for `@skiplock/saga/testing`; leave unset in production. */
+  faults?: FaultHook;
+}
+
+export interface StartOptions<I> {
+  /** Caller-chosen id: starting twice with the same id is one saga. */
+  id: string;
+  input: I;
+  /** Join this transaction (a pg client inside BEGIN, or a drizzle transaction). */
+  tx?: Queryable;
+  /** Overrides the definition's `deadlineMs` for this saga. */
+  deadlineMs?: number;
+}
+
+export interface StartResult {
+  id: string;
+  /** False when a saga with this id already existed; nothing new was started. */
+  started: boolean;
+  status: SagaStatus;
+}
+
+export interface SignalResult {
+  /** False when a signal of this name was delivered before; this one was ignored. */
+  delivered: boolean;
+  /** True when a step waiting for it moved the saga on in this call. */
+  resumed: boolean;
+}
+
+export interface CancelResult {
+  /** True when the saga is compensating (or will, once its running step settles). */
+  accepted: boolean;
+  status: SagaStatus;
+  /** Why a cancel was not accepted: `finished`, `pivoted` or `compensating`. */
+  reason?: 'finished' | 'pivoted' | 'compensating';
+}
+
+export interface SagaRuntime {
+  /** Job definitions to pass to `createWorker({ jobs })` (with any jobs of your own). */
+  readonly jobs: readonly AnyJobDefinition[];
+  readonly reconciler: Reconciler;
+  /** `saga_outcomes_total{outcome=...}` and `sagas_reconciled_total`. */
+  readonly metrics: Metrics;
+  start<S extends z.ZodType, O extends StepOutputs>(
+    definition: SagaDefinition<string, S, O>,
+    options: StartOptions<z.input<S>>,
+  ): Promise<StartResult>;
+  /**
+   * Delivers a named signal once (later deliveries of the name are ignored) and resumes the saga
+   * if a step waits for it. With `tx` it joins the caller's transaction (for example a step's
+   * `ctx.transaction`), so the signal commits or rolls back with the caller's writes.
+   */
+  signal(
+    sagaId: string,
+    name: string,
+    payload: unknown,
+    options?: { tx?: Queryable },
+  ): Promise<SignalResult>;
+  cancel(sagaId: string): Promise<CancelResult>;
+  getSaga(id: string): Promise<SagaView | null>;
+  listSagas(options?: SagaListOptions): Promise<SagaList>;
+  /** Stops the reconciler loop and closes what the runtime created (not a pool you passed). */
+  close(): Promise<void>;
+}
+
+const TERMINAL: ReadonlySet<SagaStatus> = new Set([
+  'completed',
+  'compensated',
+  'cancelled',
+  'failed',
+]);
+const ID = /^[\x21-\x7e]{1,200}$/;
+
+function checkSagaId(id: unknown): string {
+  if (typeof id !== 'string' || !ID.test(id)) {
+    throw new SagaError(
+      'invalid_id',
+      `saga id must be 1-200 printable ASCII characters without spaces, got ${JSON.stringify(id)}`,
+    );
+  }
+  return id;
+}
+
+function issues(prefix: string, error: z.ZodError): FieldIssue[] {
+  return error.issues.map((i) => ({
+    path: [prefix, ...i.path.map(String)].join('.'),
+    message: i.message,
+  }));
+}
+
+export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
+  if (!Array.isArray(options?.sagas) || options.sagas.length === 0) {
+    throw new TypeError('createSagaRuntime: `sagas` must list at least one saga definition');
+  }
+  const logger = options.logger ?? pino({ name: 'skiplock-saga' });
+  let ownPool: pg.Pool | null = null;
+  const pool =
+    options.pool ??
+    options.client?.pool ??
+    (ownPool = new pg.Pool({
+      connectionString: options.connectionString ?? process.env.DATABASE_URL,
+      application_name: 'skiplock-saga',
+    }));
+  if (ownPool) {
+    if (!options.connectionString && !process.env.DATABASE_URL) {
+      throw new TypeError('createSagaRuntime: pass a pool, a client or a connectionString');
+    }
+    ownPool.on('error', (error) =>
+      logger.warn({ reason: 'db_error', err: error.message }, 'idle connection error'),
+    );
+  }
+  const client = options.client ?? createClient({ pool, logger });
+  const entries = new Map<string, SagaEntry>();
+  const engine: Engine = {
+    pool,
+    client,
+    logger,
+    metrics: new Metrics(),
+    entries,
+    faults: options.faults ?? null,
+  };
+  for (const def of options.sagas) {
+    const key = entryKey(def.name, def.version);
+    if (entries.has(key)) {
+      throw new TypeError(
+        `createSagaRuntime: saga "${def.name}" version ${def.version} is listed twice`,
+      );
+    }
+    if (def.steps.length === 0) {
+      throw new TypeError(
+        `createSagaRuntime: saga "${def.name}" version ${def.version} has no steps`,
+      );
+    }
+    entries.set(key, buildEntry(engine, def));
+  }
+  const jobs = [...entries.values()].flatMap((e) =>
+    [...e.runJobs, ...e.compensateJobs, ...e.timeoutJobs].filter(
+      (j): j is AnyJobDefinition => j !== null,
+    ),
+  );
+  const reconciler = createReconciler(engine, options.reconciler);
+
+  function entryOf(name: string, version: number): SagaEntry {
+    const entry = entries.get(entryKey(name, version));
+    if (!entry) throw new UnknownSagaError(name, version);
+    return entry;
+  }
+
+  function report(saga: SagaRow, transition: Transition, why: string) {
+    if (!OUTCOMES.has(transition)) return;
+    engine.metrics.inc(`saga_outcomes_total{outcome="${transition}"}`);
+    logger.warn(
+      { sagaId: saga.id, saga: saga.name, reason: `saga_${transition}`, why },
+      `saga ${transition}`,
+    );
+  }
+
+  async function lock(tx: Queryable, id: string): Promise<SagaRow> {
+    const saga = (await runSql<SagaRow>(tx, lockSaga(id))).rows[0];
+    if (!saga) throw new SagaNotFoundError(id);
+    return saga;
+  }
+
+  return {
+    jobs,
+    reconciler,
+    metrics: engine.metrics,
+
+    async start(definition, startOptions) {
+      const id = checkSagaId(startOptions?.id);
+      const entry = entryOf(definition.name, definition.version);
+      if (entry.def !== (definition as AnySagaDefinition)) {
+        throw new SagaError(
+          'saga_mismatch',
+          `saga "${definition.name}" version ${definition.version} given to start() is not the definition this runtime registered`,
+        );
+      }
+      const parsed = (definition.input as z.ZodType).safeParse(startOptions.input);
+      if (!parsed.success) {
+        const found = issues('input', parsed.error);
+        logger.warn(
+          { reason: 'invalid_input', saga: definition.name, fields: found.map((i) => i.path) },
+          'saga start refused',
+        );
+        throw new SagaValidationError('invalid_input', `input of saga "${definition.name}"`, found);
+      }
+      const deadlineMs = startOptions.deadlineMs ?? definition.deadlineMs;
+      if (deadlineMs !== null && (!Number.isInteger(deadlineMs) || deadlineMs < 1)) {
+        throw new SagaError('invalid_deadline', 'deadlineMs must be a positive integer');
+      }
+      const work = async (tx: Queryable): Promise<StartResult> => {
+        const inserted = await runSql(
+          tx,
+          insertSaga({
+            id,
+            name: definition.name,
+            version: definition.version,
+            // The caller's input is stored, not the parsed output, so every step parses it alike.
+            inputJson: JSON.stringify(startOptions.input ?? null),
+            deadlineMs,
+          }),
+        );
+        if (inserted.rowCount === 0) {
+          const existing = (await runSql<SagaRow>(tx, selectSagaRow(id))).rows[0];
+          if (!existing) {
+            throw new SagaError(
+              'saga_id_conflict',
+              `saga "${id}" conflicted but is not visible; retry`,
+            );
+          }
+          if (existing.name !== definition.name) {
+            throw new SagaError(
+              'saga_id_conflict',
+              `saga id "${id}" is already used by a saga "${existing.name}"`,
+            );
+          }
+          return { id, started: false, status: existing.status };
+        }
+        await enterStep(engine, tx, entry, id, 0);
+        return { id, started: true, status: 'running' };
+      };
+      const result = startOptions.tx
+        ? await work(startOptions.tx)
+        : await withTransaction(pool, work);
+      if (result.started) {
+        logger.info(
+          {
+            reason: 'saga_started',
+            sagaId: id,
+            saga: definition.name,
+            version: definition.version,
+          },
+          'saga started',
+        );
+      }
+      return result;
+    },
+
+    async signal(sagaId, name, payload, signalOptions = {}) {
+      checkSagaId(sagaId);
+      const work = async (tx: Queryable): Promise<SignalResult> => {
+        const saga = await lock(tx, sagaId);
+        const entry = entryOf(saga.name, saga.version);
+        const spec = entry.signals.get(name);
+        if (!spec) {
+          const known = [...entry.signals.keys()].join(', ') || 'none';
+          throw new SagaError(
+            'unknown_signal',
+            `saga "${saga.name}" version ${saga.version} waits for no signal "${name}" (it waits for: ${known})`,
+          );
+        }
+        const parsed = spec.wait!.payload.safeParse(payload);
+        if (!parsed.success) {
+          const found = issues('payload', parsed.error);
+          logger.warn(
+            { reason: 'invalid_signal', sagaId, signal: name, fields: found.map((i) => i.path) },
+            'signal refused',
+          );
+          throw new SagaValidationError('invalid_signal', `signal "${name}"`, found);
+        }
+        const stored = await runSql(
+          tx,
+          insertSignal(sagaId, name, JSON.stringify(payload ?? null)),
+        );
+        if (stored.rowCount === 0) return { delivered: false, resumed: false };
+        logger.info({ reason: 'signal_received', sagaId, signal: name }, 'signal received');
+        if (saga.status !== 'waiting' || saga.current_step !== spec.name) {
+          return { delivered: true, resumed: false };
+        }
+        await runSql(tx, consumeSignal(sagaId, name));
+        const output = JSON.parse(JSON.stringify(parsed.data ?? null)) as unknown;
+        report(saga, await advanceAfter(engine, tx, entry, saga, spec.index, output), 'signal');
+        return { delivered: true, resumed: true };
+      };
+      return signalOptions.tx ? work(signalOptions.tx) : withTransaction(pool, work);
+    },
+
+    async cancel(sagaId) {
+      checkSagaId(sagaId);
+      const result = await withTransaction(pool, async (tx): Promise<CancelResult> => {
+        const saga = await lock(tx, sagaId);
+        if (TERMINAL.has(saga.status)) {
+          return { accepted: false, status: saga.status, reason: 'finished' };
+        }
+        if (saga.status === 'compensating') {
+          return { accepted: false, status: saga.status, reason: 'compensating' };
+        }
+        if (saga.pivoted) return { accepted: false, status: saga.status, reason: 'pivoted' };
+        const entry = entryOf(saga.name, saga.version);
+        const index = entry.steps.findIndex((s) => s.name === saga.current_step);
+        const step = saga.current_step!;
+        const flagged = { ...saga, cancel_requested: true };
+        await runSql(tx, setSagaFlags(sagaId, { cancelRequested: true, error: 'cancelled' }));
+        const stopped =
+          saga.status === 'waiting' ||
+          (saga.current_job_id !== null &&
+            (await runSql(tx, cancelQueuedJob(saga.current_job_id))).rowCount === 1);
+        if (!stopped) {
+          // The step is running: it settles first, then the saga compensates (or, past a pivot
+          // that just finished, goes on).
+          return { accepted: true, status: saga.status };
+        }
+        await runSql(
+          tx,
+          settleStep({ sagaId, step, kind: 'step', status: 'cancelled', error: 'cancelled' }),
+        );
+        const transition = await compensateNext(engine, tx, entry, flagged, index);
+        report(saga, transition, 'cancel');
+        return {
+          accepted: true,
+          status: transition === 'cancelled' ? 'cancelled' : 'compensating',
+        };
+      });
+      logger.info({ reason: 'saga_cancel', sagaId, accepted: result.accepted }, 'cancel requested');
+      return result;
+    },
+
+    getSaga: (id) => readSaga(pool, checkSagaId(id)),
+    listSagas: (listOptions) => readSagas(pool, listOptions),
+
+    async close() {
+      await reconciler.stop();
+      if (!options.client) await client.close();
+      if (ownPool) await ownPool.end();
+    },
+  };
+}

@@ -1,0 +1,89 @@
+import { sql } from 'drizzle-orm';
+import type { SagaStepKind, SagaStepStatus } from '../schema.js';
+
+/** Longest error message kept on a saga or step row. */
+export const MAX_ERROR_LENGTH = 2_000;
+
+export const clip = (message: string) => message.slice(0, MAX_ERROR_LENGTH);
+
+export function insertStep(p: { sagaId: string; step: string; kind: SagaStepKind; jobId: string }) {
+  return sql`
+    INSERT INTO skiplock.saga_steps (saga_id, step, kind, status, job_id)
+    VALUES (${p.sagaId}, ${p.step}, ${p.kind}::skiplock.saga_step_kind, 'pending', ${p.jobId}::bigint)
+    ON CONFLICT (saga_id, kind, step) DO UPDATE
+    SET status = 'pending', job_id = excluded.job_id, updated_at = now()`;
+}
+
+/** Records that an attempt started (outside the completion; history only, never a decision). */
+export function markAttempt(p: {
+  sagaId: string;
+  step: string;
+  kind: SagaStepKind;
+  attempt: number;
+}) {
+  return sql`
+    UPDATE skiplock.saga_steps
+    SET status = 'running', attempts = greatest(attempts, ${p.attempt}),
+        started_at = coalesce(started_at, now()), updated_at = now()
+    WHERE saga_id = ${p.sagaId} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
+      AND status IN ('pending', 'running')`;
+}
+
+/** Keeps the last failed attempt's error on a step still in progress (history only). */
+export function recordAttemptError(p: {
+  sagaId: string;
+  step: string;
+  kind: SagaStepKind;
+  message: string;
+}) {
+  return sql`
+    UPDATE skiplock.saga_steps SET error = ${clip(p.message)}, updated_at = now()
+    WHERE saga_id = ${p.sagaId} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
+      AND status IN ('pending', 'running')`;
+}
+
+export function settleStep(p: {
+  sagaId: string;
+  step: string;
+  kind: SagaStepKind;
+  status: SagaStepStatus;
+  outputJson?: string | null;
+  error?: string | null;
+}) {
+  return sql`
+    UPDATE skiplock.saga_steps
+    SET status = ${p.status}::skiplock.saga_step_status,
+        output = coalesce(${p.outputJson ?? null}::jsonb, output),
+        error = ${p.error === undefined || p.error === null ? null : clip(p.error)},
+        finished_at = CASE WHEN ${p.status} IN ('completed', 'failed', 'cancelled')
+                           THEN now() ELSE finished_at END,
+        updated_at = now()
+    WHERE saga_id = ${p.sagaId} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind`;
+}
+
+/** Outputs of a saga's completed steps, for the context of later steps and compensations. */
+export function selectOutputs(sagaId: string) {
+  return sql`
+    SELECT step, output FROM skiplock.saga_steps
+    WHERE saga_id = ${sagaId} AND kind = 'step' AND status = 'completed'`;
+}
+
+export interface HistoryRow {
+  step: string;
+  kind: SagaStepKind;
+  status: SagaStepStatus;
+  attempts: number;
+  job_id: string | null;
+  output: unknown;
+  error: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  finished_at: Date | null;
+}
+
+export function selectHistory(sagaId: string) {
+  return sql`
+    SELECT step, kind, status, attempts, job_id::text AS job_id, output, error, created_at,
+           started_at, finished_at
+    FROM skiplock.saga_steps WHERE saga_id = ${sagaId} ORDER BY id`;
+}

@@ -1,0 +1,199 @@
+import { runSql, type AnyJobDefinition, type Queryable } from '@skiplock/queue';
+import { stepKey, compensationKey, timeoutKey, type Engine, type SagaEntry } from './engine.js';
+import { nextCompensation } from './plan.js';
+import type { SagaStepKind, SagaStatus } from './schema.js';
+import { finishSaga, pointSaga, setSagaFlags, setSagaStatus, type SagaRow } from './sql/sagas.js';
+import { insertStep, selectOutputs, settleStep } from './sql/steps.js';
+
+/**
+ * Every change of a saga's state, each run inside one transaction that holds the saga's row lock
+ * (and, from a job, the job's fenced completion). They return what the saga did, for logs.
+ */
+export type Transition =
+  | 'advanced'
+  | 'waiting'
+  | 'compensating'
+  | 'completed'
+  | 'compensated'
+  | 'cancelled'
+  | 'failed'
+  | 'stale';
+
+/** Terminal transitions, reported as saga outcomes. */
+export const OUTCOMES: ReadonlySet<Transition> = new Set([
+  'completed',
+  'compensated',
+  'cancelled',
+  'failed',
+]);
+
+export function isCurrent(
+  saga: SagaRow | undefined,
+  step: string,
+  kind: SagaStepKind,
+  statuses: readonly SagaStatus[],
+): saga is SagaRow {
+  return (
+    saga !== undefined &&
+    statuses.includes(saga.status) &&
+    saga.current_step === step &&
+    saga.current_kind === kind
+  );
+}
+
+async function enqueue(
+  e: Engine,
+  tx: Queryable,
+  job: AnyJobDefinition,
+  sagaId: string,
+  idempotencyKey: string,
+  delayMs?: number,
+): Promise<string> {
+  const { id } = await e.client.enqueue(
+    job,
+    { sagaId },
+    delayMs === undefined ? { tx, idempotencyKey } : { tx, idempotencyKey, delayMs },
+  );
+  return id;
+}
+
+/** Enqueues step `index`'s job and points the saga at it. */
+export async function enterStep(
+  e: Engine,
+  tx: Queryable,
+  entry: SagaEntry,
+  sagaId: string,
+  index: number,
+): Promise<Transition> {
+  const spec = entry.steps[index]!;
+  const jobId = await enqueue(e, tx, entry.runJobs[index]!, sagaId, stepKey(sagaId, spec.name));
+  await runSql(tx, insertStep({ sagaId, step: spec.name, kind: 'step', jobId }));
+  await runSql(
+    tx,
+    pointSaga({ id: sagaId, status: 'running', step: spec.name, kind: 'step', jobId }),
+  );
+  return 'advanced';
+}
+
+/** Records step `index`'s output and moves on: the next step, compensation on cancel, or done. */
+export async function advanceAfter(
+  e: Engine,
+  tx: Queryable,
+  entry: SagaEntry,
+  saga: SagaRow,
+  index: number,
+  output: unknown,
+): Promise<Transition> {
+  const spec = entry.steps[index]!;
+  await runSql(
+    tx,
+    settleStep({
+      sagaId: saga.id,
+      step: spec.name,
+      kind: 'step',
+      status: 'completed',
+      outputJson: JSON.stringify(output ?? null),
+    }),
+  );
+  let pivoted = saga.pivoted;
+  if (spec.role === 'pivot') {
+    await runSql(tx, setSagaFlags(saga.id, { pivoted: true }));
+    pivoted = true;
+  }
+  if (saga.cancel_requested) {
+    if (!pivoted) {
+      await runSql(tx, setSagaFlags(saga.id, { error: 'cancelled' }));
+      return compensateNext(e, tx, entry, saga, index + 1);
+    }
+    // The pivot finished while the cancel waited for it: too late to undo, the saga goes on.
+    await runSql(tx, setSagaFlags(saga.id, { cancelRequested: false }));
+    e.logger.warn({ reason: 'cancel_too_late', sagaId: saga.id }, 'cancel ignored after the pivot');
+  }
+  if (index + 1 < entry.steps.length) return enterStep(e, tx, entry, saga.id, index + 1);
+  await runSql(tx, finishSaga(saga.id, 'completed', null));
+  return 'completed';
+}
+
+/** Parks the saga on a wait step; a timeout job ends the wait at its timeout or the deadline. */
+export async function enterWaiting(
+  e: Engine,
+  tx: Queryable,
+  entry: SagaEntry,
+  saga: SagaRow,
+  index: number,
+): Promise<Transition> {
+  const spec = entry.steps[index]!;
+  await runSql(
+    tx,
+    settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status: 'waiting' }),
+  );
+  await runSql(tx, setSagaStatus(saga.id, 'waiting'));
+  const limits = [spec.wait?.timeoutMs ?? null, saga.pivoted ? null : saga.deadline_left_ms];
+  const delays = limits.filter((l): l is number => l !== null);
+  const timeoutJob = entry.timeoutJobs[index];
+  if (delays.length > 0 && timeoutJob) {
+    const delayMs = Math.max(0, Math.ceil(Math.min(...delays)) + 1);
+    await enqueue(e, tx, timeoutJob, saga.id, timeoutKey(saga.id, spec.name), delayMs);
+  }
+  return 'waiting';
+}
+
+/**
+ * Step `index` failed for good (or was cancelled): record it, then compensate the completed
+ * steps before it, or fail the saga when it is past its pivot.
+ */
+export async function failStep(
+  e: Engine,
+  tx: Queryable,
+  entry: SagaEntry,
+  saga: SagaRow,
+  index: number,
+  error: string,
+  status: 'failed' | 'cancelled' = 'failed',
+): Promise<Transition> {
+  const spec = entry.steps[index]!;
+  await runSql(tx, settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status, error }));
+  if (saga.pivoted) {
+    return failSaga(tx, saga.id, `step "${spec.name}" failed after the pivot: ${error}`);
+  }
+  const why = saga.cancel_requested ? 'cancelled' : `step "${spec.name}" failed: ${error}`;
+  await runSql(tx, setSagaFlags(saga.id, { error: why }));
+  return compensateNext(e, tx, entry, saga, index);
+}
+
+/** Enqueues the compensation of the latest completed step before `beforeIndex`, or ends. */
+export async function compensateNext(
+  e: Engine,
+  tx: Queryable,
+  entry: SagaEntry,
+  saga: SagaRow,
+  beforeIndex: number,
+): Promise<Transition> {
+  const { rows } = await runSql<{ step: string }>(tx, selectOutputs(saga.id));
+  const next = nextCompensation(entry.steps, new Set(rows.map((r) => r.step)), beforeIndex);
+  if (!next) {
+    const status = saga.cancel_requested ? 'cancelled' : 'compensated';
+    await runSql(tx, finishSaga(saga.id, status, undefined));
+    return status;
+  }
+  const job = entry.compensateJobs[next.index]!;
+  const jobId = await enqueue(e, tx, job, saga.id, compensationKey(saga.id, next.name));
+  await runSql(tx, insertStep({ sagaId: saga.id, step: next.name, kind: 'compensation', jobId }));
+  await runSql(
+    tx,
+    pointSaga({
+      id: saga.id,
+      status: 'compensating',
+      step: next.name,
+      kind: 'compensation',
+      jobId,
+    }),
+  );
+  return 'compensating';
+}
+
+/** Ends the saga as `failed`: it needs an operator. */
+export async function failSaga(tx: Queryable, sagaId: string, error: string): Promise<Transition> {
+  await runSql(tx, finishSaga(sagaId, 'failed', error.slice(0, 2_000)));
+  return 'failed';
+}
