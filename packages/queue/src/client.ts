@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { z } from 'zod';
-import { parseConfig, queueName, DEFAULT_MAX_PAYLOAD_BYTES } from './config.js';
+import { parseConfig, queueName, rejectUnknownKeys, DEFAULT_MAX_PAYLOAD_BYTES } from './config.js';
 import { runSql, type Queryable } from './db.js';
 import { payloadIssues, type JobDefinition, type AnyJobDefinition } from './define.js';
 import { InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
@@ -204,6 +204,14 @@ export function toJob(row: RawJobRow): Job {
 }
 
 export function createClient(options: ClientOptions = {}): Client {
+  rejectUnknownKeys('client options', options, [
+    'pool',
+    'connectionString',
+    'maxConnections',
+    'logger',
+    'maxPayloadBytes',
+    'maxBulkSize',
+  ]);
   const config = parseConfig('client options', clientOptionsSchema, options);
   const logger = options.logger ?? createDefaultLogger();
   const owned = resolvePool(options, logger, 'client');

@@ -50,3 +50,13 @@ export const jobOptionsSchema = z
 export const DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024;
 /** Default visibility timeout of a claim; heartbeats renew it well before it expires. */
 export const DEFAULT_LEASE_MS = 30_000;
+
+/** Refuses option names nobody reads, so a typo such as `concurency` is an error, not a default. */
+export function rejectUnknownKeys(what: string, value: object, known: readonly string[]): void {
+  const unknown = Object.keys(value).filter((key) => !known.includes(key));
+  if (unknown.length > 0) {
+    throw new ConfigError(
+      `invalid ${what}: unknown option${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `"${k}"`).join(', ')}`,
+    );
+  }
+}

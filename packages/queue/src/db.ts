@@ -40,6 +40,14 @@ export async function withTransaction<T>(
   work: (client: pg.PoolClient) => Promise<T>,
 ): Promise<T> {
   const client = await pool.connect();
+  // The pool listens for errors only on idle clients. A backend terminated while this one is
+  // checked out but between statements (idle in transaction) would emit an unhandled 'error' and
+  // crash the process; the next query on the client fails anyway, so noting it is enough.
+  let lost = false;
+  const onError = () => {
+    lost = true;
+  };
+  client.on('error', onError);
   let broken = false;
   try {
     await client.query('BEGIN');
@@ -54,7 +62,8 @@ export async function withTransaction<T>(
     }
     throw error;
   } finally {
+    client.off('error', onError);
     // A connection whose ROLLBACK failed is in an unknown state; destroy it instead of reusing it.
-    client.release(broken);
+    client.release(broken || lost);
   }
 }

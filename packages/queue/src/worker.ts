@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import { z } from 'zod';
-import { parseConfig, queueName } from './config.js';
+import { parseConfig, queueName, rejectUnknownKeys } from './config.js';
 import { Completer } from './completer.js';
 import { runSql } from './db.js';
 import type { AnyJobDefinition } from './define.js';
@@ -79,6 +79,16 @@ export interface Worker {
 
 export function createWorker(options: WorkerOptions): Worker {
   const { jobs, logger: givenLogger, sweeper: sweeperOption, retention: retentionOption } = options;
+  rejectUnknownKeys('worker options', options, [
+    ...Object.keys(workerOptionsSchema.shape),
+    'jobs',
+    'logger',
+    'sweeper',
+    'retention',
+    'pool',
+    'connectionString',
+    'maxConnections',
+  ]);
   const config = parseConfig('worker options', workerOptionsSchema, {
     queues: options.queues,
     concurrency: options.concurrency,
