@@ -51,3 +51,5 @@ export { jobs, jobStatus, skiplockSchema } from './schema.js';
 export type { JobStatus } from './schema.js';
 export type { Logger } from './logger.js';
 export { NOTIFY_CHANNEL } from './listener.js';
+export { serveMetrics } from './metrics-server.js';
+export type { MetricsServerOptions } from './metrics-server.js';
