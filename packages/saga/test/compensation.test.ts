@@ -1,0 +1,248 @@
+import { NonRetryableError } from '@skiplock/queue';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineSaga } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { fast, settled, startSagas, timeline } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+/** What each saga did, in order: `run:<step>` and `undo:<step>`. */
+const effects = new Map<string, string[]>();
+const note = (sagaId: string, what: string) => {
+  effects.set(sagaId, [...(effects.get(sagaId) ?? []), what]);
+};
+
+const STEPS = ['reserve', 'validate', 'hold', 'notify', 'charge'] as const;
+const failing = z.object({ failAt: z.enum(STEPS).nullable() });
+
+function stepOf(name: (typeof STEPS)[number]) {
+  return {
+    ...fast,
+    run: (ctx: { sagaId: string; input: { failAt: string | null } }) => {
+      note(ctx.sagaId, `run:${name}`);
+      if (ctx.input.failAt === name) throw new NonRetryableError(`${name} refused`);
+      return { did: name };
+    },
+  };
+}
+
+function undoOf(name: string) {
+  return (ctx: { sagaId: string }, output: { did: string }) => {
+    expect(output).toEqual({ did: name });
+    note(ctx.sagaId, `undo:${name}`);
+  };
+}
+
+// reserve, hold and notify can be undone; validate has nothing to undo; charge is the pivot.
+const saga = defineSaga({ name: 'positions', version: 1, input: failing })
+  .step('reserve', { ...stepOf('reserve'), compensate: undoOf('reserve') })
+  .step('validate', stepOf('validate'))
+  .step('hold', { ...stepOf('hold'), compensate: undoOf('hold') })
+  .step('notify', { ...stepOf('notify'), compensate: undoOf('notify') })
+  .step('charge', { ...stepOf('charge'), pivot: true });
+
+const undoable = new Set(['reserve', 'hold', 'notify']);
+
+describe('failure at every step position', () => {
+  it.each(STEPS.map((step, position) => ({ step, position })))(
+    'a failure at $step ($position) compensates exactly the completed steps, in reverse',
+    async ({ step, position }) => {
+      const { runtime } = await startSagas(db.pool, [saga]);
+      const id = `fail-at-${step}`;
+      await runtime.start(saga, { id, input: { failAt: step } });
+      const done = await settled(runtime, id);
+
+      const completed = STEPS.slice(0, position);
+      const undone = completed.filter((s) => undoable.has(s)).reverse();
+      expect(done.status).toBe('compensated');
+      expect(done.error).toBe(`step "${step}" failed: non_retryable: ${step} refused`);
+      expect(effects.get(id)).toEqual([
+        ...completed.map((s) => `run:${s}`),
+        `run:${step}`,
+        ...undone.map((s) => `undo:${s}`),
+      ]);
+      expect(timeline(done)).toEqual([
+        ...completed.map((s) => `${s}:completed`),
+        `${step}:failed`,
+        ...undone.map((s) => `undo ${s}:completed`),
+      ]);
+    },
+  );
+
+  it('with no failure runs all five steps and undoes nothing', async () => {
+    const { runtime } = await startSagas(db.pool, [saga]);
+    await runtime.start(saga, { id: 'no-fail', input: { failAt: null } });
+    const done = await settled(runtime, 'no-fail');
+    expect(done.status).toBe('completed');
+    expect(effects.get('no-fail')).toEqual(STEPS.map((s) => `run:${s}`));
+  });
+});
+
+describe('how a step fails for good', () => {
+  it('retries a throwing step up to maxAttempts, then compensates', async () => {
+    const runs: number[] = [];
+    const retried = defineSaga({ name: 'retried', version: 1, input: z.object({}) })
+      .step('a', { ...fast, run: () => 'a', compensate: (ctx) => note(ctx.sagaId, 'undo:a') })
+      .step('b', {
+        ...fast,
+        maxAttempts: 3,
+        run: (ctx) => {
+          runs.push(ctx.attempt);
+          throw new Error(`flaky ${ctx.attempt}`);
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [retried]);
+    await runtime.start(retried, { id: 'r1', input: {} });
+    const done = await settled(runtime, 'r1');
+    expect(runs).toEqual([1, 2, 3]);
+    expect(done.status).toBe('compensated');
+    const b = done.history.find((h) => h.step === 'b')!;
+    expect(b).toMatchObject({ status: 'failed', attempts: 3, error: 'max_attempts: flaky 3' });
+    expect(effects.get('r1')).toEqual(['undo:a']);
+  });
+
+  it('counts a step timeout as a failed attempt and compensates when attempts run out', async () => {
+    const timed = defineSaga({ name: 'timed', version: 1, input: z.object({}) })
+      .step('a', { ...fast, run: () => 'a', compensate: (ctx) => note(ctx.sagaId, 'undo:a') })
+      .step('slow', {
+        ...fast,
+        maxAttempts: 2,
+        timeoutMs: 50,
+        run: (ctx) =>
+          new Promise((_, reject) =>
+            ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason)),
+          ),
+      });
+    const { runtime } = await startSagas(db.pool, [timed]);
+    await runtime.start(timed, { id: 't1', input: {} });
+    const done = await settled(runtime, 't1');
+    expect(done.status).toBe('compensated');
+    const slow = done.history.find((h) => h.step === 'slow')!;
+    expect(slow.status).toBe('failed');
+    expect(slow.attempts).toBe(2);
+    expect(slow.error).toMatch(/timed out after 50 ms/);
+    expect(effects.get('t1')).toEqual(['undo:a']);
+  });
+});
+
+describe('compensations', () => {
+  it('retries a failing compensation until it succeeds', async () => {
+    const attempts: number[] = [];
+    const flaky = defineSaga({ name: 'flaky-undo', version: 1, input: z.object({}) })
+      .step('a', {
+        ...fast,
+        run: () => ({ id: 'a1' }),
+        compensate: (ctx, output) => {
+          attempts.push(ctx.attempt);
+          expect(ctx.idempotencyKey).toBe('saga:fu:compensate:a');
+          expect(ctx.reason).toBe('step "b" failed: non_retryable: no');
+          if (ctx.attempt < 3) throw new Error(`undo of ${output.id} failed`);
+        },
+        compensation: { ...fast, maxAttempts: 5 },
+      })
+      .step('b', {
+        ...fast,
+        run: () => {
+          throw new NonRetryableError('no');
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [flaky]);
+    await runtime.start(flaky, { id: 'fu', input: {} });
+    const done = await settled(runtime, 'fu');
+    expect(done.status).toBe('compensated');
+    expect(attempts).toEqual([1, 2, 3]);
+    expect(done.history.at(-1)).toMatchObject({
+      step: 'a',
+      kind: 'compensation',
+      status: 'completed',
+      attempts: 3,
+    });
+  });
+
+  it('leaves the saga failed, with the error, when a compensation fails for good', async () => {
+    const broken = defineSaga({ name: 'broken-undo', version: 1, input: z.object({}) })
+      .step('a', { ...fast, run: () => 1, compensate: (ctx) => note(ctx.sagaId, 'undo:a') })
+      .step('b', {
+        ...fast,
+        run: () => 2,
+        compensate: () => {
+          throw new Error('refund API is down');
+        },
+        compensation: { ...fast, maxAttempts: 2 },
+      })
+      .step('c', {
+        ...fast,
+        run: () => {
+          throw new NonRetryableError('no');
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [broken]);
+    await runtime.start(broken, { id: 'bu', input: {} });
+    const done = await settled(runtime, 'bu');
+    expect(done.status).toBe('failed');
+    expect(done.error).toBe('compensation of "b" failed: max_attempts: refund API is down');
+    expect(timeline(done)).toEqual(['a:completed', 'b:completed', 'c:failed', 'undo b:failed']);
+    // The operator decides; `a` is not undone behind the failed compensation's back.
+    expect(effects.get('bu')).toBeUndefined();
+    expect(runtime.metrics.counter('saga_outcomes_total{outcome="failed"}')).toBe(1);
+  });
+});
+
+describe('pivot and retriable steps', () => {
+  it('retries retriable steps after the pivot until they succeed, never compensating', async () => {
+    let shipAttempts = 0;
+    const pivoting = defineSaga({ name: 'pivoting', version: 1, input: z.object({}) })
+      .step('reserve', { ...fast, run: () => 1, compensate: (ctx) => note(ctx.sagaId, 'undo') })
+      .step('charge', { ...fast, pivot: true, run: () => 2 })
+      .step('ship', {
+        ...fast,
+        retriable: true,
+        run: () => {
+          shipAttempts += 1;
+          if (shipAttempts < 7) throw new Error('carrier busy');
+          return 3;
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [pivoting]);
+    await runtime.start(pivoting, { id: 'pv', input: {} });
+    const done = await settled(runtime, 'pv');
+    expect(done.status).toBe('completed');
+    expect(shipAttempts).toBe(7);
+    expect(done.history.find((h) => h.step === 'ship')?.attempts).toBe(7);
+    expect(effects.get('pv')).toBeUndefined();
+  });
+
+  it('compensates when the pivot itself fails, and fails the saga past the pivot', async () => {
+    const pivotFails = defineSaga({ name: 'pivot-fails', version: 1, input: z.object({}) })
+      .step('reserve', { ...fast, run: () => 1, compensate: (ctx) => note(ctx.sagaId, 'undo') })
+      .step('charge', {
+        ...fast,
+        pivot: true,
+        run: () => {
+          throw new NonRetryableError('declined');
+        },
+      });
+    const afterPivot = defineSaga({ name: 'after-pivot', version: 1, input: z.object({}) })
+      .step('reserve', { ...fast, run: () => 1, compensate: (ctx) => note(ctx.sagaId, 'undo') })
+      .step('charge', { ...fast, pivot: true, run: () => 2 })
+      .step('ship', {
+        ...fast,
+        retriable: true,
+        run: () => {
+          throw new NonRetryableError('address does not exist');
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [pivotFails, afterPivot]);
+    await runtime.start(pivotFails, { id: 'pf', input: {} });
+    await runtime.start(afterPivot, { id: 'ap', input: {} });
+    expect((await settled(runtime, 'pf')).status).toBe('compensated');
+    expect(effects.get('pf')).toEqual(['undo']);
+    const ap = await settled(runtime, 'ap');
+    expect(ap.status).toBe('failed');
+    expect(ap.error).toBe(
+      'step "ship" failed after the pivot: non_retryable: address does not exist',
+    );
+    expect(effects.get('ap')).toBeUndefined();
+  });
+});
