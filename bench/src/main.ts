@@ -1,0 +1,308 @@
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { commitLatencyMs, cpuVisible, resolveServer, serverSettings } from './server.js';
+import { renderMarkdown } from './report.js';
+import type { BenchResults, ScenarioResult } from './results.js';
+import { buildBigTable } from './scenarios/big-table.js';
+import { churnRun, drainRun, enqueueRun, latencyRun } from './scenarios/queue-runs.js';
+import { runSagas } from './scenarios/sagas.js';
+import { evaluateTargets } from './targets.js';
+import { labelOf } from './systems/labels.js';
+import type { Measurement } from './measurement.js';
+
+const { values: args } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    reps: { type: 'string' },
+    only: { type: 'string' },
+    out: { type: 'string' },
+  },
+});
+
+const quick = args.quick === true;
+const reps = args.reps ? Number(args.reps) : quick ? 1 : 3;
+if (!Number.isInteger(reps) || reps < 1 || reps > 20) {
+  throw new Error(`--reps must be an integer from 1 to 20, got ${args.reps}`);
+}
+const only = args.only ? new Set(args.only.split(',')) : null;
+const KNOWN = ['drain', 'enqueue', 'latency', 'big-table', 'sagas', 'churn'];
+for (const name of only ?? []) {
+  if (!KNOWN.includes(name))
+    throw new Error(`--only: unknown scenario "${name}" (${KNOWN.join(', ')})`);
+}
+const wanted = (id: string) => !only || only.has(id);
+const benchRoot = fileURLToPath(new URL('..', import.meta.url));
+// Quick runs (CI, development) never overwrite the committed full results.
+const outDir = args.out ?? `${benchRoot}results${quick ? '/quick' : ''}`;
+
+const log = (line: string) =>
+  process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
+
+const plan = {
+  drainJobs: quick ? 1_000 : 20_000,
+  drainConfigs: quick
+    ? [{ config: '1 process × 10', processes: 1, concurrency: 10 }]
+    : [
+        { config: '1 process × 1', processes: 1, concurrency: 1 },
+        { config: '1 process × 10', processes: 1, concurrency: 10 },
+        { config: '1 process × 50', processes: 1, concurrency: 50 },
+        { config: '2 processes × 10', processes: 2, concurrency: 10 },
+      ],
+  drainTimeoutMs: quick ? 10_000 : 30_000,
+  bulkJobs: quick ? 2_000 : 20_000,
+  singleJobs: quick ? 100 : 2_000,
+  latencyJobs: quick ? 20 : 300,
+  latencyWarmup: quick ? 5 : 20,
+  churnJobs: quick ? 2_000 : 200_000,
+  bigTable: { completed: 1_800_000, pending: 200_000 },
+};
+
+const DRAIN_SYSTEMS = ['skiplock', 'bare', 'graphile', 'graphile-lq', 'pgboss'];
+const ENQUEUE_SYSTEMS = ['skiplock', 'bare', 'graphile', 'pgboss'];
+const LATENCY_SYSTEMS = ['skiplock', 'graphile', 'graphile-lq', 'pgboss'];
+const CHURN_SYSTEMS = ['skiplock', 'graphile', 'pgboss'];
+const BIG_TABLE_SYSTEMS = ['skiplock', 'bare'];
+
+function packageVersion(name: string): string {
+  try {
+    const file = `${benchRoot}node_modules/${name}/package.json`;
+    return (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version;
+  } catch {
+    return 'not installed';
+  }
+}
+
+/** Runs `measure` for every system, repetition by repetition (A B A B), keeping failures visible. */
+async function interleaved(
+  scenario: ScenarioResult,
+  config: string,
+  systems: readonly string[],
+  measure: (system: string) => Promise<Measurement>,
+  repetitions = reps,
+): Promise<void> {
+  const rows = systems.map((system) => {
+    const row = { system, label: labelOf(system), config, runs: [] as Measurement[] };
+    scenario.rows.push(row);
+    return row;
+  });
+  for (let rep = 1; rep <= repetitions; rep++) {
+    for (const row of rows) {
+      log(`${scenario.id} · ${config} · ${row.system} · repetition ${rep}/${repetitions}`);
+      try {
+        const m = await measure(row.system);
+        row.runs.push(m);
+        log(`  → ${m.value?.toFixed(2)} ${scenario.metric}${m.note ? ` (${m.note})` : ''}`);
+      } catch (error) {
+        const message = error instanceof Error ? error.message.split('\n')[0]! : String(error);
+        log(`  → failed: ${message}`);
+        row.runs.push({ value: null, extra: {}, accounting: null, note: `failed: ${message}` });
+      }
+    }
+  }
+}
+
+async function main(): Promise<void> {
+  const startedAt = new Date().toISOString();
+  const server = await resolveServer(log);
+  const adminUrl = server.adminUrl;
+  log(`PostgreSQL from ${server.source}; ${reps} repetition(s); ${quick ? 'quick' : 'full'} run`);
+  const settings = await serverSettings(adminUrl);
+  const loadBefore = os.loadavg();
+  const commitBefore = await commitLatencyMs(adminUrl);
+  log(
+    `one-row commit takes ${commitBefore.toFixed(2)} ms (median); load average ${loadBefore[0]!.toFixed(2)}`,
+  );
+  const ctx = { adminUrl };
+  const scenarios: ScenarioResult[] = [];
+  let commitAfter: number | null = null;
+  try {
+    if (wanted('drain')) {
+      const s: ScenarioResult = {
+        id: 'drain',
+        title: `Drain: ${plan.drainJobs.toLocaleString('en-US')} queued jobs, no-op handler`,
+        metric: 'jobs/s',
+        higherIsBetter: true,
+        columns: {},
+        rows: [],
+        notes: [
+          'Jobs are enqueued in bulk before the workers start; the clock runs from start until the database shows every job settled.',
+          `A run stops at ${plan.drainTimeoutMs / 1000} s; its rate then counts the jobs settled so far.`,
+        ],
+      };
+      scenarios.push(s);
+      for (const c of plan.drainConfigs) {
+        await interleaved(s, c.config, DRAIN_SYSTEMS, (system) =>
+          drainRun(ctx, system, { jobs: plan.drainJobs, timeoutMs: plan.drainTimeoutMs, ...c }),
+        );
+      }
+    }
+    if (wanted('enqueue')) {
+      const s: ScenarioResult = {
+        id: 'enqueue',
+        title: 'Enqueue',
+        metric: 'jobs/s',
+        higherIsBetter: true,
+        columns: {},
+        rows: [],
+        notes: [
+          `bulk: ${plan.bulkJobs.toLocaleString('en-US')} jobs in chunks of 1,000 (one call per chunk); single: ${plan.singleJobs.toLocaleString('en-US')} jobs, one call after the other, each in its own transaction.`,
+        ],
+      };
+      scenarios.push(s);
+      await interleaved(s, 'bulk, chunks of 1,000', ENQUEUE_SYSTEMS, (system) =>
+        enqueueRun(ctx, system, { mode: 'bulk', count: plan.bulkJobs, chunk: 1_000 }),
+      );
+      await interleaved(s, 'single, sequential', ENQUEUE_SYSTEMS, (system) =>
+        enqueueRun(ctx, system, { mode: 'single', count: plan.singleJobs, chunk: 1 }),
+      );
+    }
+    if (wanted('latency')) {
+      const s: ScenarioResult = {
+        id: 'latency',
+        title: 'Latency: one job at a time at 50/s to an idle worker (concurrency 10)',
+        metric: 'p50 ms',
+        higherIsBetter: false,
+        columns: { p95Ms: 'p95 ms', p99Ms: 'p99 ms' },
+        rows: [],
+        notes: [
+          `${plan.latencyJobs} measured jobs after ${plan.latencyWarmup} warm-up jobs; enqueue-to-handler-start across processes on one clock (performance.timeOrigin + now()).`,
+          'pg-boss has no wake-up on enqueue; its workers poll at the 0.5 s minimum.',
+        ],
+      };
+      scenarios.push(s);
+      await interleaved(s, '50 jobs/s', LATENCY_SYSTEMS, (system) =>
+        latencyRun(ctx, system, {
+          jobs: plan.latencyJobs,
+          warmup: plan.latencyWarmup,
+          ratePerSecond: 50,
+        }),
+      );
+    }
+    if (wanted('big-table') && !quick) {
+      const { completed, pending } = plan.bigTable;
+      const s: ScenarioResult = {
+        id: 'big-table',
+        title: `The seed's table shape: ${((completed + pending) / 1e6).toFixed(1)} M rows (${completed.toLocaleString('en-US')} completed, ${pending.toLocaleString('en-US')} pending), drained by 1 process × 10`,
+        metric: 'jobs/s',
+        higherIsBetter: true,
+        columns: { claimP50Ms: 'claim p50 ms', claimP95Ms: 'claim p95 ms' },
+        rows: [],
+        notes: [
+          'Claim latency is the round trip of each claim statement as the worker sees it. Graphile Worker and pg-boss delete or archive finished jobs, so this shape is not theirs; the bare SQL baseline runs on the same shape.',
+        ],
+      };
+      scenarios.push(s);
+      const templates = new Map<string, { template: string; drop: () => Promise<void> }>();
+      try {
+        for (const system of BIG_TABLE_SYSTEMS) {
+          log(`big-table · building ${system}'s table`);
+          templates.set(system, await buildBigTable(adminUrl, system, plan.bigTable));
+        }
+        await interleaved(s, '1 process × 10', BIG_TABLE_SYSTEMS, (system) =>
+          drainRun(ctx, system, {
+            jobs: pending,
+            processes: 1,
+            concurrency: 10,
+            timeoutMs: 120_000,
+            template: templates.get(system)!.template,
+          }),
+        );
+      } finally {
+        for (const t of templates.values()) await t.drop();
+      }
+    }
+    if (wanted('sagas')) {
+      scenarios.push(await runSagas({ adminUrl, quick, reps, log }));
+    }
+    if (wanted('churn')) {
+      const s: ScenarioResult = {
+        id: 'churn',
+        title: `Churn: ${plan.churnJobs.toLocaleString('en-US')} jobs through the queue with retention on`,
+        metric: 'MiB at the end (tables + indexes)',
+        higherIsBetter: false,
+        columns: {
+          tableMiB: 'table MiB',
+          indexMiB: 'index MiB',
+          deadTuples: 'dead tuples',
+          liveTuples: 'live tuples',
+          jobsPerSecond: 'jobs/s',
+        },
+        rows: [],
+        notes: [
+          'One process enqueues in chunks of 1,000 while one worker process (concurrency 10) drains. Retention: skiplock deletes completed jobs older than 1 s every second (its default keeps them 7 days); pg-boss archives completed jobs after 1 s with maintenance every second; Graphile Worker deletes each job when it completes.',
+          'A size, not a speed: one repetition.',
+        ],
+      };
+      scenarios.push(s);
+      await interleaved(
+        s,
+        'concurrency 10',
+        CHURN_SYSTEMS,
+        (system) =>
+          churnRun(ctx, system, { jobs: plan.churnJobs, timeoutMs: quick ? 30_000 : 180_000 }),
+        1,
+      );
+    }
+    commitAfter = await commitLatencyMs(adminUrl);
+  } finally {
+    await server.stop();
+  }
+
+  const cpus = os.cpus();
+  const results: BenchResults = {
+    header: {
+      startedAt,
+      finishedAt: new Date().toISOString(),
+      mode: quick ? 'quick' : 'full',
+      repetitions: reps,
+      machine: {
+        cpus: cpus.length,
+        cpuModel: cpus[0]?.model ?? 'unknown',
+        memoryGiB: os.totalmem() / 1024 ** 3,
+        node: process.version,
+        platform: `${os.platform()} ${os.release()}`,
+      },
+      server: {
+        source: server.source,
+        settings,
+        postgresCpu: cpuVisible() ? 'from /proc' : 'n/a (server processes not visible)',
+        commitLatencyMs: { before: commitBefore, after: commitAfter },
+      },
+      load: { before: loadBefore, after: os.loadavg() },
+      versions: {
+        '@skiplock/queue': packageVersion('@skiplock/queue'),
+        'graphile-worker': packageVersion('graphile-worker'),
+        'pg-boss': packageVersion('pg-boss'),
+        '@dbos-inc/dbos-sdk': packageVersion('@dbos-inc/dbos-sdk'),
+        pg: packageVersion('pg'),
+      },
+    },
+    targets: [],
+    scenarios,
+  };
+  results.targets = evaluateTargets(results);
+  mkdirSync(outDir, { recursive: true });
+  const markdown = renderMarkdown(results);
+  writeFileSync(`${outDir}/latest.md`, markdown);
+  writeFileSync(`${outDir}/latest.json`, `${JSON.stringify(results, null, 2)}\n`);
+  process.stdout.write(`${markdown}\n`);
+  log(`wrote ${outDir}/latest.md and latest.json`);
+  const failed = scenarios.flatMap((s) =>
+    s.rows.filter((r) => r.system === 'skiplock' && r.runs.some((m) => m.value === null)),
+  );
+  if (failed.length > 0) {
+    log(`skiplock failed in ${failed.length} configuration(s); see the notes`);
+    process.exitCode = 1;
+  }
+}
+
+await main().catch((error: unknown) => {
+  process.stderr.write(
+    `benchmark failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
+  process.exit(1);
+});
+// Some peers keep timers alive after their pools end; the results are written, so leave now.
+process.exit(process.exitCode ?? 0);

@@ -1,0 +1,85 @@
+import pg from 'pg';
+
+export interface StatementStats {
+  calls: number;
+  totalMs: number;
+}
+
+export interface QueryCounts {
+  roundTrips: number;
+  statements: Record<string, StatementStats>;
+}
+
+/** A short stable label for a statement: its first words, whitespace and parameters collapsed. */
+function fingerprint(text: string): string {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  if (/^(BEGIN|COMMIT|ROLLBACK)/i.test(flat)) return flat.split(' ')[0]!.toUpperCase();
+  return flat.slice(0, 90);
+}
+
+let installed: QueryCounts | null = null;
+const claimLatencies: number[] = [];
+const MAX_SAMPLES = 1_000_000;
+
+/**
+ * Counts every statement any `pg` client in this process sends (one call is one round trip) and
+ * times each one to its result. Peers that use the same `pg` module are counted the same way.
+ */
+export function installQueryCounter(isClaim: (text: string) => boolean): QueryCounts {
+  if (installed) return installed;
+  const counts: QueryCounts = { roundTrips: 0, statements: {} };
+  installed = counts;
+  const original = pg.Client.prototype.query as (...args: unknown[]) => unknown;
+  (pg.Client.prototype as unknown as { query: (...args: unknown[]) => unknown }).query = function (
+    this: pg.Client,
+    ...args: unknown[]
+  ) {
+    const first = args[0];
+    const text =
+      typeof first === 'string'
+        ? first
+        : typeof (first as { text?: unknown } | null)?.text === 'string'
+          ? (first as { text: string }).text
+          : '';
+    counts.roundTrips += 1;
+    const key = fingerprint(text);
+    const entry = (counts.statements[key] ??= { calls: 0, totalMs: 0 });
+    entry.calls += 1;
+    const started = performance.now();
+    const claim = isClaim(text);
+    const done = () => {
+      const ms = performance.now() - started;
+      entry.totalMs += ms;
+      if (claim && claimLatencies.length < MAX_SAMPLES) claimLatencies.push(ms);
+    };
+    const result = original.apply(this, args);
+    if (result && typeof (result as Promise<unknown>).then === 'function') {
+      (result as Promise<unknown>).then(done, done);
+    } else {
+      done();
+    }
+    return result;
+  };
+  return counts;
+}
+
+/** Round-trip times of the statements `isClaim` picked, in milliseconds. */
+export function takeClaimLatencies(): number[] {
+  return claimLatencies.splice(0, claimLatencies.length);
+}
+
+export function snapshotCounts(): QueryCounts {
+  if (!installed) return { roundTrips: 0, statements: {} };
+  return structuredClone(installed);
+}
+
+export function diffCounts(after: QueryCounts, before: QueryCounts): QueryCounts {
+  const statements: Record<string, StatementStats> = {};
+  for (const [key, a] of Object.entries(after.statements)) {
+    const b = before.statements[key] ?? { calls: 0, totalMs: 0 };
+    if (a.calls - b.calls > 0) {
+      statements[key] = { calls: a.calls - b.calls, totalMs: a.totalMs - b.totalMs };
+    }
+  }
+  return { roundTrips: after.roundTrips - before.roundTrips, statements };
+}

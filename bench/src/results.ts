@@ -1,0 +1,54 @@
+import type { Measurement } from './measurement.js';
+import type { ServerSettings } from './server.js';
+
+export interface ScenarioRow {
+  system: string;
+  label: string;
+  config: string;
+  runs: Measurement[];
+  /** Set when the system could not run this scenario at all, with the reason. */
+  unavailable?: string;
+}
+
+export interface ScenarioResult {
+  id: string;
+  title: string;
+  /** What the main figure is, with its unit. */
+  metric: string;
+  higherIsBetter: boolean;
+  /** Extra figures shown as columns: key in `Measurement.extra` → column title. */
+  columns: Record<string, string>;
+  rows: ScenarioRow[];
+  notes: string[];
+}
+
+export interface TargetResult {
+  target: string;
+  skiplock: string;
+  reference: string;
+  met: boolean | null;
+}
+
+export interface BenchHeader {
+  startedAt: string;
+  finishedAt: string;
+  mode: 'full' | 'quick';
+  repetitions: number;
+  machine: { cpus: number; cpuModel: string; memoryGiB: number; node: string; platform: string };
+  server: {
+    source: string;
+    settings: ServerSettings;
+    postgresCpu: string;
+    /** Median one-row autocommit INSERT, before and after the run. */
+    commitLatencyMs: { before: number; after: number | null };
+  };
+  /** 1/5/15-minute load averages: other work on the machine shows here. */
+  load: { before: number[]; after: number[] };
+  versions: Record<string, string>;
+}
+
+export interface BenchResults {
+  header: BenchHeader;
+  targets: TargetResult[];
+  scenarios: ScenarioResult[];
+}

@@ -1,0 +1,325 @@
+import pg from 'pg';
+import { spawnChild, sleep, type ChildHandle } from '../harness.js';
+import { account, type Measurement } from '../measurement.js';
+import type { ChildReport } from '../protocol.js';
+import {
+  freshDatabase,
+  sampleServer,
+  serverDelta,
+  settledXacts,
+  type FreshDatabase,
+  type ServerSample,
+} from '../server.js';
+import { quantile } from '../stats.js';
+import { queueSystem } from '../systems/index.js';
+import { wallClockMs, type Payload, type QueueSystem } from '../systems/types.js';
+
+export interface RunContext {
+  adminUrl: string;
+}
+
+const payloads = (n: number): Payload[] => Array.from({ length: n }, (_, i) => ({ i, t: 0 }));
+
+async function connect(url: string): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  return client;
+}
+
+async function remaining(client: pg.Client, system: QueueSystem): Promise<number> {
+  const { rows } = await client.query<{ n: number }>(system.remainingSql);
+  return rows[0]!.n;
+}
+
+/** A database with the system installed and, optionally, jobs already queued. */
+export async function preparedDatabase(
+  ctx: RunContext,
+  system: QueueSystem,
+  queued: number,
+  template?: string,
+): Promise<FreshDatabase> {
+  const db = await freshDatabase(ctx.adminUrl, template);
+  if (template) return db;
+  await system.install(db.url);
+  if (queued > 0) {
+    await system.enqueueBulk(db.url, payloads(queued), 1_000);
+    const client = await connect(db.url);
+    await client.query('ANALYZE').finally(() => client.end());
+  }
+  return db;
+}
+
+async function startWorkers(
+  url: string,
+  systemId: string,
+  processes: number,
+  concurrency: number,
+  extra: { latency?: boolean; retention?: boolean } = {},
+): Promise<ChildHandle[]> {
+  const children = Array.from({ length: processes }, () =>
+    spawnChild({ role: 'worker', system: systemId, url, concurrency, ...extra }),
+  );
+  try {
+    await Promise.all(children.map((c) => c.ready));
+  } catch (error) {
+    await Promise.all(children.map((c) => c.stop(1_000)));
+    throw error;
+  }
+  return children;
+}
+
+async function finish(children: ChildHandle[]): Promise<ChildReport[]> {
+  try {
+    return await Promise.all(children.map((c) => c.report()));
+  } finally {
+    await Promise.all(children.map((c) => c.stop()));
+  }
+}
+
+/**
+ * Drains `jobs` queued jobs with worker processes; the clock runs from `go` until the database
+ * shows every job settled (a handler run is not enough: the completion must be committed).
+ */
+export async function drainRun(
+  ctx: RunContext,
+  systemId: string,
+  opts: {
+    jobs: number;
+    processes: number;
+    concurrency: number;
+    timeoutMs: number;
+    template?: string;
+  },
+): Promise<Measurement & { claimLatencies: number[] }> {
+  const system = await queueSystem(systemId);
+  const db = await preparedDatabase(ctx, system, opts.template ? 0 : opts.jobs, opts.template);
+  const admin = await connect(db.url);
+  try {
+    const children = await startWorkers(db.url, systemId, opts.processes, opts.concurrency);
+    let reports: ChildReport[];
+    let done = opts.jobs;
+    let elapsedMs: number;
+    let after: ServerSample;
+    const before = await sampleServer(admin, db.name);
+    const t0 = performance.now();
+    try {
+      for (const c of children) c.send({ type: 'go' });
+      const deadline = t0 + opts.timeoutMs;
+      // Handler counts come over IPC (cheap); the database is asked only near the end.
+      while (children.reduce((n, c) => n + c.handled, 0) < opts.jobs) {
+        if (performance.now() > deadline) break;
+        await sleep(20);
+      }
+      while (performance.now() <= deadline) {
+        const left = await remaining(admin, system);
+        if (left === 0) break;
+        await sleep(5);
+      }
+      elapsedMs = performance.now() - t0;
+      done = opts.jobs - (await remaining(admin, system));
+      after = await sampleServer(admin, db.name);
+    } finally {
+      reports = await finish(children);
+    }
+    const delta = await serverDelta(admin, before, after, await settledXacts(admin, db.name));
+    const claimLatencies = reports.flatMap((r) => r.claimLatencies);
+    return {
+      value: (done / elapsedMs) * 1000,
+      extra: {
+        jobs: done,
+        seconds: elapsedMs / 1000,
+        claimP50Ms: quantile(claimLatencies, 0.5),
+        claimP95Ms: quantile(claimLatencies, 0.95),
+        claims: claimLatencies.length,
+      },
+      accounting: account(done, delta, reports),
+      claimLatencies,
+      ...(done < opts.jobs
+        ? { note: `stopped at the ${opts.timeoutMs / 1000} s limit after ${done} jobs` }
+        : {}),
+    };
+  } finally {
+    await admin.end();
+    await db.drop();
+  }
+}
+
+/** Enqueues `count` jobs from a fresh process, in chunks (bulk) or one per call (single). */
+export async function enqueueRun(
+  ctx: RunContext,
+  systemId: string,
+  opts: { mode: 'bulk' | 'single'; count: number; chunk: number },
+): Promise<Measurement> {
+  const system = await queueSystem(systemId);
+  const db = await preparedDatabase(ctx, system, 0);
+  const admin = await connect(db.url);
+  try {
+    const child = spawnChild({ role: 'enqueue', system: systemId, url: db.url, ...opts });
+    let report: ChildReport;
+    const before = await sampleServer(admin, db.name);
+    try {
+      await child.ready;
+      child.send({ type: 'go' });
+      report = await child.report();
+    } finally {
+      await child.stop();
+    }
+    const after = await sampleServer(admin, db.name);
+    const delta = await serverDelta(admin, before, after, await settledXacts(admin, db.name));
+    return {
+      value: (opts.count / report.elapsedMs) * 1000,
+      extra: { jobs: opts.count, seconds: report.elapsedMs / 1000 },
+      accounting: account(opts.count, delta, [report]),
+    };
+  } finally {
+    await admin.end();
+    await db.drop();
+  }
+}
+
+/**
+ * One job at a time at `ratePerSecond` to an idle worker (defaults, concurrency 10): the time from
+ * just before the enqueue call to the handler's first line, across processes on one clock.
+ */
+export async function latencyRun(
+  ctx: RunContext,
+  systemId: string,
+  opts: { jobs: number; warmup: number; ratePerSecond: number },
+): Promise<Measurement> {
+  const system = await queueSystem(systemId);
+  const db = await preparedDatabase(ctx, system, 0);
+  const admin = await connect(db.url);
+  const producer = await system.producer(db.url);
+  try {
+    const [child] = await startWorkers(db.url, systemId, 1, 10, { latency: true });
+    const total = opts.jobs + opts.warmup;
+    let report: ChildReport;
+    let after: ServerSample;
+    const before = await sampleServer(admin, db.name);
+    try {
+      child!.send({ type: 'go' });
+      // Let the worker reach its idle wait before the first job, as in production.
+      await sleep(300);
+      const interval = 1000 / opts.ratePerSecond;
+      const start = performance.now();
+      for (let i = 0; i < total; i++) {
+        const due = start + i * interval;
+        const wait = due - performance.now();
+        if (wait > 0) await sleep(wait);
+        await producer.enqueue({ i, t: wallClockMs() });
+      }
+      const deadline = performance.now() + 10_000;
+      while (child!.handled < total && performance.now() < deadline) await sleep(10);
+      after = await sampleServer(admin, db.name);
+    } finally {
+      report = (await finish([child!]))[0]!;
+    }
+    await producer.close();
+    const delta = await serverDelta(admin, before, after, await settledXacts(admin, db.name));
+    const measured = report.latencies.slice(opts.warmup);
+    return {
+      value: quantile(measured, 0.5),
+      extra: {
+        p50Ms: quantile(measured, 0.5),
+        p95Ms: quantile(measured, 0.95),
+        p99Ms: quantile(measured, 0.99),
+        jobs: measured.length,
+      },
+      accounting: account(report.handled, delta, [report]),
+      ...(report.handled < total ? { note: `${total - report.handled} jobs never started` } : {}),
+    };
+  } finally {
+    await producer.close().catch(() => {});
+    await admin.end();
+    await db.drop();
+  }
+}
+
+export interface TableSizes {
+  tableBytes: number;
+  indexBytes: number;
+  deadTuples: number;
+  liveTuples: number;
+}
+
+export async function schemaSizes(client: pg.Client, schema: string): Promise<TableSizes> {
+  const { rows } = await client.query<Record<keyof TableSizes, string>>(
+    `SELECT coalesce(sum(pg_table_size(relid)), 0)::text AS "tableBytes",
+            coalesce(sum(pg_indexes_size(relid)), 0)::text AS "indexBytes",
+            coalesce(sum(n_dead_tup), 0)::text AS "deadTuples",
+            coalesce(sum(n_live_tup), 0)::text AS "liveTuples"
+     FROM pg_stat_user_tables WHERE schemaname = $1`,
+    [schema],
+  );
+  const r = rows[0]!;
+  return {
+    tableBytes: Number(r.tableBytes),
+    indexBytes: Number(r.indexBytes),
+    deadTuples: Number(r.deadTuples),
+    liveTuples: Number(r.liveTuples),
+  };
+}
+
+/**
+ * Churn: `jobs` jobs enqueued in chunks of 1,000 by one process while one worker process
+ * (concurrency 10, retention on) drains them; then the system's tables are measured.
+ */
+export async function churnRun(
+  ctx: RunContext,
+  systemId: string,
+  opts: { jobs: number; timeoutMs: number },
+): Promise<Measurement> {
+  const system = await queueSystem(systemId);
+  const db = await preparedDatabase(ctx, system, 0);
+  const admin = await connect(db.url);
+  try {
+    const workers = await startWorkers(db.url, systemId, 1, 10, { retention: true });
+    const producer = spawnChild({
+      role: 'enqueue',
+      system: systemId,
+      url: db.url,
+      mode: 'bulk',
+      count: opts.jobs,
+      chunk: 1_000,
+    });
+    let reports: ChildReport[] = [];
+    const before = await sampleServer(admin, db.name);
+    const t0 = performance.now();
+    let elapsedMs: number;
+    let after: ServerSample;
+    try {
+      await producer.ready;
+      for (const c of [...workers, producer]) c.send({ type: 'go' });
+      const produced = await producer.report();
+      reports.push(produced);
+      const deadline = t0 + opts.timeoutMs;
+      while (workers[0]!.handled < opts.jobs && performance.now() < deadline) await sleep(20);
+      while ((await remaining(admin, system)) > 0 && performance.now() < deadline) await sleep(10);
+      elapsedMs = performance.now() - t0;
+      after = await sampleServer(admin, db.name);
+    } finally {
+      await producer.stop();
+      reports = [...reports, ...(await finish(workers))];
+    }
+    const delta = await serverDelta(admin, before, after, await settledXacts(admin, db.name));
+    // The statistics collector publishes counts at most once a second.
+    await sleep(1_200);
+    const sizes = await schemaSizes(admin, system.schema);
+    const done = workers.reduce((n, w) => n + w.handled, 0);
+    return {
+      value: (sizes.tableBytes + sizes.indexBytes) / 1024 / 1024,
+      extra: {
+        tableMiB: sizes.tableBytes / 1024 / 1024,
+        indexMiB: sizes.indexBytes / 1024 / 1024,
+        deadTuples: sizes.deadTuples,
+        liveTuples: sizes.liveTuples,
+        jobsPerSecond: (done / elapsedMs) * 1000,
+      },
+      accounting: account(done, delta, reports),
+      ...(done < opts.jobs ? { note: `only ${done} of ${opts.jobs} jobs ran in time` } : {}),
+    };
+  } finally {
+    await admin.end();
+    await db.drop();
+  }
+}

@@ -1,0 +1,18 @@
+import type { QueueSystem } from './types.js';
+
+// Loaded on demand, so a child process for one system never loads the others' libraries.
+const loaders: Record<string, () => Promise<QueueSystem>> = {
+  skiplock: async () => (await import('./skiplock.js')).skiplock,
+  bare: async () => (await import('./bare.js')).bare,
+  graphile: async () => (await import('./graphile.js')).graphileDefaults,
+  'graphile-lq': async () => (await import('./graphile.js')).graphileLocalQueue,
+  pgboss: async () => (await import('./pgboss.js')).pgboss,
+};
+
+export const queueSystemIds = Object.keys(loaders);
+
+export async function queueSystem(id: string): Promise<QueueSystem> {
+  const load = loaders[id];
+  if (!load) throw new Error(`unknown queue system "${id}" (${queueSystemIds.join(', ')})`);
+  return load();
+}

@@ -1,0 +1,12 @@
+/** How each system and configuration is named in the results. */
+export const systemLabels: Record<string, string> = {
+  skiplock: 'skiplock (defaults)',
+  bare: 'bare SQL (seed claim, batch 100)',
+  graphile: 'graphile-worker (defaults)',
+  'graphile-lq': 'graphile-worker (localQueue 500, batched completion)',
+  pgboss: 'pg-boss (batch 100, poll 0.5 s)',
+  'skiplock-saga': 'skiplock saga',
+  dbos: 'DBOS workflow',
+};
+
+export const labelOf = (id: string): string => systemLabels[id] ?? id;

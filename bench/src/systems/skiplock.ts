@@ -1,0 +1,64 @@
+import pg from 'pg';
+import { pino } from 'pino';
+import { z } from 'zod';
+import { createClient, createWorker, defineJob, migrate } from '@skiplock/queue';
+import { labelOf } from './labels.js';
+import { chunks, type Payload, type QueueSystem } from './types.js';
+
+const logger = pino({ level: 'warn' });
+const payload = z.object({ i: z.number(), t: z.number() });
+
+function noopJob(onJob: (p: Payload) => void = () => {}) {
+  return defineJob({ type: 'bench.noop', payload, handler: (p) => onJob(p) });
+}
+
+/** skiplock with its default settings: nothing here is tuned for the benchmark. */
+export const skiplock: QueueSystem = {
+  id: 'skiplock',
+  label: labelOf('skiplock'),
+  async install(url) {
+    await migrate({ connectionString: url, logger });
+  },
+  async enqueueBulk(url, payloads, chunk) {
+    const client = createClient({ connectionString: url, logger });
+    const job = noopJob();
+    try {
+      for (const part of chunks(payloads, chunk)) {
+        await client.enqueueMany(
+          job,
+          part.map((p) => ({ payload: p })),
+        );
+      }
+    } finally {
+      await client.close();
+    }
+  },
+  async producer(url) {
+    const client = createClient({ connectionString: url, logger });
+    const job = noopJob();
+    return {
+      enqueue: async (p) => {
+        await client.enqueue(job, p);
+      },
+      close: () => client.close(),
+    };
+  },
+  async worker({ url, concurrency, onJob, retention }) {
+    const worker = createWorker({
+      connectionString: url,
+      jobs: [noopJob(onJob)],
+      concurrency,
+      logger,
+      // Churn: finished jobs leave after a second instead of a week, so the run shows pruning.
+      ...(retention ? { retention: { completedAgeMs: 1_000, intervalMs: 1_000 } } : {}),
+    });
+    // Open the pool's first connection now, as the peers do at start, so `go` measures work.
+    const probe = new pg.Client({ connectionString: url });
+    await probe.connect();
+    await probe.end();
+    return { go: () => worker.start(), stop: () => worker.stop({ timeoutMs: 2_000 }) };
+  },
+  remainingSql: `SELECT count(*)::int AS n FROM skiplock.jobs WHERE status NOT IN ('completed', 'dead', 'cancelled')`,
+  schema: 'skiplock',
+  isClaim: (text) => text.includes("SET status = 'processing'"),
+};

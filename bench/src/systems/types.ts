@@ -1,0 +1,51 @@
+/** What every benchmark job carries: its index and the wall-clock time it was enqueued. */
+export interface Payload {
+  i: number;
+  t: number;
+}
+
+export interface WorkerOptions {
+  url: string;
+  concurrency: number;
+  onJob: (payload: Payload) => void;
+  /** Churn runs: finished jobs are pruned the way the system does it. */
+  retention?: boolean;
+}
+
+export interface RunningWorker {
+  /** Starts taking jobs. */
+  go(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface Producer {
+  enqueue(payload: Payload): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** One queue implementation in one configuration, driven the same way as the others. */
+export interface QueueSystem {
+  id: string;
+  label: string;
+  /** Creates the system's tables in an empty database. */
+  install(url: string): Promise<void>;
+  enqueueBulk(url: string, payloads: readonly Payload[], chunk: number): Promise<void>;
+  /** A connected producer that enqueues one job per call, in its own transaction. */
+  producer(url: string): Promise<Producer>;
+  /** Builds a worker, connected and ready, that takes no job until `go`. */
+  worker(options: WorkerOptions): Promise<RunningWorker>;
+  /** Counts the jobs not yet finished (settled in the database). */
+  remainingSql: string;
+  /** The schema whose tables the churn scenario measures. */
+  schema: string;
+  /** Recognizes the statement that claims jobs, for claim latency. */
+  isClaim(text: string): boolean;
+}
+
+export const wallClockMs = (): number => performance.timeOrigin + performance.now();
+
+export function chunks<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
