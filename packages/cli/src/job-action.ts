@@ -1,13 +1,13 @@
-import { createClient, type Job, type JobStatus } from '@skiplock/queue';
-import { pino } from 'pino';
+import type { Client, Job, JobStatus } from '@skiplock/queue';
 import { CliError } from './args.js';
 import { withDatabase } from './database.js';
+import { silentClient } from './lazy.js';
 
 export interface JobAction {
   /** Verb for messages: "retried", "cancelled". */
   verb: string;
   allowed: readonly JobStatus[];
-  apply(client: ReturnType<typeof createClient>, id: string): Promise<boolean>;
+  apply(client: Client, id: string): Promise<boolean>;
 }
 
 /**
@@ -20,7 +20,7 @@ export async function applyJobAction(
   action: JobAction,
 ): Promise<{ before: Job; after: Job }> {
   return withDatabase(url, async (db) => {
-    const client = createClient({ pool: db.pool, logger: pino({ level: 'silent' }) });
+    const client = await silentClient(db.pool);
     const before = await client.getJob(id);
     if (!before) throw new CliError(`job ${id} does not exist`);
     const changed = await action.apply(client, id);

@@ -1,5 +1,4 @@
-import { createClient, jobStatus, type JobStatus } from '@skiplock/queue';
-import { pino } from 'pino';
+import type { JobStatus } from '@skiplock/queue';
 import {
   UsageError,
   databaseOption,
@@ -10,13 +9,22 @@ import {
   parseOptions,
   positionalArgs,
 } from '../args.js';
-import { withDatabase } from '../database.js';
+import { silentClient } from '../lazy.js';
 import { jobSummaryJson } from '../format/job.js';
 import { cell, renderTable } from '../format/table.js';
 import { relativeTime } from '../format/time.js';
 import { printJson, type Command } from '../io.js';
 
-const statuses: readonly string[] = jobStatus.enumValues;
+// Checked against the schema's enum by a test, so help and validation stay in step with it.
+export const jobStatuses: readonly JobStatus[] = [
+  'pending',
+  'processing',
+  'failed',
+  'completed',
+  'dead',
+  'cancelled',
+];
+const statuses: readonly string[] = jobStatuses;
 
 export const jobsListCommand: Command = {
   name: 'jobs list',
@@ -52,9 +60,12 @@ export const jobsListCommand: Command = {
         ? undefined
         : parseJobId(values['before-id'], '--before-id');
     const url = databaseUrl(values['database-url'], io.env);
+    const { withDatabase } = await import('../database.js');
     const { jobs, now } = await withDatabase(url, async (db) => ({
       now: db.now,
-      jobs: await createClient({ pool: db.pool, logger: pino({ level: 'silent' }) }).listJobs({
+      jobs: await (
+        await silentClient(db.pool)
+      ).listJobs({
         statuses: wanted as JobStatus[],
         queue: values.queue,
         jobType: values.type,

@@ -6,7 +6,6 @@ import {
   parseOptions,
   positionalArgs,
 } from '../args.js';
-import { applyJobAction } from '../job-action.js';
 import { printJson, type Command } from '../io.js';
 
 export const jobsRetryCommand: Command = {
@@ -22,6 +21,7 @@ export const jobsRetryCommand: Command = {
     const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
     const id = parseJobId(positionalArgs(positionals, ['<id>'])[0]!);
     const url = databaseUrl(values['database-url'], io.env);
+    const { applyJobAction } = await import('../job-action.js');
     const { before, after } = await applyJobAction(url, id, {
       verb: 'retried',
       allowed: ['dead', 'cancelled', 'failed'],

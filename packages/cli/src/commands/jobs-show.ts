@@ -1,5 +1,4 @@
-import { createClient, type Job } from '@skiplock/queue';
-import { pino } from 'pino';
+import type { Job } from '@skiplock/queue';
 import {
   CliError,
   databaseOption,
@@ -9,7 +8,7 @@ import {
   parseOptions,
   positionalArgs,
 } from '../args.js';
-import { withDatabase } from '../database.js';
+import { silentClient } from '../lazy.js';
 import { jobJson, jobTimeline, type TimelineEntry } from '../format/job.js';
 import { cell, renderTable } from '../format/table.js';
 import { relativeTime, timestamp } from '../format/time.js';
@@ -27,9 +26,10 @@ export const jobsShowCommand: Command = {
     const [rawId] = positionalArgs(positionals, ['<id>']);
     const id = parseJobId(rawId!);
     const url = databaseUrl(values['database-url'], io.env);
+    const { withDatabase } = await import('../database.js');
     const { job, now } = await withDatabase(url, async (db) => ({
       now: db.now,
-      job: await createClient({ pool: db.pool, logger: pino({ level: 'silent' }) }).getJob(id),
+      job: await (await silentClient(db.pool)).getJob(id),
     }));
     if (!job) throw new CliError(`job ${id} does not exist`);
     const timeline = jobTimeline(job);

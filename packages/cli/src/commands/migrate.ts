@@ -1,7 +1,4 @@
-import { migrate } from '@skiplock/queue';
-import { pino } from 'pino';
 import { databaseOption, databaseUrl, parseOptions, positionalArgs } from '../args.js';
-import { openDatabase } from '../database.js';
 import { databaseError } from '../db-errors.js';
 import type { Command } from '../io.js';
 
@@ -17,6 +14,11 @@ export const migrateCommand: Command = {
     const { values, positionals } = parseOptions(args, databaseOption);
     positionalArgs(positionals, []);
     const url = databaseUrl(values['database-url'], io.env);
+    const [{ migrate }, { pino }, { openDatabase }] = await Promise.all([
+      import('@skiplock/queue'),
+      import('pino'),
+      import('../database.js'),
+    ]);
     // Probe first so an unreachable server gets the same clear message as every other command.
     const db = await openDatabase(url, {
       requireSchema: false,

@@ -1,7 +1,6 @@
-import { createClient, type QueueStats } from '@skiplock/queue';
-import { pino } from 'pino';
+import type { QueueStats } from '@skiplock/queue';
 import { databaseOption, databaseUrl, jsonOption, parseOptions, positionalArgs } from '../args.js';
-import { withDatabase } from '../database.js';
+import { silentClient } from '../lazy.js';
 import { renderTable } from '../format/table.js';
 import { formatDuration } from '../format/time.js';
 import { printJson, type Command } from '../io.js';
@@ -22,9 +21,8 @@ export const statsCommand: Command = {
     const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
     positionalArgs(positionals, []);
     const url = databaseUrl(values['database-url'], io.env);
-    const stats = await withDatabase(url, (db) =>
-      createClient({ pool: db.pool, logger: pino({ level: 'silent' }) }).stats(),
-    );
+    const { withDatabase } = await import('../database.js');
+    const stats = await withDatabase(url, async (db) => (await silentClient(db.pool)).stats());
     if (values.json) {
       printJson(io, { stats: stats.map(statsJson) });
       return 0;

@@ -1,5 +1,5 @@
-import { ConfigError, createWorker, type Worker } from '@skiplock/queue';
-import { pino, type Logger } from 'pino';
+import type { Worker } from '@skiplock/queue';
+import type { Logger } from 'pino';
 import {
   UsageError,
   databaseOption,
@@ -8,9 +8,7 @@ import {
   parseOptions,
   positionalArgs,
 } from '../args.js';
-import { openDatabase } from '../database.js';
 import type { Command } from '../io.js';
-import { loadJobModule } from '../load-jobs.js';
 
 // The worker's own default; used here only to size the pool before the worker exists.
 const DEFAULT_CONCURRENCY = 10;
@@ -60,6 +58,13 @@ export const workerCommand: Command = {
     const queues = values.queue;
     if (queues?.some((q) => q.trim() === '')) throw new UsageError('--queue must not be empty');
     const url = databaseUrl(values['database-url'], io.env);
+    const [{ ConfigError, createWorker }, { pino }, { openDatabase }, { loadJobModule }] =
+      await Promise.all([
+        import('@skiplock/queue'),
+        import('pino'),
+        import('../database.js'),
+        import('../load-jobs.js'),
+      ]);
     const loaded = await loadJobModule(specifier!, io.cwd);
 
     const logger = pino({

@@ -1,0 +1,226 @@
+import { createClient, defineJob } from '@skiplock/queue';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { runCli } from './run-cli.js';
+
+const db = await useTestDatabase();
+const env = { DATABASE_URL: db.url };
+const client = createClient({ pool: db.pool, logger: pino({ level: 'silent' }) });
+
+const sendEmail = defineJob({
+  type: 'send-email',
+  payload: z.object({ to: z.string() }),
+  handler: () => {},
+});
+const resize = defineJob({
+  type: 'resize-image',
+  queue: 'media',
+  payload: z.object({ key: z.string() }),
+  handler: () => {},
+});
+
+// One job in each interesting state, written directly, as a worker would have left them.
+const ids = {
+  pending: (await client.enqueue(sendEmail, { to: 'a@example.com' })).id,
+  dead: (await client.enqueue(sendEmail, { to: 'b@example.com' }, { maxAttempts: 2 })).id,
+  processing: (await client.enqueue(resize, { key: 'k1' })).id,
+  completed: (await client.enqueue(resize, { key: 'k2' })).id,
+  waiting: (await client.enqueue(sendEmail, { to: 'c@example.com' })).id,
+  scheduled: (await client.enqueue(resize, { key: 'k3' }, { delayMs: 3_600_000 })).id,
+};
+await db.pool.query(
+  `UPDATE skiplock.jobs SET status = 'dead', attempts = 2, last_error = 'smtp said no',
+     errors = jsonb_build_array(
+       jsonb_build_object('attempt', 1, 'reason', 'error', 'message', 'smtp timeout',
+                          'at', now() - interval '5 minutes'),
+       jsonb_build_object('attempt', 2, 'reason', 'error', 'message', 'smtp said no',
+                          'at', now() - interval '1 minute')),
+     created_at = now() - interval '10 minutes', updated_at = now() - interval '1 minute'
+   WHERE id = $1`,
+  [ids.dead],
+);
+await db.pool.query(
+  `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'host:1:w',
+     locked_at = now(), lease_expires_at = now() + interval '30 seconds' WHERE id = $1`,
+  [ids.processing],
+);
+await db.pool.query(
+  `UPDATE skiplock.jobs SET status = 'completed', attempts = 1, completed_at = now() WHERE id = $1`,
+  [ids.completed],
+);
+await db.pool.query(
+  `UPDATE skiplock.jobs SET status = 'failed', attempts = 1, last_error = 'flaky',
+     run_at = now() + interval '2 minutes',
+     errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'reason', 'timeout',
+                                'message', 'flaky', 'at', now()))
+   WHERE id = $1`,
+  [ids.waiting],
+);
+
+const summaryKeys = [
+  'id',
+  'queue',
+  'jobType',
+  'status',
+  'priority',
+  'attempts',
+  'maxAttempts',
+  'runAt',
+  'createdAt',
+  'updatedAt',
+  'completedAt',
+  'lockedAt',
+  'lockedBy',
+  'leaseExpiresAt',
+  'leaseMs',
+  'timeoutMs',
+  'idempotencyKey',
+  'lastError',
+];
+
+async function json(args: string[]) {
+  const result = await runCli([...args, '--json'], env);
+  expect(result.code, result.stderr).toBe(0);
+  return JSON.parse(result.stdout) as Record<string, unknown>;
+}
+
+async function statusOf(id: string) {
+  const { rows } = await db.pool.query<{ status: string; attempts: number }>(
+    'SELECT status, attempts FROM skiplock.jobs WHERE id = $1',
+    [id],
+  );
+  return rows[0];
+}
+
+describe('skiplock jobs', () => {
+  it('lists jobs newest first as an aligned table with relative ages', async () => {
+    const result = await runCli(['jobs', 'list'], env);
+    expect(result.code, result.stderr).toBe(0);
+    const lines = result.stdout.trimEnd().split('\n');
+    expect(lines[0]).toMatch(/^\s*ID\s+QUEUE\s+TYPE\s+STATUS\s+ATTEMPTS\s+CREATED\s+UPDATED/);
+    const rowIds = lines.slice(1).map((l) => l.trim().split(/\s+/)[0]);
+    expect(rowIds).toEqual(Object.values(ids).sort((a, b) => Number(b) - Number(a)));
+    // Columns line up: every row has its status where the header has STATUS.
+    const statusAt = lines[0]!.indexOf('STATUS');
+    const deadLine = lines.find((l) => l.trim().startsWith(`${ids.dead} `))!;
+    expect(deadLine.slice(statusAt)).toMatch(/^dead\s+2\/2\s+10m ago\s+1m ago\s+-\s+smtp said no$/);
+    const waitingLine = lines.find((l) => l.trim().startsWith(`${ids.waiting} `))!;
+    expect(waitingLine).toMatch(/failed\s+1\/5 .* in 1m\s+flaky$/);
+  });
+
+  it('lists as JSON with stable keys, filters and keyset pages', async () => {
+    const all = (await json(['jobs', 'list'])) as {
+      jobs: Record<string, unknown>[];
+      nextBeforeId: string | null;
+    };
+    expect(all.jobs).toHaveLength(6);
+    for (const job of all.jobs) expect(Object.keys(job)).toEqual(summaryKeys);
+    expect(all.nextBeforeId).toBeNull();
+
+    type Listing = { jobs: { id: string; jobType: string }[]; nextBeforeId: string };
+    const [dead, some, media, emails, page1] = (await Promise.all([
+      json(['jobs', 'list', '--status', 'dead']),
+      json(['jobs', 'list', '--status', 'dead,completed', '--status', 'failed']),
+      json(['jobs', 'list', '--queue', 'media']),
+      json(['jobs', 'list', '--type', 'send-email']),
+      json(['jobs', 'list', '--limit', '4']),
+    ])) as Listing[];
+    expect(dead!.jobs.map((j) => j.id)).toEqual([ids.dead]);
+    expect(some!.jobs.map((j) => j.id).sort()).toEqual(
+      [ids.dead, ids.completed, ids.waiting].sort(),
+    );
+    expect(media!.jobs.map((j) => j.jobType)).toEqual(Array(3).fill('resize-image'));
+    expect(emails!.jobs.map((j) => j.jobType)).toEqual(Array(3).fill('send-email'));
+    expect(page1!.jobs).toHaveLength(4);
+    expect(page1!.nextBeforeId).toBe(page1!.jobs[3]!.id);
+    const page2 = (await json(['jobs', 'list', '--limit', '4', '--before-id', page1!.nextBeforeId]))
+      .jobs as { id: string }[];
+    expect([...page1!.jobs, ...page2].map((j) => j.id)).toEqual(all.jobs.map((j) => j.id));
+  });
+
+  it('shows every field and the attempt history of one job', async () => {
+    const [shownJson, human, processingJson] = await Promise.all([
+      json(['jobs', 'show', ids.dead]),
+      runCli(['jobs', 'show', ids.dead], env),
+      json(['jobs', 'show', ids.processing]),
+    ]);
+    const shown = shownJson as {
+      job: Record<string, unknown>;
+      timeline: Record<string, unknown>[];
+    };
+    expect(Object.keys(shown.job)).toEqual([...summaryKeys, 'payload', 'errors']);
+    expect(shown.job).toMatchObject({
+      id: ids.dead,
+      status: 'dead',
+      attempts: 2,
+      maxAttempts: 2,
+      payload: { to: 'b@example.com' },
+      lastError: 'smtp said no',
+    });
+    expect(shown.timeline.map((t) => [t.event, t.attempt, t.message])).toEqual([
+      ['enqueued', null, null],
+      ['attempt_failed', 1, 'smtp timeout'],
+      ['attempt_failed', 2, 'smtp said no'],
+      ['dead', null, 'smtp said no'],
+    ]);
+
+    expect(human.code, human.stderr).toBe(0);
+    expect(human.stdout).toContain(`job ${ids.dead}  send-email  dead`);
+    expect(human.stdout).toMatch(/attempts\s+2 of 2/);
+    expect(human.stdout).toContain('"to": "b@example.com"');
+    expect(human.stdout).toMatch(/5m ago\s+attempt failed\s+attempt 1 \(error\) smtp timeout/);
+    expect(human.stdout).toMatch(/1m ago\s+dead\s+smtp said no/);
+
+    const processing = processingJson as {
+      job: { lockedBy: string };
+      timeline: { event: string }[];
+    };
+    expect(processing.job.lockedBy).toBe('host:1:w');
+    expect(processing.timeline.map((t) => t.event)).toEqual(['enqueued', 'claimed']);
+  });
+
+  it('fails with a clear message for a job that does not exist', async () => {
+    const commands = ['show', 'retry', 'cancel'];
+    const results = await Promise.all(commands.map((c) => runCli(['jobs', c, '987654321'], env)));
+    results.forEach((result, i) => {
+      expect(result.code, commands[i]).toBe(1);
+      expect(result.stderr).toBe(`skiplock jobs ${commands[i]}: job 987654321 does not exist\n`);
+    });
+  });
+
+  it('retries a dead job with fresh attempts, and refuses a job in another state', async () => {
+    const result = await runCli(['jobs', 'retry', ids.dead, '--json'], env);
+    expect(result.code, result.stderr).toBe(0);
+    expect(JSON.parse(result.stdout)).toEqual({
+      id: ids.dead,
+      previousStatus: 'dead',
+      status: 'pending',
+    });
+    expect(await statusOf(ids.dead)).toEqual({ status: 'pending', attempts: 0 });
+
+    const refused = await runCli(['jobs', 'retry', ids.completed], env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(
+      `job ${ids.completed} is completed; only dead, cancelled, failed jobs can be retried`,
+    );
+    expect(await statusOf(ids.completed)).toEqual({ status: 'completed', attempts: 1 });
+  });
+
+  it('cancels a job that is not running, and refuses a running one', async () => {
+    const result = await runCli(['jobs', 'cancel', ids.scheduled], env);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toBe(
+      `job ${ids.scheduled} (resize-image) was pending; it is cancelled\n`,
+    );
+    expect((await statusOf(ids.scheduled))!.status).toBe('cancelled');
+
+    const refused = await runCli(['jobs', 'cancel', ids.processing], env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(
+      `job ${ids.processing} is processing; only pending, failed jobs can be cancelled`,
+    );
+    expect((await statusOf(ids.processing))!.status).toBe('processing');
+  });
+});
