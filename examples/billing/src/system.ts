@@ -1,5 +1,10 @@
 import { createClient, type AnyJobDefinition, type Client, type Logger } from '@skiplock/queue';
-import { createSagaRuntime, type RetryPolicy, type SagaRuntime } from '@skiplock/saga';
+import {
+  createSagaRuntime,
+  type FaultHook,
+  type RetryPolicy,
+  type SagaRuntime,
+} from '@skiplock/saga';
 import type pg from 'pg';
 import type { Faults } from './faults.js';
 import { insertDraftInvoice } from './invoices.js';
@@ -19,6 +24,8 @@ export interface BillingSystemOptions {
   faults?: Faults;
   retry?: Pick<RetryPolicy, 'backoff' | 'leaseMs'>;
   random?: () => number;
+  /** The saga runtime's crash injection (tests only): fail an attempt before or after its code. */
+  sagaFaults?: FaultHook;
 }
 
 export interface BillingSystem {
@@ -63,7 +70,7 @@ export function createBillingSystem(options: BillingSystemOptions): BillingSyste
       await runtime!.signal(sagaId, PAYMENT_CONFIRMED, payload);
     },
   });
-  runtime = createSagaRuntime({ pool, sagas: [saga], logger });
+  runtime = createSagaRuntime({ pool, sagas: [saga], logger, faults: options.sagaFaults });
   const sagaRuntime = runtime;
   webhookJob = defineWebhookJob({
     provider,

@@ -10,8 +10,11 @@ export interface WorkerFleet {
   readonly size: number;
   /** Starts `count` workers and resolves when each reports it is claiming. */
   start(count: number): Promise<void>;
-  /** SIGKILLs one worker (no shutdown, no release: its leases must expire) and starts another. */
-  killOneAndReplace(): Promise<{ killedPid: number; replacementPid: number }>;
+  /**
+   * SIGKILLs one worker (`pid` when it is ours, else any): no shutdown, no release, so its jobs
+   * come back only when their leases expire. Then starts a replacement.
+   */
+  killOneAndReplace(pid?: number): Promise<{ killedPid: number; replacementPid: number }>;
   /** Workers that exited without being asked to. */
   readonly unexpectedExits: { pid: number; code: number | null; signal: string | null }[];
   /** SIGTERM to all (graceful drain), SIGKILL after `timeoutMs`. */
@@ -84,8 +87,8 @@ export function createFleet(options: {
     async start(count) {
       await Promise.all(Array.from({ length: count }, () => spawnOne()));
     },
-    async killOneAndReplace() {
-      const victim = [...members][0];
+    async killOneAndReplace(pid) {
+      const victim = [...members].find((m) => m.child.pid === pid) ?? [...members][0];
       if (!victim) throw new Error('no worker left to kill');
       victim.expectedExit = true;
       victim.child.kill('SIGKILL');

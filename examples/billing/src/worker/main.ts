@@ -58,6 +58,7 @@ async function shutdown(signal: string) {
   stopping = true;
   logger.info({ reason: 'shutdown', signal }, 'billing worker stopping');
   await worker.stop({ timeoutMs: 10_000 });
+  await system.runtime.close();
   await pool.end();
   process.exit(0);
 }
@@ -67,4 +68,6 @@ process.on('SIGINT', () => void shutdown('SIGINT'));
 process.on('disconnect', () => void shutdown('disconnect'));
 
 await worker.start();
+// Moves on sagas whose job died without its dead-letter hook (its last lease expired).
+system.runtime.reconciler.start();
 process.send?.({ type: 'ready', pid: process.pid });

@@ -1,0 +1,143 @@
+import type { SagaView } from '@skiplock/saga';
+import type { DemoReport } from './report.js';
+
+export interface RunFacts {
+  workers: number;
+  databaseSource: string;
+  /** Worker processes SIGKILLed mid-run, with their replacements. */
+  kills: { killedPid: number; replacementPid: number; atFinished: number }[];
+  /** Worker processes that died without being asked to. */
+  unexpectedExits: number;
+  deadlineHit: boolean;
+  workerLog: string;
+}
+
+export interface Verdict {
+  ok: boolean;
+  problems: string[];
+}
+
+/** Passes only when every saga ended completed or compensated and every invariant holds. */
+export function judge(report: DemoReport, facts: RunFacts, expected: number): Verdict {
+  const problems: string[] = [];
+  const c = report.counts;
+  if (c.total !== expected) problems.push(`${expected - c.total} sagas were never started`);
+  if (c.unfinished > 0) {
+    problems.push(
+      `${c.unfinished} sagas still unfinished${facts.deadlineHit ? ' at the deadline' : ''}`,
+    );
+  }
+  if (c.failed > 0) problems.push(`${c.failed} sagas failed (they need an operator)`);
+  if (c.cancelled > 0) problems.push(`${c.cancelled} sagas were cancelled`);
+  for (const inv of report.invariants) {
+    if (!inv.ok) {
+      problems.push(
+        `invariant "${inv.name}" broken by ${inv.violationCount} rows (${inv.sample.join(', ')})`,
+      );
+    }
+  }
+  if (facts.unexpectedExits > 0) {
+    problems.push(`${facts.unexpectedExits} worker processes died unexpectedly`);
+  }
+  return { ok: problems.length === 0, problems };
+}
+
+const ms = (value: number | null) =>
+  value === null
+    ? 'n/a'
+    : value >= 10_000
+      ? `${(value / 1000).toFixed(1)} s`
+      : `${Math.round(value)} ms`;
+
+export function formatSummary(
+  report: DemoReport,
+  facts: RunFacts,
+  verdict: Verdict,
+  style: { color: boolean },
+): string {
+  const paint = (code: string, text: string) =>
+    style.color ? `\x1b[${code}m${text}\x1b[0m` : text;
+  const bold = (t: string) => paint('1', t);
+  const pass = paint('32', 'PASS');
+  const fail = paint('31', 'FAIL');
+  const c = report.counts;
+  const finished = c.completed + c.compensated + c.failed + c.cancelled;
+  const seconds = report.elapsedMs / 1000;
+  const throughput = seconds > 0 ? (finished / seconds).toFixed(1) : 'n/a';
+  const charges = Object.entries(report.charges)
+    .map(([status, n]) => `${n} ${status}`)
+    .join(' · ');
+  const lines: string[] = [];
+  lines.push('', bold('skiplock billing demo: summary'), '');
+  lines.push(
+    `  Sagas       ${finished} of ${c.total} finished: ${paint('32', `${c.completed} completed`)} · ` +
+      `${paint('33', `${c.compensated} compensated`)} · ${c.failed > 0 ? paint('31', `${c.failed} failed`) : '0 failed'}` +
+      (c.unfinished > 0 ? ` · ${paint('31', `${c.unfinished} unfinished`)}` : ''),
+  );
+  lines.push(
+    `  Retries     ${report.retries} step retries · ${report.replayedCharges} charge retries answered from the provider's record (no double charge)`,
+  );
+  lines.push(
+    `  Throughput  ${throughput} sagas/s (${seconds.toFixed(1)} s from first start to last finish)`,
+  );
+  lines.push(
+    `  Latency     p50 ${ms(report.p50Ms)} · p95 ${ms(report.p95Ms)} (saga start → finish)`,
+  );
+  lines.push(`  Provider    ${charges || 'no card charges'}`);
+  lines.push(
+    `  Workers     ${facts.workers} processes on ${facts.databaseSource}; logs in ${facts.workerLog}`,
+  );
+  for (const kill of facts.kills) {
+    lines.push(
+      `  Kill -9     worker pid ${kill.killedPid} SIGKILLed after ${kill.atFinished} sagas finished; pid ${kill.replacementPid} took its place`,
+    );
+  }
+  if (facts.kills.length > 0) {
+    const allEnded = c.unfinished === 0 && c.failed === 0 && c.total > 0;
+    lines.push(
+      `              ${allEnded ? pass : fail}  every saga still ended completed or compensated`,
+    );
+  }
+  lines.push('', bold('Money invariants'));
+  const width = Math.max(...report.invariants.map((i) => i.name.length));
+  for (const inv of report.invariants) {
+    lines.push(
+      `  ${inv.ok ? pass : fail}  ${inv.name.padEnd(width)}  ${inv.ok ? inv.rule : `${inv.violationCount} violations: ${inv.sample.join(', ')}`}`,
+    );
+  }
+  if (report.example) lines.push('', ...formatTimeline(report.example, bold));
+  lines.push('');
+  lines.push(
+    verdict.ok
+      ? `${pass}  every saga completed or compensated, and the money adds up`
+      : `${fail}  ${verdict.problems.join('; ')}`,
+  );
+  return lines.join('\n') + '\n';
+}
+
+/** The history of one saga as offsets from its start, steps and compensations interleaved. */
+export function formatTimeline(saga: SagaView, bold: (t: string) => string = (t) => t): string[] {
+  const start = saga.createdAt.getTime();
+  const lines = [bold(`Timeline of compensated saga ${saga.id}`)];
+  lines.push(`  ${'+0 ms'.padStart(9)}  saga started`);
+  const events = saga.history
+    .map((h) => ({ h, at: (h.finishedAt ?? h.startedAt ?? h.createdAt).getTime() }))
+    .sort((a, b) => a.at - b.at);
+  for (const { h, at } of events) {
+    const what = h.kind === 'compensation' ? `undo ${h.step}` : h.step;
+    const attempts = h.attempts === 1 ? '1 attempt' : `${h.attempts} attempts`;
+    const detail = h.error ? `  ${truncate(h.error, 70)}` : '';
+    lines.push(
+      `  ${`+${Math.round(at - start)} ms`.padStart(9)}  ${what.padEnd(24)} ${h.status.padEnd(9)} ${attempts.padEnd(10)}${detail}`,
+    );
+  }
+  const end = saga.finishedAt ? `+${saga.finishedAt.getTime() - start} ms` : '';
+  lines.push(
+    `  ${end.padStart(9)}  saga ${saga.status}${saga.error ? `: ${truncate(saga.error, 70)}` : ''}`,
+  );
+  return lines;
+}
+
+function truncate(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}

@@ -1,0 +1,262 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { createFaults, type BillingStepName } from '../src/faults.js';
+import { chargeKeyOf } from '../src/saga.js';
+import {
+  balanceOf,
+  customerWith,
+  expectInvariantsHold,
+  invoiceStatus,
+  migrated,
+  providerCharges,
+  settled,
+  startBilling,
+} from './harness.js';
+
+const db = await useTestDatabase();
+beforeAll(() => migrated(db.pool));
+
+async function ledgerOf(invoiceId: string) {
+  const { rows } = await db.pool.query<{ account: string; debit: number; credit: number }>(
+    `SELECT account, debit_cents AS debit, credit_cents AS credit
+       FROM billing.ledger_entries WHERE invoice_id = $1 ORDER BY account`,
+    [invoiceId],
+  );
+  return rows;
+}
+
+async function paymentStatus(invoiceId: string): Promise<string | null> {
+  const { rows } = await db.pool.query<{ status: string }>(
+    'SELECT status FROM billing.payments WHERE invoice_id = $1',
+    [invoiceId],
+  );
+  return rows[0]?.status ?? null;
+}
+
+describe('billing saga', () => {
+  it('completes: credit first, the card for the rest, one balanced journal', async () => {
+    const system = await startBilling(db.pool);
+    const customer = await customerWith(db.pool, 3_000);
+    const id = await system.openInvoice({ customerId: customer, amountCents: 10_000 });
+    const saga = await settled(system, id);
+    expect(saga.status).toBe('completed');
+    expect(saga.history.map((h) => h.step)).toEqual([
+      'issue-invoice',
+      'reserve-credit',
+      'open-payment',
+      'charge-card',
+      'payment-confirmed',
+      'capture-payment',
+      'issue-receipt',
+      'write-ledger',
+    ]);
+    expect(await invoiceStatus(db.pool, id)).toBe('paid');
+    expect(await balanceOf(db.pool, customer)).toBe(0);
+    expect(await providerCharges(db.pool, id)).toEqual([
+      { status: 'succeeded', calls: 1, amount_cents: 7_000 },
+    ]);
+    expect(await paymentStatus(id)).toBe('confirmed');
+    expect(await ledgerOf(id)).toEqual([
+      { account: 'card_clearing', debit: 7_000, credit: 0 },
+      { account: 'customer_credit', debit: 3_000, credit: 0 },
+      { account: 'revenue', debit: 0, credit: 10_000 },
+    ]);
+    await expectInvariantsHold(db.pool);
+  });
+
+  it('never calls the provider when credit pays the whole invoice', async () => {
+    const system = await startBilling(db.pool);
+    const customer = await customerWith(db.pool, 50_000);
+    const id = await system.openInvoice({ customerId: customer, amountCents: 12_345 });
+    expect((await settled(system, id)).status).toBe('completed');
+    expect(await providerCharges(db.pool, id)).toEqual([]);
+    expect(await balanceOf(db.pool, customer)).toBe(50_000 - 12_345);
+    await expectInvariantsHold(db.pool);
+  });
+
+  it('creates no invoice and starts no saga when the transaction rolls back', async () => {
+    const system = await startBilling(db.pool);
+    await expect(
+      system.openInvoice({ customerId: 'cus_does_not_exist', amountCents: 100 }),
+    ).rejects.toThrow(/foreign key/);
+    const { rows } = await db.pool.query(
+      `SELECT 1 FROM billing.invoices WHERE customer_id = 'cus_does_not_exist'`,
+    );
+    expect(rows).toEqual([]);
+  });
+
+  it.each<BillingStepName>(['issue-invoice', 'reserve-credit', 'open-payment', 'charge-card'])(
+    'a permanent failure in %s compensates: invoice not payable, balance as it was, no charge',
+    async (step) => {
+      const system = await startBilling(db.pool, {
+        faults: createFaults({ force: { step, kind: 'permanent' } }),
+      });
+      const customer = await customerWith(db.pool, 2_000);
+      const id = await system.openInvoice({ customerId: customer, amountCents: 5_000 });
+      const saga = await settled(system, id);
+      expect(saga.status).toBe('compensated');
+      expect(saga.history.find((h) => h.step === step && h.kind === 'step')?.status).toBe('failed');
+      // An invoice that could not even be issued stays a draft: nothing was issued to void.
+      expect(await invoiceStatus(db.pool, id)).toBe(step === 'issue-invoice' ? 'draft' : 'void');
+      expect(await balanceOf(db.pool, customer)).toBe(2_000);
+      // Only a completed `open-payment` leaves a voided tombstone; nothing was ever charged.
+      const charges = await providerCharges(db.pool, id);
+      expect(charges.filter((c) => c.status === 'succeeded' || c.status === 'pending')).toEqual([]);
+      await expectInvariantsHold(db.pool);
+    },
+  );
+
+  it('a declined card compensates: reservation released, invoice void', async () => {
+    const system = await startBilling(db.pool, {
+      rates: { declineRate: 1, transientRate: 0, lateConfirmRate: 0 },
+    });
+    const customer = await customerWith(db.pool, 1_500);
+    const id = await system.openInvoice({ customerId: customer, amountCents: 4_000 });
+    const saga = await settled(system, id);
+    expect(saga.status).toBe('compensated');
+    expect(saga.history.filter((h) => h.kind === 'compensation').map((h) => h.step)).toEqual([
+      'open-payment',
+      'reserve-credit',
+      'issue-invoice',
+    ]);
+    expect(await invoiceStatus(db.pool, id)).toBe('void');
+    expect(await balanceOf(db.pool, customer)).toBe(1_500);
+    expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['declined']);
+    await expectInvariantsHold(db.pool);
+  });
+
+  it('an answer lost after the charge is retried with the same key and charges once', async () => {
+    let crashed = false;
+    const system = await startBilling(db.pool, {
+      // The worker "crashes" after the provider charged but before the step committed.
+      sagaFaults: (point) => {
+        if (point.step === 'charge-card' && point.phase === 'after' && !crashed) {
+          crashed = true;
+          throw new Error('crash after the charge');
+        }
+      },
+    });
+    const customer = await customerWith(db.pool, 0);
+    const id = await system.openInvoice({ customerId: customer, amountCents: 2_500 });
+    expect((await settled(system, id)).status).toBe('completed');
+    expect(crashed).toBe(true);
+    expect(await providerCharges(db.pool, id)).toEqual([
+      { status: 'succeeded', calls: 2, amount_cents: 2_500 },
+    ]);
+    await expectInvariantsHold(db.pool);
+  });
+
+  it('a charge whose answer is lost on every attempt is refunded when the step gives up', async () => {
+    const system = await startBilling(db.pool, {
+      sagaFaults: (point) => {
+        if (point.step === 'charge-card' && point.phase === 'after') {
+          throw new Error('answer lost');
+        }
+      },
+    });
+    const customer = await customerWith(db.pool, 1_000);
+    const id = await system.openInvoice({ customerId: customer, amountCents: 3_000 });
+    const saga = await settled(system, id);
+    expect(saga.status).toBe('compensated');
+    expect(await providerCharges(db.pool, id)).toEqual([
+      { status: 'refunded', calls: 8, amount_cents: 2_000 },
+    ]);
+    expect(await balanceOf(db.pool, customer)).toBe(1_000);
+    expect(await invoiceStatus(db.pool, id)).toBe('void');
+    await expectInvariantsHold(db.pool);
+  });
+
+  it('a charge confirmed later by webhook completes the saga', async () => {
+    const system = await startBilling(db.pool, {
+      rates: { declineRate: 0, transientRate: 0, lateConfirmRate: 1 },
+    });
+    const customer = await customerWith(db.pool, 0);
+    const id = await system.openInvoice({ customerId: customer, amountCents: 900 });
+    const saga = await settled(system, id);
+    expect(saga.status).toBe('completed');
+    expect(saga.signals.map((s) => s.name)).toEqual(['payment-confirmed']);
+    expect(await providerCharges(db.pool, id)).toEqual([
+      { status: 'succeeded', calls: 1, amount_cents: 900 },
+    ]);
+    expect(await paymentStatus(id)).toBe('confirmed');
+    await expectInvariantsHold(db.pool);
+  });
+
+  it('a late decline by webhook compensates after the charge', async () => {
+    const system = await startBilling(db.pool, {
+      rates: { declineRate: 1, transientRate: 0, lateConfirmRate: 1 },
+    });
+    const customer = await customerWith(db.pool, 700);
+    const id = await system.openInvoice({ customerId: customer, amountCents: 2_000 });
+    const saga = await settled(system, id);
+    expect(saga.status).toBe('compensated');
+    expect(saga.history.find((h) => h.step === 'capture-payment')?.error).toMatch(/declined/);
+    expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['declined']);
+    expect(await paymentStatus(id)).toBe('voided');
+    expect(await balanceOf(db.pool, customer)).toBe(700);
+    await expectInvariantsHold(db.pool);
+  });
+
+  it('no webhook before the timeout: the charge is voided, and a late webhook cannot revive it', async () => {
+    const system = await startBilling(db.pool, {
+      rates: { declineRate: 0, transientRate: 0, lateConfirmRate: 1 },
+      webhookDelayMs: 600_000,
+      random: () => 0.5,
+      confirmTimeoutMs: 300,
+    });
+    const customer = await customerWith(db.pool, 0);
+    const id = await system.openInvoice({ customerId: customer, amountCents: 1_100 });
+    const saga = await settled(system, id);
+    expect(saga.status).toBe('compensated');
+    expect(saga.history.find((h) => h.step === 'payment-confirmed')?.status).toBe('failed');
+    expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['voided']);
+    expect(await paymentStatus(id)).toBe('voided');
+    // The provider's webhook finally arrives: the voided charge stays voided.
+    expect((await system.provider.confirm(chargeKeyOf(id)))?.status).toBe('voided');
+    await expectInvariantsHold(db.pool);
+  });
+
+  it('a permanent failure at the pivot refunds the card and restores the balance', async () => {
+    const system = await startBilling(db.pool, {
+      faults: createFaults({ force: { step: 'capture-payment', kind: 'permanent' } }),
+    });
+    const customer = await customerWith(db.pool, 400);
+    const id = await system.openInvoice({ customerId: customer, amountCents: 1_000 });
+    expect((await settled(system, id)).status).toBe('compensated');
+    expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['refunded']);
+    expect(await paymentStatus(id)).toBe('refunded');
+    expect(await balanceOf(db.pool, customer)).toBe(400);
+    await expectInvariantsHold(db.pool);
+  });
+
+  it.each<BillingStepName>(['issue-receipt', 'write-ledger'])(
+    'transient failures in %s (after the pivot) are retried until the saga completes',
+    async (step) => {
+      const system = await startBilling(db.pool, {
+        faults: createFaults({ force: { step, kind: 'transient', times: 3 } }),
+      });
+      const customer = await customerWith(db.pool, 100);
+      const id = await system.openInvoice({ customerId: customer, amountCents: 600 });
+      const saga = await settled(system, id);
+      expect(saga.status).toBe('completed');
+      expect(saga.history.find((h) => h.step === step)?.attempts).toBe(4);
+      expect(await invoiceStatus(db.pool, id)).toBe('paid');
+      await expectInvariantsHold(db.pool);
+    },
+  );
+
+  it('concurrent invoices of one customer never spend the same credit twice', async () => {
+    const system = await startBilling(db.pool, {
+      rates: { declineRate: 0.3, transientRate: 0.2, lateConfirmRate: 0.3 },
+    });
+    const customer = await customerWith(db.pool, 5_000);
+    const ids = await Promise.all(
+      Array.from({ length: 12 }, () =>
+        system.openInvoice({ customerId: customer, amountCents: 1_000 }),
+      ),
+    );
+    const sagas = await Promise.all(ids.map((id) => settled(system, id, 45_000)));
+    expect(sagas.every((s) => s.status === 'completed' || s.status === 'compensated')).toBe(true);
+    await expectInvariantsHold(db.pool);
+  });
+});
