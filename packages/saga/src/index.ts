@@ -24,6 +24,8 @@ export type {
   StartResult,
 } from './runtime.js';
 export type { Reconciler, ReconcilerOptions, ReconcileResult } from './reconciler.js';
+// Reads for tools that have no definitions at hand (the CLI); a runtime's getSaga/listSagas wrap them.
+export { readSaga, readSagas } from './read.js';
 export type {
   SagaList,
   SagaListOptions,
