@@ -66,11 +66,14 @@ export function createBillingSaga(deps: BillingDeps) {
   const { provider } = deps;
   const faults = deps.faults ?? noFaults;
   const policy: RetryPolicy = { maxAttempts: 8, ...deps.retry };
+  // Compensations get more attempts: giving up on one leaves the saga `failed`, for an operator.
+  const compensation: RetryPolicy = { maxAttempts: 20, ...deps.retry };
   const permanent = [InvoiceStateError, InjectedPermanentError];
 
   return defineSaga({ name: BILLING_SAGA, version: 1, input: billingInput })
     .step('issue-invoice', {
       ...policy,
+      compensation,
       nonRetryable: permanent,
       run: async (ctx, input) => {
         faults.check('issue-invoice', ctx.attempt);
@@ -81,6 +84,7 @@ export function createBillingSaga(deps: BillingDeps) {
     })
     .step('reserve-credit', {
       ...policy,
+      compensation,
       nonRetryable: permanent,
       run: async (ctx, input) => {
         faults.check('reserve-credit', ctx.attempt);
@@ -92,6 +96,7 @@ export function createBillingSaga(deps: BillingDeps) {
     })
     .step('open-payment', {
       ...policy,
+      compensation,
       nonRetryable: permanent,
       run: (ctx, input): PaymentPlan => {
         faults.check('open-payment', ctx.attempt);

@@ -21,6 +21,8 @@ export function defineWebhookJob(deps: {
     payload: z.object({ providerKey: z.string().min(1), sagaId: z.string().min(1) }),
     maxAttempts: 20,
     backoff: { baseMs: 100, maxMs: 2_000 },
+    // A delivery is quick; a short lease brings it back soon if its worker dies.
+    leaseMs: 5_000,
     handler: async ({ providerKey, sagaId }, ctx) => {
       const charge = await deps.provider.confirm(providerKey);
       if (charge?.status === 'succeeded' || charge?.status === 'declined') {

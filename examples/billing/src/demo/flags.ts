@@ -100,7 +100,12 @@ function describeParseError(error: unknown): string {
   const flag = /'(-{1,2}[^' ]+)/.exec(message)?.[1];
   if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return `unknown flag ${flag ?? message}`;
   if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
-    return `${flag ?? 'a flag'} ${/needs a value|argument missing/.test(message) ? 'needs a value' : 'takes no value'}`;
+    const name = flag ?? 'a flag';
+    if (/ambiguous/.test(message)) {
+      return `${name} needs a value; for one starting with "-" write ${name}=<value>`;
+    }
+    if (/does not take an argument/.test(message)) return `${name} takes no value`;
+    return `${name} needs a value`;
   }
   if (code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL')
     return `unexpected argument: ${message.split("'")[1] ?? message}`;

@@ -54,14 +54,19 @@ export function createProgress(
     };
   }
   let last = -Infinity;
+  let lastText = '';
   let pending: ProgressCounts | null = null;
   return {
     update(c) {
       pending = c;
-      if (now() - last < interval) return;
+      const text = line(c);
+      // Unchanged lines are repeated only now and then, as a sign of life.
+      const due = text === lastText ? interval * 5 : interval;
+      if (now() - last < due) return;
       last = now();
+      lastText = text;
       pending = null;
-      stream.write(`progress: ${line(c)}\n`);
+      stream.write(`progress: ${text}\n`);
     },
     done() {
       if (pending) stream.write(`progress: ${line(pending)}\n`);

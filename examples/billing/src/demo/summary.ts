@@ -119,7 +119,7 @@ export function formatSummary(
 export function formatTimeline(saga: SagaView, bold: (t: string) => string = (t) => t): string[] {
   const start = saga.createdAt.getTime();
   const lines = [bold(`Timeline of compensated saga ${saga.id}`)];
-  lines.push(`  ${'+0 ms'.padStart(9)}  saga started`);
+  lines.push(`  ${'+0 ms'.padStart(9)}  saga started (${describeInput(saga.input)})`);
   const events = saga.history
     .map((h) => ({ h, at: (h.finishedAt ?? h.startedAt ?? h.createdAt).getTime() }))
     .sort((a, b) => a.at - b.at);
@@ -128,14 +128,19 @@ export function formatTimeline(saga: SagaView, bold: (t: string) => string = (t)
     const attempts = h.attempts === 1 ? '1 attempt' : `${h.attempts} attempts`;
     const detail = h.error ? `  ${truncate(h.error, 70)}` : '';
     lines.push(
-      `  ${`+${Math.round(at - start)} ms`.padStart(9)}  ${what.padEnd(24)} ${h.status.padEnd(9)} ${attempts.padEnd(10)}${detail}`,
+      `  ${`+${ms(at - start)}`.padStart(9)}  ${what.padEnd(22)} ${h.status.padEnd(9)} ${attempts.padEnd(10)}${detail}`,
     );
   }
-  const end = saga.finishedAt ? `+${saga.finishedAt.getTime() - start} ms` : '';
+  const end = saga.finishedAt ? `+${ms(saga.finishedAt.getTime() - start)}` : '';
   lines.push(
     `  ${end.padStart(9)}  saga ${saga.status}${saga.error ? `: ${truncate(saga.error, 70)}` : ''}`,
   );
   return lines;
+}
+
+function describeInput(input: unknown): string {
+  const i = input as { customerId?: string; amountCents?: number };
+  return `${i.customerId ?? '?'} owes $${((i.amountCents ?? 0) / 100).toFixed(2)}`;
 }
 
 function truncate(text: string, max: number): string {

@@ -1,0 +1,85 @@
+import { describe, expect, it } from 'vitest';
+import { FlagError, parseDemoFlags } from '../src/demo/flags.js';
+import { runDemo } from './run-demo.js';
+
+describe('demo flags', () => {
+  it('has defaults for everything', () => {
+    expect(parseDemoFlags([])).toEqual({
+      count: 300,
+      workers: 3,
+      concurrency: 10,
+      customers: 50,
+      'decline-rate': 0.1,
+      'transient-rate': 0.1,
+      'late-confirm-rate': 0.1,
+      'deadline-seconds': 300,
+      'kill-workers': false,
+      keep: false,
+    });
+  });
+
+  it('reads every flag', () => {
+    const flags = parseDemoFlags([
+      '--count',
+      '40',
+      '--workers',
+      '2',
+      '--decline-rate',
+      '0.25',
+      '--transient-rate',
+      '0',
+      '--late-confirm-rate',
+      '1',
+      '--kill-workers',
+      '--keep',
+    ]);
+    expect(flags).toMatchObject({
+      count: 40,
+      workers: 2,
+      'decline-rate': 0.25,
+      'transient-rate': 0,
+      'late-confirm-rate': 1,
+      'kill-workers': true,
+      keep: true,
+    });
+  });
+
+  it('returns null for --help', () => {
+    expect(parseDemoFlags(['--help'])).toBeNull();
+  });
+
+  it.each([
+    [['--count', 'abc'], '--count must be a whole number from 1 to 100000'],
+    [['--count', '0'], '--count must be a whole number from 1 to 100000'],
+    [['--count', '1.5'], '--count must be a whole number from 1 to 100000'],
+    [['--count'], '--count needs a value'],
+    [['--workers', '99'], '--workers must be a whole number from 1 to 16'],
+    [['--decline-rate', '1.5'], '--decline-rate must be between 0 and 1'],
+    [['--late-confirm-rate', '-0.1'], '--late-confirm-rate needs a value; for one starting with'],
+    [['--late-confirm-rate=-0.1'], '--late-confirm-rate must be between 0 and 1'],
+    [['--transient-rate', '0.95'], '--transient-rate must be between 0 and 0.9'],
+    [['--kill-workers=yes'], '--kill-workers takes no value'],
+    [['--bogus'], 'unknown flag --bogus'],
+    [['300'], 'unexpected argument: 300'],
+  ])('refuses %j: %s', (argv, message) => {
+    expect(() => parseDemoFlags(argv)).toThrow(FlagError);
+    expect(() => parseDemoFlags(argv)).toThrow(message);
+  });
+
+  it('exits 2 with a message naming the flag, before touching any database', async () => {
+    const run = await runDemo(['--decline-rate', 'lots'], {
+      DATABASE_URL: 'postgres://nowhere.invalid/x',
+    });
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('pnpm demo: --decline-rate must be a number between 0 and 1');
+    expect(run.stderr).toContain('pnpm demo --help');
+    expect(run.stdout).not.toContain('Billing demo');
+  });
+
+  it('prints its usage for --help and exits 0', async () => {
+    const run = await runDemo(['--help']);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain('Usage: pnpm demo [flags]');
+    expect(run.stdout).toContain('--kill-workers');
+  });
+});
