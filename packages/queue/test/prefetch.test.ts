@@ -60,7 +60,7 @@ describe('claiming ahead into the local buffer', () => {
       mixed,
       Array.from({ length: 20 }, () => ({ payload: { slow: true } })),
     );
-    await waitFor(async () => (await countByStatus(db.pool, 'buffered')).processing > 2, {
+    await waitFor(async () => ((await countByStatus(db.pool, 'buffered')).processing ?? 0) > 2, {
       what: 'jobs claimed ahead',
     });
     await waitFor(() => started === 2);
