@@ -23,6 +23,7 @@ export interface OwnedPool {
  */
 export function resolvePool(source: PoolSource, logger: Logger, role: string): OwnedPool {
   if (source.pool) {
+    guardClients(source.pool);
     return { pool: source.pool, release: async () => {} };
   }
   const connectionString = source.connectionString ?? process.env.DATABASE_URL;
@@ -37,6 +38,7 @@ export function resolvePool(source: PoolSource, logger: Logger, role: string): O
   pool.on('error', (error) => {
     logger.warn({ reason: 'db_error', role, err: error.message }, 'idle connection error');
   });
+  guardClients(pool);
   let ended = false;
   return {
     pool,
@@ -46,4 +48,26 @@ export function resolvePool(source: PoolSource, logger: Logger, role: string): O
       await pool.end();
     },
   };
+}
+
+const guardedPools = new WeakSet<pg.Pool>();
+const guardedClients = new WeakSet<pg.PoolClient>();
+const ignoreError = () => {};
+
+/**
+ * pg-pool listens for errors only on idle clients. A client it hands to a waiting `connect()`
+ * has no listener until the caller's code runs, a microtask later; when a reply and the server's
+ * FATAL "terminating connection" arrive in one packet, the error is emitted in that gap, unhandled,
+ * and the process dies. So every client gets a listener of its own for life. It stays silent: the
+ * failed query, or the pool's `error` event for an idle client, already reports the fault, and a
+ * client that errored is not queryable, so the pool drops it on release.
+ */
+function guardClients(pool: pg.Pool): void {
+  if (guardedPools.has(pool)) return;
+  guardedPools.add(pool);
+  pool.on('acquire', (client) => {
+    if (guardedClients.has(client)) return;
+    guardedClients.add(client);
+    client.on('error', ignoreError);
+  });
 }
