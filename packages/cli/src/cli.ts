@@ -4,6 +4,8 @@ import { jobsListCommand } from './commands/jobs-list.js';
 import { jobsRetryCommand } from './commands/jobs-retry.js';
 import { jobsShowCommand } from './commands/jobs-show.js';
 import { migrateCommand } from './commands/migrate.js';
+import { sagasListCommand } from './commands/sagas-list.js';
+import { sagasShowCommand } from './commands/sagas-show.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
 import type { CliIo, Command } from './io.js';
@@ -18,6 +20,8 @@ const commands: Command[] = [
   jobsShowCommand,
   jobsRetryCommand,
   jobsCancelCommand,
+  sagasListCommand,
+  sagasShowCommand,
 ];
 
 function listing(list: readonly Command[]): string[] {

@@ -51,6 +51,14 @@ export function describeDatabaseError(error: unknown, url: string): string | nul
       return `${at}: the server is starting up or shutting down`;
     case '53300':
       return `${at}: the server has too many connections`;
+    case '42P01':
+      // A table of a later migration is missing: the schema predates this version of skiplock.
+      if (
+        /"?skiplock"?\./.test(message) ||
+        /relation "(sagas|saga_steps|saga_signals|jobs)"/.test(message)
+      ) {
+        return `the skiplock schema in database "${database}" at ${address} is out of date (${message}); run \`skiplock migrate\``;
+      }
   }
   if (/timeout expired|connection timeout/i.test(message)) {
     return `${at}: connection timed out`;

@@ -1,0 +1,47 @@
+import type { SagaSummary, SagaView } from '@skiplock/saga';
+
+const iso = (d: Date | null) => (d === null ? null : d.toISOString());
+
+/** A saga for `--json` output, keys in a fixed order. */
+export function sagaSummaryJson(s: SagaSummary) {
+  return {
+    id: s.id,
+    name: s.name,
+    version: s.version,
+    status: s.status,
+    currentStep: s.currentStep,
+    currentKind: s.currentKind,
+    currentJobId: s.currentJobId,
+    pivoted: s.pivoted,
+    cancelRequested: s.cancelRequested,
+    deadline: iso(s.deadline),
+    error: s.error,
+    createdAt: iso(s.createdAt),
+    updatedAt: iso(s.updatedAt),
+    finishedAt: iso(s.finishedAt),
+  };
+}
+
+export function sagaJson(view: SagaView) {
+  return {
+    saga: { ...sagaSummaryJson(view), input: view.input },
+    history: view.history.map((h) => ({
+      step: h.step,
+      kind: h.kind,
+      status: h.status,
+      attempts: h.attempts,
+      jobId: h.jobId,
+      output: h.output,
+      error: h.error,
+      createdAt: iso(h.createdAt),
+      startedAt: iso(h.startedAt),
+      finishedAt: iso(h.finishedAt),
+    })),
+    signals: view.signals.map((s) => ({
+      name: s.name,
+      payload: s.payload,
+      receivedAt: iso(s.receivedAt),
+      consumedAt: iso(s.consumedAt),
+    })),
+  };
+}
