@@ -25,6 +25,8 @@ export interface LeaseHolder {
 export class Heartbeat {
   private readonly stopper = new AbortController();
   private loop: Promise<void> | null = null;
+  /** Holders already given up, so that each lost lease is reported once. */
+  private readonly given = new WeakSet<LeaseHolder>();
 
   constructor(
     private readonly pool: pg.Pool,
@@ -62,35 +64,50 @@ export class Heartbeat {
       for (const holder of running) {
         if (renewed.has(holder.token.id)) {
           holder.renewedAt = started;
-        } else if (holder.isRunning()) {
+        } else if (holder.isRunning() && this.lose(holder)) {
           lost += 1;
-          this.lose(holder);
         }
       }
       return { renewed: renewed.size, lost };
     } catch (error) {
       this.logger.warn({ reason: 'heartbeat_failed', err: String(error) }, 'lease renewal failed');
-      const now = performance.now();
-      for (const holder of running) {
-        if (holder.isRunning() && now - holder.renewedAt > holder.leaseMs) {
-          lost += 1;
-          this.lose(holder);
-        }
-      }
-      return { renewed: 0, lost };
+      return { renewed: 0, lost: this.abortOverdue(running) };
     }
   }
 
-  private lose(holder: LeaseHolder): void {
+  /** Gives up the leases this worker has not renewed for a whole lease; returns how many. */
+  private abortOverdue(holders: Iterable<LeaseHolder>): number {
+    const now = performance.now();
+    let lost = 0;
+    for (const holder of holders) {
+      if (holder.isRunning() && now - holder.renewedAt > holder.leaseMs && this.lose(holder)) {
+        lost += 1;
+      }
+    }
+    return lost;
+  }
+
+  /** Aborts the holder's handler; false when it was given up before. */
+  private lose(holder: LeaseHolder): boolean {
+    if (this.given.has(holder)) return false;
+    this.given.add(holder);
     this.onLost(holder);
     holder.abort(new LockLostError(holder.token.id));
+    return true;
   }
 
   private async run(): Promise<void> {
+    let renewing: Promise<unknown> | null = null;
     while (!this.stopper.signal.aborted) {
       await sleep(withJitter(this.intervalMs, 0.1), this.stopper.signal);
       if (this.stopper.signal.aborted) break;
-      await this.beat();
+      // A renewal can hang rather than fail (the database is cut off but the connection is not
+      // yet broken). The loop keeps ticking without waiting for it, so leases left unrenewed for
+      // a whole lease are given up all the same, and never stacks a second renewal on the stuck one.
+      this.abortOverdue(this.holders());
+      renewing ??= this.beat().finally(() => {
+        renewing = null;
+      });
     }
   }
 }
