@@ -1,0 +1,141 @@
+import { createServer, connect, type Socket } from 'node:net';
+
+export interface TcpProxy {
+  readonly port: number;
+  /** `url` with its host and port replaced by the proxy's. */
+  urlThrough(url: string): string;
+  /**
+   * Cuts the network without closing anything, like a partition: bytes in either direction, and
+   * new connections, wait in the proxy. Queries sent meanwhile neither fail nor complete.
+   */
+  freeze(): void;
+  /** Heals the partition: everything held back is delivered, in order. */
+  resume(): void;
+  readonly frozen: boolean;
+  /** Bytes held back right now, in both directions. */
+  readonly heldBytes: number;
+  close(): Promise<void>;
+}
+
+/** Most bytes held back while frozen; past it the proxy drops the connection instead. */
+const MAX_HELD_BYTES = 16 * 1024 * 1024;
+
+interface Link {
+  client: Socket;
+  upstream: Socket | null;
+  toUpstream: Buffer[];
+  toClient: Buffer[];
+}
+
+/**
+ * A TCP proxy in the test process, placed between one worker and PostgreSQL so that a test can
+ * cut that worker off from the database (and only that worker) and later let it back.
+ */
+export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
+  const links = new Set<Link>();
+  let frozen = false;
+  let held = 0;
+
+  const drop = (link: Link) => {
+    links.delete(link);
+    for (const chunk of [...link.toUpstream, ...link.toClient]) held -= chunk.length;
+    link.toUpstream = [];
+    link.toClient = [];
+    link.client.destroy();
+    link.upstream?.destroy();
+  };
+
+  const forward = (link: Link, chunk: Buffer, toUpstream: boolean) => {
+    const queue = toUpstream ? link.toUpstream : link.toClient;
+    const out = toUpstream ? link.upstream : link.client;
+    if (frozen || !out || queue.length > 0) {
+      if (held + chunk.length > MAX_HELD_BYTES) return drop(link);
+      held += chunk.length;
+      queue.push(chunk);
+      return;
+    }
+    out.write(chunk);
+  };
+
+  const flush = (link: Link) => {
+    if (link.upstream) {
+      for (const chunk of link.toUpstream) link.upstream.write(chunk);
+      for (const chunk of link.toUpstream) held -= chunk.length;
+      link.toUpstream = [];
+    }
+    for (const chunk of link.toClient) link.client.write(chunk);
+    for (const chunk of link.toClient) held -= chunk.length;
+    link.toClient = [];
+  };
+
+  const openUpstream = (link: Link) => {
+    const upstream = connect(target.port, target.host);
+    link.upstream = upstream;
+    upstream.on('connect', () => {
+      if (!frozen) flush(link);
+    });
+    upstream.on('data', (chunk: Buffer) => forward(link, chunk, false));
+    upstream.on('error', () => drop(link));
+    upstream.on('close', () => {
+      // The server's side closed: let the client see it once the partition (if any) heals.
+      if (frozen) return;
+      drop(link);
+    });
+  };
+
+  const server = createServer((client) => {
+    const link: Link = { client, upstream: null, toUpstream: [], toClient: [] };
+    links.add(link);
+    client.on('data', (chunk: Buffer) => forward(link, chunk, true));
+    client.on('error', () => drop(link));
+    client.on('close', () => drop(link));
+    // A connection made during a partition reaches the server only when it heals.
+    if (!frozen) openUpstream(link);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+
+  return {
+    port,
+    urlThrough(url) {
+      const parsed = new URL(url);
+      parsed.hostname = '127.0.0.1';
+      parsed.port = String(port);
+      return parsed.toString();
+    },
+    freeze() {
+      frozen = true;
+    },
+    resume() {
+      frozen = false;
+      for (const link of [...links]) {
+        if (!link.upstream) {
+          openUpstream(link);
+        } else if (link.upstream.destroyed) {
+          // The server hung up during the partition; deliver its last words, then hang up too.
+          for (const chunk of link.toUpstream) held -= chunk.length;
+          link.toUpstream = [];
+          flush(link);
+          links.delete(link);
+          link.client.end();
+        } else {
+          flush(link);
+        }
+      }
+    },
+    get frozen() {
+      return frozen;
+    },
+    get heldBytes() {
+      return held;
+    },
+    async close() {
+      for (const link of [...links]) drop(link);
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
