@@ -1,0 +1,120 @@
+import { createDatabase, startEmbeddedPostgres, type EmbeddedServer } from '@skiplock/devdb';
+import { migrate } from '@skiplock/queue';
+import pg from 'pg';
+import { pino } from 'pino';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { ChildHandle } from '../support/processes.js';
+import { waitFor } from '../support/wait.js';
+import {
+  countByStatus,
+  createCrashTables,
+  enqueueCrashJobs,
+  prepareWorkerScript,
+  readOutcome,
+  startWorkerProcess,
+  stopWorkerProcess,
+} from './harness.js';
+
+const JOBS = 2_000;
+const WORKERS = 4;
+
+describe('PostgreSQL restarted under running worker processes', () => {
+  // This test restarts the server, so it runs one of its own whatever DATABASE_URL says.
+  let server: EmbeddedServer | null = null;
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  it('loses no job and crashes no worker; they reconnect and finish the work', async () => {
+    const [started] = await Promise.all([startEmbeddedPostgres(), prepareWorkerScript()]);
+    server = started;
+    const url = await createDatabase(server.url, 'crash_restart');
+    await migrate({ connectionString: url, logger: pino({ level: 'silent' }) });
+    const pool = new pg.Pool({ connectionString: url, max: 4 });
+    pool.on('error', () => {});
+    try {
+      await createCrashTables(pool);
+      await enqueueCrashJobs(pool, JOBS, (n) => (n % 2 === 0 ? 'tx' : 'plain'));
+      const startedAt = Date.now();
+
+      const unexpectedExits: string[] = [];
+      const workers: ChildHandle[] = await Promise.all(
+        Array.from({ length: WORKERS }, (_, i) =>
+          startWorkerProcess(url, `restart-w${i + 1}`, {
+            concurrency: 8,
+            leaseMs: 2_000,
+            heartbeatMs: 300,
+            sweepIntervalMs: 300,
+            jobMs: '5-25',
+          }),
+        ),
+      );
+      for (const w of workers) {
+        void w.exited.then(({ code, signal }) => {
+          if (signal !== 'SIGTERM' && code !== 0) {
+            unexpectedExits.push(`${w.name} exited ${code ?? signal}: ${w.stderrTail()}`);
+          }
+        });
+      }
+      // While the server is down, the test's own reads fail too; that only means "not yet".
+      const completed = async () => {
+        if (unexpectedExits.length > 0) throw new Error(unexpectedExits.join('\n'));
+        return (await countByStatus(pool).catch(() => ({}) as Record<string, number>)).completed;
+      };
+
+      await waitFor(async () => ((await completed()) ?? 0) >= JOBS / 3, {
+        timeoutMs: 90_000,
+        intervalMs: 100,
+        what: 'a third of the jobs completed',
+      });
+      const { rows } = await pool.query<{ id: string }>(
+        'SELECT coalesce(max(id), 0)::text AS id FROM crash.executions',
+      );
+      const beforeRestart = Number(rows[0]!.id);
+      await server.restart();
+      await waitFor(async () => (await completed()) === JOBS, {
+        timeoutMs: 120_000,
+        intervalMs: 200,
+        what: `all ${JOBS} jobs completed after the restart`,
+      });
+
+      const codes = await Promise.all(workers.map(stopWorkerProcess));
+      expect(unexpectedExits).toEqual([]);
+      expect(codes).toEqual(workers.map(() => 0));
+
+      // Each worker saw the restart, and went on working after it.
+      for (const w of workers) {
+        expect(
+          w.lines.some((l) => l.reason === 'db_error' || l.reason === 'heartbeat_failed'),
+        ).toBe(true);
+        expect(w.lines.some((l) => l.reason === 'listen_reconnect')).toBe(true);
+      }
+      const { rows: after } = await pool.query<{ worker_id: string }>(
+        'SELECT DISTINCT worker_id FROM crash.executions WHERE id > $1',
+        [beforeRestart],
+      );
+      expect(after.map((r) => r.worker_id).sort()).toEqual(workers.map((w) => w.name).sort());
+
+      const outcome = await readOutcome(pool);
+      expect(outcome.byStatus).toEqual({ completed: JOBS });
+      expect(outcome.attemptsRunTwice).toBe(0);
+      expect(outcome.completedWithoutFinalRun).toBe(0);
+      // A job ran again only after an attempt the database recorded as failed or expired.
+      expect(outcome.earlier.filter((e) => e.reasons.length === 0)).toEqual([]);
+      const { rows: effects } = await pool.query<{ wrong: number }>(`
+        SELECT count(*)::int AS wrong FROM skiplock.jobs j
+        WHERE j.payload->>'mode' = 'tx' AND (
+          SELECT count(*) FROM crash.effects e
+          WHERE e.job_id = j.id AND e.attempt = j.attempts AND e.worker_id = j.locked_by
+        ) <> 1 OR (SELECT count(*) FROM crash.effects e WHERE e.job_id = j.id) > 1`);
+      expect(effects[0]!.wrong).toBe(0);
+
+      console.log(
+        `[restart] ${Math.round((Date.now() - startedAt) / 1000)} s: ${JOBS} jobs, ` +
+          `${outcome.executions} executions, ${outcome.jobsRunMoreThanOnce} jobs run again`,
+      );
+    } finally {
+      await pool.end();
+    }
+  }, 240_000);
+});
