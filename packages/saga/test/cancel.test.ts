@@ -1,0 +1,163 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createSagaRuntime, defineSaga } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { fast, settled, silent, startSagas, timeline } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+const undone: string[] = [];
+/** Steps that block until the test opens their gate, by saga id. */
+const gates = new Map<string, () => void>();
+const gate = (id: string) => new Promise<void>((resolve) => gates.set(id, resolve));
+
+const trip = defineSaga({ name: 'trip', version: 1, input: z.object({ block: z.boolean() }) })
+  .step('flight', {
+    ...fast,
+    run: () => ({ seat: '1A' }),
+    compensate: (ctx, out) => void undone.push(`${ctx.sagaId}:flight:${out.seat}`),
+  })
+  .step('hotel', {
+    ...fast,
+    run: async (ctx) => {
+      if (ctx.input.block) await gate(ctx.sagaId);
+      return { room: 12 };
+    },
+    compensate: (ctx, out) => void undone.push(`${ctx.sagaId}:hotel:${out.room}`),
+  })
+  .waitFor('paid', { payload: z.object({}) })
+  .step('confirm', { ...fast, pivot: true, run: () => true });
+
+describe('cancel', () => {
+  it('compensates a saga waiting for a signal and ends it cancelled', async () => {
+    const { runtime } = await startSagas(db.pool, [trip]);
+    await runtime.start(trip, { id: 'c-wait', input: { block: false } });
+    await settled(runtime, 'c-wait', ['waiting']);
+    expect(await runtime.cancel('c-wait')).toEqual({ accepted: true, status: 'compensating' });
+    const done = await settled(runtime, 'c-wait');
+    expect(done.status).toBe('cancelled');
+    expect(done.error).toBe('cancelled');
+    expect(timeline(done)).toEqual([
+      'flight:completed',
+      'hotel:completed',
+      'paid:cancelled',
+      'undo hotel:completed',
+      'undo flight:completed',
+    ]);
+    expect(undone.filter((u) => u.startsWith('c-wait'))).toEqual([
+      'c-wait:hotel:12',
+      'c-wait:flight:1A',
+    ]);
+  });
+
+  it('cancels a step that has not started: its job is cancelled and it never runs', async () => {
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [trip], logger: silent });
+    await runtime.start(trip, { id: 'c-queued', input: { block: false } });
+    expect(await runtime.cancel('c-queued')).toEqual({ accepted: true, status: 'cancelled' });
+    const saga = await runtime.getSaga('c-queued');
+    expect(timeline(saga!)).toEqual(['flight:cancelled']);
+    expect(saga?.status).toBe('cancelled');
+    const job = await db.pool.query(`SELECT status FROM skiplock.jobs WHERE id = $1`, [
+      saga!.history[0]!.jobId,
+    ]);
+    expect(job.rows[0].status).toBe('cancelled');
+    expect(await runtime.cancel('c-queued')).toEqual({
+      accepted: false,
+      status: 'cancelled',
+      reason: 'finished',
+    });
+    await runtime.close();
+  });
+
+  it('lets a running step finish, then compensates it too', async () => {
+    const { runtime } = await startSagas(db.pool, [trip]);
+    await runtime.start(trip, { id: 'c-run', input: { block: true } });
+    await waitFor(() => gates.has('c-run'), { what: 'hotel step to run' });
+    expect(await runtime.cancel('c-run')).toEqual({ accepted: true, status: 'running' });
+    expect((await runtime.getSaga('c-run'))?.cancelRequested).toBe(true);
+    gates.get('c-run')!();
+    const done = await settled(runtime, 'c-run');
+    expect(done.status).toBe('cancelled');
+    expect(timeline(done)).toEqual([
+      'flight:completed',
+      'hotel:completed',
+      'undo hotel:completed',
+      'undo flight:completed',
+    ]);
+  });
+
+  it('refuses to cancel once the pivot completed', async () => {
+    const { runtime } = await startSagas(db.pool, [trip]);
+    await runtime.start(trip, { id: 'c-late', input: { block: false } });
+    await settled(runtime, 'c-late', ['waiting']);
+    await runtime.signal('c-late', 'paid', {});
+    await settled(runtime, 'c-late');
+    expect(await runtime.cancel('c-late')).toEqual({
+      accepted: false,
+      status: 'completed',
+      reason: 'finished',
+    });
+    await expect(runtime.cancel('c-none')).rejects.toThrow('saga "c-none" does not exist');
+  });
+});
+
+describe('saga deadline', () => {
+  const slow = defineSaga({
+    name: 'slow',
+    version: 1,
+    input: z.object({ wait: z.boolean() }),
+    deadlineMs: 300,
+  })
+    .step('prepare', {
+      ...fast,
+      run: () => 'ready',
+      compensate: (ctx) => void undone.push(`${ctx.sagaId}:prepare`),
+    })
+    .waitFor('go', { payload: z.object({}) })
+    .step('work', {
+      ...fast,
+      run: (ctx) =>
+        new Promise((resolve) => {
+          // Honours its signal: the deadline aborts it.
+          ctx.signal.addEventListener('abort', () => resolve('aborted'));
+        }),
+    });
+
+  it('aborts a running step at the deadline and compensates', async () => {
+    const { runtime } = await startSagas(db.pool, [slow]);
+    await runtime.start(slow, { id: 'd-run', input: { wait: false } });
+    await settled(runtime, 'd-run', ['waiting']);
+    await runtime.signal('d-run', 'go', {});
+    const done = await settled(runtime, 'd-run');
+    expect(done.status).toBe('compensated');
+    expect(done.error).toBe('step "work" failed: deadline exceeded');
+    expect(timeline(done)).toEqual([
+      'prepare:completed',
+      'go:completed',
+      'work:failed',
+      'undo prepare:completed',
+    ]);
+  });
+
+  it('ends a wait at the deadline and compensates', async () => {
+    const { runtime } = await startSagas(db.pool, [slow]);
+    await runtime.start(slow, { id: 'd-wait', input: { wait: true } });
+    const done = await settled(runtime, 'd-wait');
+    expect(done.status).toBe('compensated');
+    expect(done.error).toBe('step "go" failed: deadline exceeded while waiting for signal "go"');
+    expect(undone).toContain('d-wait:prepare');
+  });
+
+  it('fails a step that starts after the deadline, before it runs', async () => {
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [slow], logger: silent });
+    await runtime.start(slow, { id: 'd-start', input: { wait: false }, deadlineMs: 1 });
+    await db.pool.query(`SELECT pg_sleep(0.01)`);
+    const { runtime: working } = await startSagas(db.pool, [slow]);
+    const done = await settled(working, 'd-start');
+    expect(done.status).toBe('compensated');
+    expect(timeline(done)).toEqual(['prepare:failed']);
+    expect(done.history[0]).toMatchObject({ error: 'deadline exceeded', attempts: 0 });
+    await runtime.close();
+  });
+});

@@ -1,0 +1,145 @@
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import {
+  createSagaRuntime,
+  defineSaga,
+  SagaValidationError,
+  UnknownSagaError,
+} from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { fast, settled, silent, startSagas } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+const greet = defineSaga({ name: 'greet', version: 1, input: z.object({ who: z.string() }) })
+  .step('hello', { ...fast, run: (ctx, input) => `hello ${input.who}` })
+  .step('bye', { ...fast, run: (ctx) => `${ctx.steps.hello}, bye` });
+
+const count = async (table: string) =>
+  Number((await db.pool.query(`SELECT count(*) AS n FROM ${table}`)).rows[0].n);
+
+describe('starting a saga', () => {
+  it('is idempotent by id: concurrent starts make one saga and one job per step', async () => {
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [greet], logger: silent });
+    const results = await Promise.all(
+      Array.from({ length: 5 }, () => runtime.start(greet, { id: 'one', input: { who: 'a' } })),
+    );
+    expect(results.filter((r) => r.started)).toHaveLength(1);
+    expect(results.every((r) => r.id === 'one' && r.status === 'running')).toBe(true);
+    const { runtime: working } = await startSagas(db.pool, [greet]);
+    const done = await settled(working, 'one');
+    expect(done.status).toBe('completed');
+    expect(done.history.map((h) => h.output)).toEqual(['hello a', 'hello a, bye']);
+    expect(await runtime.start(greet, { id: 'one', input: { who: 'b' } })).toEqual({
+      id: 'one',
+      started: false,
+      status: 'completed',
+    });
+    const keys = await db.pool.query(
+      `SELECT idempotency_key FROM skiplock.jobs WHERE idempotency_key LIKE 'saga:one:%' ORDER BY id`,
+    );
+    expect(keys.rows.map((r) => r.idempotency_key)).toEqual(['saga:one:hello', 'saga:one:bye']);
+    await runtime.close();
+  });
+
+  it('joins the caller transaction: a rollback leaves no saga and no job', async () => {
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [greet], logger: silent });
+    const [sagasBefore, jobsBefore] = [await count('skiplock.sagas'), await count('skiplock.jobs')];
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      expect(
+        (await runtime.start(greet, { id: 'ghost', input: { who: 'x' }, tx: client })).started,
+      ).toBe(true);
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    expect(await runtime.getSaga('ghost')).toBeNull();
+    expect(await count('skiplock.sagas')).toBe(sagasBefore);
+    expect(await count('skiplock.jobs')).toBe(jobsBefore);
+    expect(await count("skiplock.saga_steps WHERE saga_id = 'ghost'")).toBe(0);
+
+    // The same, committed, through a drizzle transaction.
+    await drizzle(db.pool).transaction(async (tx) => {
+      await runtime.start(greet, { id: 'real', input: { who: 'y' }, tx });
+    });
+    const { runtime: working } = await startSagas(db.pool, [greet]);
+    expect((await settled(working, 'real')).status).toBe('completed');
+    await runtime.close();
+  });
+
+  it('refuses bad input, naming the field, and definitions the runtime does not know', async () => {
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [greet], logger: silent });
+    const bad = await runtime
+      .start(greet, { id: 'bad', input: { who: 3 as unknown as string } })
+      .catch((e: unknown) => e);
+    expect(bad).toBeInstanceOf(SagaValidationError);
+    expect((bad as Error).message).toMatch(/^invalid input of saga "greet": input\.who: /);
+    const other = defineSaga({ name: 'other', version: 1, input: z.object({}) }).step('a', {
+      run: () => 1,
+    });
+    await expect(runtime.start(other, { id: 'o', input: {} })).rejects.toThrow(UnknownSagaError);
+    await expect(runtime.start(other, { id: 'o', input: {} })).rejects.toThrow(
+      'saga "other" version 1 is not registered with this runtime',
+    );
+    await expect(runtime.start(greet, { id: '', input: { who: 'a' } })).rejects.toThrow(
+      /saga id must be 1-200 printable ASCII/,
+    );
+    expect(await runtime.getSaga('bad')).toBeNull();
+    await runtime.close();
+  });
+
+  it('refuses an id already used by a saga of another name', async () => {
+    const other = defineSaga({ name: 'other', version: 1, input: z.object({}) }).step('a', {
+      run: () => 1,
+    });
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [greet, other], logger: silent });
+    await runtime.start(greet, { id: 'shared', input: { who: 'a' } });
+    await expect(runtime.start(other, { id: 'shared', input: {} })).rejects.toThrow(
+      'saga id "shared" is already used by a saga "greet"',
+    );
+    await runtime.close();
+  });
+
+  it('rejects a runtime without sagas, or with one listed twice', () => {
+    expect(() => createSagaRuntime({ pool: db.pool, sagas: [] })).toThrow(/at least one saga/);
+    expect(() => createSagaRuntime({ pool: db.pool, sagas: [greet, greet] })).toThrow(
+      'saga "greet" version 1 is listed twice',
+    );
+  });
+});
+
+describe('reading sagas', () => {
+  it('lists sagas newest first by status and name, page by page', async () => {
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [greet], logger: silent });
+    for (let i = 0; i < 7; i++)
+      await runtime.start(greet, { id: `list-${i}`, input: { who: `${i}` } });
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 10; page++) {
+      const { sagas, nextCursor } = await runtime.listSagas({
+        name: 'greet',
+        status: 'running',
+        limit: 3,
+        cursor,
+      });
+      seen.push(...sagas.map((s) => s.id));
+      if (!nextCursor) break;
+      cursor = nextCursor;
+    }
+    const running = seen.filter((id) => id.startsWith('list-'));
+    expect(running).toEqual(['list-6', 'list-5', 'list-4', 'list-3', 'list-2', 'list-1', 'list-0']);
+    expect((await runtime.listSagas({ status: ['completed'], name: 'nope' })).sagas).toEqual([]);
+    await expect(runtime.listSagas({ status: 'done' as 'completed' })).rejects.toThrow(
+      /unknown saga status "done"/,
+    );
+    await expect(runtime.listSagas({ cursor: 'garbage' })).rejects.toThrow(
+      /not a listSagas cursor/,
+    );
+    await expect(runtime.listSagas({ limit: 0 })).rejects.toThrow(/limit must be/);
+    expect(await runtime.getSaga('list-nope')).toBeNull();
+    await runtime.close();
+  });
+});
