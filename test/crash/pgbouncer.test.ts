@@ -1,0 +1,144 @@
+import { createClient, createWorker, defineJob, type Worker } from '@skiplock/queue';
+import pg from 'pg';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { useTestDatabase } from '../support/db.js';
+import { findPgbouncer, startPgbouncer } from '../support/pgbouncer.js';
+import { waitFor } from '../support/wait.js';
+
+const pgbouncer = findPgbouncer();
+if (!pgbouncer) {
+  console.warn(
+    '[pgbouncer] SKIPPED the PgBouncer transaction-pooling test: no `pgbouncer` binary on PATH ' +
+      'or in /usr/sbin. Install it (Debian: apt-get install pgbouncer); .ci/run tries to.',
+  );
+}
+
+const SHORT_JOBS = 200;
+const LONG_JOBS = 2;
+const LEASE_MS = 1_000;
+const POOL_SIZE = 2;
+
+describe('workers through PgBouncer in transaction pooling mode', () => {
+  it.skipIf(!pgbouncer)(
+    'claim, complete and renew leases with listening off',
+    async () => {
+      const db = await useTestDatabase();
+      const bouncer = await startPgbouncer(pgbouncer!, db.url, {
+        poolMode: 'transaction',
+        poolSize: POOL_SIZE,
+      });
+      const workers: Worker[] = [];
+      const admin = new pg.Client({ connectionString: bouncer.adminUrl });
+      try {
+        const short = defineJob({
+          type: 'bouncer.short',
+          payload: z.object({ n: z.number().int() }),
+          handler: async () => {},
+        });
+        // A long job finishes only once the database shows its lease renewed twice by heartbeats
+        // and the database clock has passed the lease it was claimed with: without heartbeats
+        // through PgBouncer, the sweeper (also through PgBouncer) would have taken it back.
+        const long = defineJob({
+          type: 'bouncer.long',
+          payload: z.object({ n: z.number().int() }),
+          leaseMs: LEASE_MS,
+          handler: async (_p, ctx) => {
+            const leases = new Set<string>();
+            let claimedLease: Date | null = null;
+            await waitFor(
+              async () => {
+                const { rows } = await db.pool.query<{ lease: Date; now: Date }>(
+                  'SELECT lease_expires_at AS lease, now() AS now FROM skiplock.jobs WHERE id = $1',
+                  [ctx.job.id],
+                );
+                const { lease, now } = rows[0]!;
+                claimedLease ??= lease;
+                leases.add(lease.toISOString());
+                return leases.size >= 3 && now > claimedLease;
+              },
+              { timeoutMs: 15_000, intervalMs: 50, what: `job ${ctx.job.id} renewed twice` },
+            );
+          },
+        });
+        const client = createClient({
+          connectionString: bouncer.url,
+          logger: pino({ level: 'silent' }),
+        });
+        try {
+          await client.enqueueMany(
+            short,
+            Array.from({ length: SHORT_JOBS }, (_, n) => ({ payload: { n } })),
+          );
+          await client.enqueueMany(
+            long,
+            Array.from({ length: LONG_JOBS }, (_, n) => ({ payload: { n } })),
+          );
+        } finally {
+          await client.pool.end();
+        }
+
+        for (const name of ['bouncer-a', 'bouncer-b']) {
+          const worker = createWorker({
+            connectionString: bouncer.url,
+            workerId: name,
+            jobs: [short, long],
+            listen: false,
+            pollIntervalMs: 50,
+            concurrency: 5,
+            heartbeatIntervalMs: 200,
+            sweeper: { intervalMs: 200 },
+            retention: false,
+            logger: pino({ level: 'silent' }),
+          });
+          workers.push(worker);
+          await worker.start();
+        }
+
+        await waitFor(
+          async () => {
+            const { rows } = await db.pool.query<{ n: number }>(
+              "SELECT count(*)::int AS n FROM skiplock.jobs WHERE status = 'completed'",
+            );
+            return rows[0]!.n === SHORT_JOBS + LONG_JOBS;
+          },
+          { timeoutMs: 45_000, what: 'every job completed through PgBouncer' },
+        );
+
+        // More clients than server connections: PgBouncer multiplexed them per transaction.
+        await admin.connect();
+        const clients = (await admin.query<{ database: string }>('SHOW CLIENTS')).rows.filter(
+          (r) => r.database !== 'pgbouncer',
+        );
+        const servers = (await admin.query('SHOW SERVERS')).rows;
+        expect(servers.length).toBeLessThanOrEqual(POOL_SIZE);
+        expect(clients.length).toBeGreaterThan(servers.length);
+
+        const { rows } = await db.pool.query<{
+          job_type: string;
+          attempts: number;
+          errors: unknown[];
+          locked_by: string;
+        }>('SELECT job_type, attempts, errors, locked_by FROM skiplock.jobs');
+        // Claimed once, completed once, never swept: every lease held.
+        expect(rows.every((r) => r.attempts === 1 && r.errors.length === 0)).toBe(true);
+        expect(rows.every((r) => r.locked_by === 'bouncer-a' || r.locked_by === 'bouncer-b')).toBe(
+          true,
+        );
+        for (const worker of workers) {
+          expect(worker.metrics.counter('claim_errors_total')).toBe(0);
+        }
+        // The sweeper's advisory-locked passes ran through PgBouncer too.
+        expect(
+          workers.some((w) => (w.sweeper?.metrics.counter('stale_recovered_total') ?? -1) === 0),
+        ).toBe(true);
+      } finally {
+        await Promise.all(workers.map((w) => w.stop({ timeoutMs: 1_000 })));
+        await admin.end().catch(() => {});
+        await bouncer.stop();
+      }
+    },
+    60_000,
+  );
+});
