@@ -1,0 +1,135 @@
+import { createSweeper, createWorker } from '@skiplock/queue';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createSagaRuntime, defineSaga } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { fast, settled, silent, startSagas, timeline } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+const input = z.object({});
+const v1 = defineSaga({ name: 'ver', version: 1, input })
+  .step('a', { ...fast, run: () => 'v1-a', compensate: () => {} })
+  .waitFor('go', { payload: z.object({}) })
+  .step('b', { ...fast, run: (ctx) => `v1-b after ${ctx.steps.a}` });
+const v2 = defineSaga({ name: 'ver', version: 2, input })
+  .step('a', { ...fast, run: () => 'v2-a', compensate: () => {} })
+  .step('c', { ...fast, run: () => 'v2-c' })
+  .waitFor('go', { payload: z.object({}) })
+  .step('b', { ...fast, run: (ctx) => `v2-b after ${ctx.steps.c}` });
+
+describe('versions', () => {
+  it('finishes an in-flight saga on its version while a newer one runs beside it', async () => {
+    const { runtime } = await startSagas(db.pool, [v1, v2]);
+    await runtime.start(v1, { id: 'old', input: {} });
+    await settled(runtime, 'old', ['waiting']);
+    await runtime.start(v2, { id: 'new', input: {} });
+    await settled(runtime, 'new', ['waiting']);
+    await runtime.signal('old', 'go', {});
+    await runtime.signal('new', 'go', {});
+    const [old, young] = [await settled(runtime, 'old'), await settled(runtime, 'new')];
+    expect([old.version, old.status, young.version, young.status]).toEqual([
+      1,
+      'completed',
+      2,
+      'completed',
+    ]);
+    expect(old.history.map((h) => h.output)).toEqual(['v1-a', {}, 'v1-b after v1-a']);
+    expect(young.history.map((h) => h.output)).toEqual(['v2-a', 'v2-c', {}, 'v2-b after v2-c']);
+    const types = await db.pool.query(
+      `SELECT DISTINCT job_type FROM skiplock.jobs WHERE idempotency_key LIKE 'saga:old:%'`,
+    );
+    expect(types.rows.map((r) => r.job_type).sort()).toEqual([
+      'saga:ver:v1:a',
+      'saga:ver:v1:b',
+      'saga:ver:v1:go',
+    ]);
+  });
+
+  it('a job of a version no worker knows goes dead, and the saga fails with the reason', async () => {
+    const starter = createSagaRuntime({ pool: db.pool, sagas: [v1], logger: silent });
+    await starter.start(v1, { id: 'orphan', input: {} });
+    const { runtime, worker } = await startSagas(db.pool, [v2]);
+    const jobId = (await runtime.getSaga('orphan'))!.currentJobId!;
+    const dead = await waitFor(async () => {
+      const job = await db.pool.query(
+        `SELECT status, last_error FROM skiplock.jobs WHERE id = $1`,
+        [jobId],
+      );
+      return job.rows[0].status === 'dead' ? job.rows[0] : null;
+    });
+    expect(dead.last_error).toMatch(/^unknown_type: unknown job type "saga:ver:v1:a"/);
+    expect(worker.inFlight).toBe(0);
+    expect(await runtime.reconciler.runOnce()).toEqual({
+      ran: true,
+      reconciled: 1,
+      sagaIds: ['orphan'],
+    });
+    const saga = await runtime.getSaga('orphan');
+    expect(saga?.status).toBe('failed');
+    expect(saga?.error).toMatch(
+      /^job \d+ is dead: unknown_type: .*; no runtime here knows saga "ver" version 1$/,
+    );
+    expect((await runtime.reconciler.runOnce()).reconciled).toBe(0);
+    await starter.close();
+  });
+});
+
+describe('the reconciler', () => {
+  it('compensates a saga whose step job the sweeper killed after its last lease expired', async () => {
+    const undone: string[] = [];
+    const saga = defineSaga({ name: 'swept', version: 1, input })
+      .step('a', { ...fast, run: () => 1, compensate: (ctx) => void undone.push(ctx.sagaId) })
+      .step('b', { ...fast, maxAttempts: 2, run: () => 2 });
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger: silent });
+    await runtime.start(saga, { id: 'sw', input: {} });
+    const worker = createWorker({
+      pool: db.pool,
+      jobs: runtime.jobs,
+      logger: silent,
+      sweeper: false,
+      retention: false,
+    });
+    await waitFor(async () => (await worker.runOnce()) === 1);
+    const b = (await runtime.getSaga('sw'))!;
+    expect(b.currentStep).toBe('b');
+    // Its worker died holding b's last attempt: the lease ran out and nobody settled it.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = max_attempts, locked_by = 'gone',
+              locked_at = now(), lease_expires_at = now() - interval '1 second' WHERE id = $1`,
+      [b.currentJobId],
+    );
+    expect((await createSweeper({ pool: db.pool, logger: silent }).runOnce()).dead).toBe(1);
+    expect((await runtime.getSaga('sw'))?.status).toBe('running');
+
+    expect((await runtime.reconciler.runOnce()).sagaIds).toEqual(['sw']);
+    await waitFor(async () => (await worker.runOnce()) === 1);
+    const done = (await runtime.getSaga('sw'))!;
+    expect(done.status).toBe('compensated');
+    expect(timeline(done)).toEqual(['a:completed', 'b:failed', 'undo a:completed']);
+    expect(done.history[1]?.error).toMatch(/^job \d+ is dead: lease expired: worker gone/);
+    expect(undone).toEqual(['sw']);
+    await worker.stop();
+    await runtime.close();
+  });
+
+  it('runs one pass at a time across processes', async () => {
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [v1], logger: silent });
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`SELECT pg_advisory_xact_lock(${0x5a6a}, 1)`);
+      expect(await runtime.reconciler.runOnce()).toEqual({
+        ran: false,
+        reconciled: 0,
+        sagaIds: [],
+      });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    expect((await runtime.reconciler.runOnce()).ran).toBe(true);
+    await runtime.close();
+  });
+});
