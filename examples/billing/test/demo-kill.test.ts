@@ -6,10 +6,9 @@ describe('pnpm demo --kill-workers', () => {
     'SIGKILLs a worker mid-run and every saga still ends completed or compensated',
     { timeout: 120_000 },
     async () => {
-      const run = await runDemo(
-        ['--count', '40', '--workers', '2', '--kill-workers', '--deadline-seconds', '100'],
-        { DATABASE_URL: inject('adminUrl') },
-      );
+      const run = await runDemo(['--count', '40', '--kill-workers'], {
+        DATABASE_URL: inject('adminUrl'),
+      });
       expect(run.code, run.stdout + run.stderr).toBe(0);
       expect(run.stdout).toMatch(
         /worker pid \d+ SIGKILLed after \d+ sagas finished; pid \d+ took its place/,

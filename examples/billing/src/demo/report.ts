@@ -19,6 +19,10 @@ export interface DemoReport {
   /** Charge calls the provider answered from its record instead of charging again. */
   replayedCharges: number;
   charges: Record<string, number>;
+  /** Compensated sagas by the step that failed for good. */
+  compensatedBy: Record<string, number>;
+  /** Charges the provider confirmed later, through its webhook. */
+  webhooks: number;
   /** First saga start to last saga finish. */
   elapsedMs: number;
   p50Ms: number | null;
@@ -63,6 +67,16 @@ export async function collectReport(db: pg.Pool, runtime: SagaRuntime): Promise<
     `SELECT status, count(*) AS n, sum(calls - 1) AS replays
        FROM billing.provider_charges GROUP BY status ORDER BY status`,
   );
+  const failedSteps = await db.query<{ step: string; n: string }>(
+    `SELECT st.step, count(*) AS n
+       FROM skiplock.sagas s JOIN skiplock.saga_steps st ON st.saga_id = s.id
+      WHERE s.status = 'compensated' AND st.kind = 'step' AND st.status = 'failed'
+      GROUP BY st.step ORDER BY count(*) DESC, st.step`,
+  );
+  const webhooks = await db.query<{ n: string }>(
+    `SELECT count(*) AS n FROM skiplock.jobs
+      WHERE job_type = 'billing.provider-webhook' AND status = 'completed'`,
+  );
   // The most eventful compensated saga makes the best example.
   const pick = await db.query<{ saga_id: string }>(
     `SELECT s.id AS saga_id
@@ -77,6 +91,8 @@ export async function collectReport(db: pg.Pool, runtime: SagaRuntime): Promise<
     retries: Number(retries.rows[0]?.n ?? 0),
     replayedCharges: charges.rows.reduce((sum, r) => sum + Number(r.replays ?? 0), 0),
     charges: Object.fromEntries(charges.rows.map((r) => [r.status, Number(r.n)])),
+    compensatedBy: Object.fromEntries(failedSteps.rows.map((r) => [r.step, Number(r.n)])),
+    webhooks: Number(webhooks.rows[0]?.n ?? 0),
     elapsedMs: Number(row?.elapsed ?? 0),
     p50Ms: row?.p50 === null || row?.p50 === undefined ? null : Number(row.p50),
     p95Ms: row?.p95 === null || row?.p95 === undefined ? null : Number(row.p95),

@@ -42,6 +42,13 @@ export function judge(report: DemoReport, facts: RunFacts, expected: number): Ve
   return { ok: problems.length === 0, problems };
 }
 
+// What failing for good at a step means, in the demo's terms.
+const STEP_FAILURES: Record<string, string> = {
+  'charge-card': 'card declined',
+  'payment-confirmed': 'no confirmation in time',
+  'capture-payment': 'declined late by webhook',
+};
+
 const ms = (value: number | null) =>
   value === null
     ? 'n/a'
@@ -74,6 +81,10 @@ export function formatSummary(
       `${paint('33', `${c.compensated} compensated`)} · ${c.failed > 0 ? paint('31', `${c.failed} failed`) : '0 failed'}` +
       (c.unfinished > 0 ? ` · ${paint('31', `${c.unfinished} unfinished`)}` : ''),
   );
+  const why = Object.entries(report.compensatedBy)
+    .map(([step, n]) => `${n} ${STEP_FAILURES[step] ?? `failed at ${step}`}`)
+    .join(' · ');
+  if (why) lines.push(`  Why         ${why}`);
   lines.push(
     `  Retries     ${report.retries} step retries · ${report.replayedCharges} charge retries answered from the provider's record (no double charge)`,
   );
@@ -83,7 +94,9 @@ export function formatSummary(
   lines.push(
     `  Latency     p50 ${ms(report.p50Ms)} · p95 ${ms(report.p95Ms)} (saga start → finish)`,
   );
-  lines.push(`  Provider    ${charges || 'no card charges'}`);
+  lines.push(
+    `  Provider    ${charges || 'no card charges'}; ${report.webhooks} confirmed later by webhook`,
+  );
   lines.push(
     `  Workers     ${facts.workers} processes on ${facts.databaseSource}; logs in ${facts.workerLog}`,
   );
