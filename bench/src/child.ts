@@ -5,8 +5,10 @@ import {
   takeClaimLatencies,
 } from './query-counter.js';
 import type { ChildMessage, ChildReport, ChildTask, ParentMessage } from './protocol.js';
+import { billingInput } from './sagas/billing.js';
+import { sagaSystem } from './sagas/index.js';
 import { queueSystem } from './systems/index.js';
-import { wallClockMs, type Payload } from './systems/types.js';
+import { chunks, wallClockMs, type Payload } from './systems/types.js';
 
 /**
  * One benchmark process: a worker or a producer of one queue system, driven by the parent over
@@ -56,6 +58,7 @@ async function withTimeout(work: Promise<unknown>, ms: number): Promise<void> {
 }
 
 async function main(task: ChildTask): Promise<void> {
+  if (task.role === 'saga') return runSagas(task);
   const system = await queueSystem(task.system);
   installQueryCounter(system.isClaim);
   let handled = 0;
@@ -81,19 +84,20 @@ async function main(task: ChildTask): Promise<void> {
 
   if (task.role === 'enqueue') {
     const payloads: Payload[] = Array.from({ length: task.count }, (_, i) => ({ i, t: 0 }));
-    const producer = task.mode === 'single' ? await system.producer(task.url) : null;
+    // Connected before the clock starts, and closed only after the parent sampled the server.
+    const producer = await system.producer(task.url);
     await send({ type: 'ready' });
     await nextMessage('go');
     mark();
-    if (producer) {
+    if (task.mode === 'single') {
       for (const p of payloads) await producer.enqueue(p);
     } else {
-      await system.enqueueBulk(task.url, payloads, task.chunk);
+      for (const part of chunks(payloads, task.chunk)) await producer.enqueueMany(part);
     }
     handled = task.count;
-    const done = report();
-    await producer?.close();
-    await send({ type: 'report', report: done });
+    await send({ type: 'report', report: report() });
+    await nextMessage('stop');
+    await producer.close();
     return;
   }
 
@@ -122,6 +126,49 @@ async function main(task: ChildTask): Promise<void> {
   await send({ type: 'report', report: report() });
   await nextMessage('stop');
   await withTimeout(worker.stop(), 3_000);
+}
+
+async function runSagas(task: Extract<ChildTask, { role: 'saga' }>): Promise<void> {
+  installQueryCounter(() => false);
+  const engine = await (await sagaSystem(task.system)).engine(task.url);
+  const latencies: number[] = [];
+  let handled = 0;
+  await send({ type: 'ready' });
+  await nextMessage('go');
+  const cpu = process.cpuUsage();
+  const counts = snapshotCounts();
+  const startedAt = performance.now();
+  const running = new Set<Promise<void>>();
+  const interval = 1000 / task.ratePerSecond;
+  for (let n = 0; n < task.count; n++) {
+    if (task.mode === 'paced') {
+      const wait = startedAt + n * interval - performance.now();
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+    while (running.size >= task.inflight) await Promise.race(running);
+    const began = performance.now();
+    const { finished } = await engine.start(billingInput(n));
+    const tracked: Promise<void> = finished.then(() => {
+      handled += 1;
+      if (latencies.length < MAX_LATENCY_SAMPLES) latencies.push(performance.now() - began);
+      running.delete(tracked);
+    });
+    running.add(tracked);
+  }
+  await Promise.all(running);
+  const used = process.cpuUsage(cpu);
+  const report: ChildReport = {
+    handled,
+    elapsedMs: performance.now() - startedAt,
+    cpu: { userMs: used.user / 1000, systemMs: used.system / 1000 },
+    counts: diffCounts(snapshotCounts(), counts),
+    claimLatencies: [],
+    latencies,
+  };
+  // Report while the connections are still open, so the parent samples their backends' CPU.
+  await send({ type: 'report', report });
+  await nextMessage('stop');
+  await engine.close();
 }
 
 process.once('message', (task: ChildTask) => {

@@ -38,7 +38,7 @@ export function spawnChild(task: ChildTask): ChildHandle {
     report: () =>
       new Promise<ChildReport>((resolve, reject) => {
         if (failure) return reject(failure);
-        if (lastReport && task.role === 'enqueue') return resolve(lastReport);
+        if (lastReport && task.role !== 'worker') return resolve(lastReport);
         reportWaiter = resolve;
         onFailure = reject;
         if (task.role === 'worker') handle.send({ type: 'report' });

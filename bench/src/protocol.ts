@@ -17,6 +17,16 @@ export type ChildTask =
       mode: 'bulk' | 'single';
       count: number;
       chunk: number;
+    }
+  | {
+      role: 'saga';
+      system: string;
+      url: string;
+      /** throughput: as many at once as `inflight` allows; paced: `ratePerSecond`, one by one. */
+      mode: 'throughput' | 'paced';
+      count: number;
+      inflight: number;
+      ratePerSecond: number;
     };
 
 /** Parent → child. */

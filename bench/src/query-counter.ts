@@ -18,6 +18,12 @@ function fingerprint(text: string): string {
 }
 
 let installed: QueryCounts | null = null;
+const commitHooks = new WeakMap<object, () => void>();
+
+/** Calls `fn` when `client`'s next COMMIT has returned (the counter must be installed). */
+export function afterCommit(client: object, fn: () => void): void {
+  commitHooks.set(client, fn);
+}
 const claimLatencies: number[] = [];
 const MAX_SAMPLES = 1_000_000;
 
@@ -47,7 +53,10 @@ export function installQueryCounter(isClaim: (text: string) => boolean): QueryCo
     entry.calls += 1;
     const started = performance.now();
     const claim = isClaim(text);
+    const hook = key === 'COMMIT' ? commitHooks.get(this) : undefined;
+    if (hook) commitHooks.delete(this);
     const done = () => {
+      hook?.();
       const ms = performance.now() - started;
       entry.totalMs += ms;
       if (claim && claimLatencies.length < MAX_SAMPLES) claimLatencies.push(ms);

@@ -36,7 +36,9 @@ function spread(row: ScenarioRow): string {
 
 /** skiplock's median against this row's, as "how many times better skiplock is". */
 export function ratio(scenario: ScenarioResult, row: ScenarioRow): number | null {
-  const mine = scenario.rows.find((r) => r.system === 'skiplock' && r.config === row.config);
+  const mine = scenario.rows.find(
+    (r) => r.system.startsWith('skiplock') && r.config === row.config,
+  );
   if (!mine || mine === row) return null;
   const a = rowMedian(mine);
   const b = rowMedian(row);

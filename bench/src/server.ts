@@ -156,14 +156,19 @@ function isPostgres(pid: number): boolean {
  * Transactions of the database once its client backends have exited: a backend publishes its
  * counts at most once a second while connected, and always when it exits.
  */
-export async function settledXacts(client: pg.Client, database: string): Promise<number> {
+export async function settledXacts(
+  client: pg.Client,
+  database: string,
+  /** Backends allowed to stay (a process that keeps its pool open). */
+  remaining = 0,
+): Promise<number> {
   const deadline = performance.now() + 3_000;
   while (performance.now() < deadline) {
     const { rows } = await client.query<{ n: number }>(
       'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
       [database],
     );
-    if (rows[0]!.n === 0) break;
+    if (rows[0]!.n <= remaining) break;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   const { rows } = await client.query<{ xacts: string }>(

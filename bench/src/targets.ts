@@ -121,7 +121,7 @@ export function evaluateTargets(results: BenchResults): TargetResult[] {
   const sagas = by('sagas');
   if (sagas) {
     const throughput = 'throughput';
-    const mine = row(sagas, 'skiplock', throughput);
+    const mine = row(sagas, 'skiplock-saga', throughput);
     const dbos = row(sagas, 'dbos', throughput);
     out.push(
       atLeast(
@@ -133,7 +133,7 @@ export function evaluateTargets(results: BenchResults): TargetResult[] {
         'sagas/s',
       ),
     );
-    const paced = row(sagas, 'skiplock', '20 sagas/s');
+    const paced = row(sagas, 'skiplock-saga', '20 sagas/s');
     out.push(
       atMost(
         'saga start-to-finish p50 ≤ 10 ms',

@@ -11,6 +11,7 @@ import {
   type ServerSample,
 } from '../server.js';
 import { quantile } from '../stats.js';
+import { installedDatabase } from '../templates.js';
 import { queueSystem } from '../systems/index.js';
 import { wallClockMs, type Payload, type QueueSystem } from '../systems/types.js';
 
@@ -38,9 +39,8 @@ export async function preparedDatabase(
   queued: number,
   template?: string,
 ): Promise<FreshDatabase> {
-  const db = await freshDatabase(ctx.adminUrl, template);
-  if (template) return db;
-  await system.install(db.url);
+  if (template) return freshDatabase(ctx.adminUrl, template);
+  const db = await installedDatabase(ctx.adminUrl, system.id, (url) => system.install(url));
   if (queued > 0) {
     await system.enqueueBulk(db.url, payloads(queued), 1_000);
     const client = await connect(db.url);
@@ -156,15 +156,16 @@ export async function enqueueRun(
   try {
     const child = spawnChild({ role: 'enqueue', system: systemId, url: db.url, ...opts });
     let report: ChildReport;
+    let after: ServerSample;
+    await child.ready;
     const before = await sampleServer(admin, db.name);
     try {
-      await child.ready;
       child.send({ type: 'go' });
       report = await child.report();
+      after = await sampleServer(admin, db.name);
     } finally {
       await child.stop();
     }
-    const after = await sampleServer(admin, db.name);
     const delta = await serverDelta(admin, before, after, await settledXacts(admin, db.name));
     return {
       value: (opts.count / report.elapsedMs) * 1000,

@@ -89,6 +89,9 @@ export const bare: QueueSystem = {
           JSON.stringify(p),
         ]);
       },
+      enqueueMany: async (ps) => {
+        await pool.query(INSERT_MANY, [ps.map((p) => JSON.stringify(p))]);
+      },
       close: () => pool.end(),
     };
   },

@@ -29,6 +29,9 @@ function graphile(variant: { id: string; preset?: GraphileConfig.Preset }): Queu
         enqueue: async (p) => {
           await utils.addJob('noop', p);
         },
+        enqueueMany: async (ps) => {
+          await utils.addJobs(ps.map((p) => ({ identifier: 'noop', payload: p })));
+        },
         close: async () => {
           await utils.release();
         },

@@ -5,8 +5,8 @@ export const systemLabels: Record<string, string> = {
   graphile: 'graphile-worker (defaults)',
   'graphile-lq': 'graphile-worker (localQueue 500, batched completion)',
   pgboss: 'pg-boss (batch 100, poll 0.5 s)',
-  'skiplock-saga': 'skiplock saga',
-  dbos: 'DBOS workflow',
+  'skiplock-saga': 'skiplock saga (defaults)',
+  dbos: 'DBOS 5.3 workflow',
 };
 
 export const labelOf = (id: string): string => systemLabels[id] ?? id;

@@ -48,6 +48,9 @@ export const pgboss: QueueSystem = {
       enqueue: async (p) => {
         await boss.send(QUEUE, p);
       },
+      enqueueMany: async (ps) => {
+        await boss.insert(ps.map((p) => ({ name: QUEUE, data: p })));
+      },
       close: () => boss.stop({ graceful: false, wait: true, timeout: 2_000 }),
     };
   },

@@ -40,6 +40,12 @@ export const skiplock: QueueSystem = {
       enqueue: async (p) => {
         await client.enqueue(job, p);
       },
+      enqueueMany: async (ps) => {
+        await client.enqueueMany(
+          job,
+          ps.map((p) => ({ payload: p })),
+        );
+      },
       close: () => client.close(),
     };
   },

@@ -20,6 +20,8 @@ export interface RunningWorker {
 
 export interface Producer {
   enqueue(payload: Payload): Promise<void>;
+  /** Enqueues a chunk with the system's bulk call. */
+  enqueueMany(payloads: readonly Payload[]): Promise<void>;
   close(): Promise<void>;
 }
 

@@ -1,0 +1,14 @@
+import type { BillingInput } from './billing.js';
+
+export interface SagaEngine {
+  /** Starts one saga; resolves when it has started, with a promise of its end. */
+  start(input: BillingInput): Promise<{ finished: Promise<void> }>;
+  close(): Promise<void>;
+}
+
+export interface SagaSystem {
+  id: string;
+  /** Creates the engine's own tables (the business tables exist already). */
+  install(url: string): Promise<void>;
+  engine(url: string): Promise<SagaEngine>;
+}
