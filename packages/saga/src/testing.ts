@@ -1,0 +1,271 @@
+/**
+ * `@skiplock/saga/testing`: checks that a saga survives a failure or a crash at every step.
+ *
+ * For each step (wait steps excepted) it starts one saga per fault and runs them all on a real
+ * worker against your database:
+ * - `fail`  the step fails for good (a non-retryable error on every attempt). Before the pivot
+ *           (and at it) the saga must end `compensated`, with exactly the completed steps undone
+ *           in reverse order; a retriable step after the pivot instead fails twice and must then
+ *           succeed, so the saga ends `completed`.
+ * - `crash` the step's code runs, then its attempt dies before the completion commits (what a
+ *           SIGKILL or a dropped connection does). The step must run again and the saga end
+ *           `completed`: the crashed step ran twice, which its idempotency key has to absorb.
+ * - `crash-compensation` the last step fails for good and the compensation of this step dies
+ *           once after its code ran; the saga must still end `compensated`.
+ * Every run must also skip no step: each step before the end is completed, each completed
+ * compensatable step compensated.
+ */
+import {
+  createWorker,
+  NonRetryableError,
+  type AnyJobDefinition,
+  type Logger,
+} from '@skiplock/queue';
+import { randomBytes } from 'node:crypto';
+import type pg from 'pg';
+import { pino } from 'pino';
+import type { AnySagaDefinition, SagaInput } from './define.js';
+import type { FaultPoint } from './engine.js';
+import { SagaError } from './errors.js';
+import type { StepRecord } from './read.js';
+import { createSagaRuntime } from './runtime.js';
+import type { SagaStatus } from './schema.js';
+
+export type CrashMode = 'fail' | 'crash' | 'crash-compensation';
+
+export interface CrashCheckOptions<D extends AnySagaDefinition> {
+  pool: pg.Pool;
+  saga: D;
+  input: SagaInput<D>;
+  /** Signals delivered right after each start (before any wait step waits). */
+  signals?: Record<string, unknown>;
+  /** Faults to inject (default all three). */
+  modes?: readonly CrashMode[];
+  /** Jobs of your own the saga needs running beside it (webhooks and the like). */
+  jobs?: readonly AnyJobDefinition[];
+  /** Longest wait for all runs to end (default 60,000 ms). */
+  timeoutMs?: number;
+  /** Prefix of the saga ids the check starts (default `crash-check-<random>`). */
+  idPrefix?: string;
+  /** Throw a `SagaError` (code `crash_check_failed`) listing every bad run (default true). */
+  assert?: boolean;
+  logger?: Logger;
+}
+
+export interface CrashRun {
+  sagaId: string;
+  mode: CrashMode;
+  step: string;
+  expected: SagaStatus;
+  status: SagaStatus | 'timed_out';
+  /** How many times each step's code started, by step name. */
+  runs: Record<string, number>;
+  problems: string[];
+  history: StepRecord[];
+}
+
+export interface CrashReport {
+  ok: boolean;
+  runs: CrashRun[];
+}
+
+interface Plan {
+  mode: CrashMode;
+  step: string;
+  /** The step that fails for good in `crash-compensation`. */
+  failing: string | null;
+  expected: SagaStatus;
+  runs: Record<string, number>;
+  faulted: number;
+}
+
+const TERMINAL: ReadonlySet<string> = new Set(['completed', 'compensated', 'cancelled', 'failed']);
+
+function plansFor(saga: AnySagaDefinition, modes: readonly CrashMode[]): Plan[] {
+  const plans: Plan[] = [];
+  const steps = saga.steps.filter((s) => !s.wait);
+  const last = saga.steps.findLast((s) => s.role !== 'retriable' && !s.wait);
+  const blank = () => ({ runs: {}, faulted: 0 });
+  for (const step of steps) {
+    if (modes.includes('fail')) {
+      const expected = step.role === 'retriable' ? 'completed' : 'compensated';
+      plans.push({ mode: 'fail', step: step.name, failing: null, expected, ...blank() });
+    }
+    if (modes.includes('crash')) {
+      plans.push({
+        mode: 'crash',
+        step: step.name,
+        failing: null,
+        expected: 'completed',
+        ...blank(),
+      });
+    }
+    if (
+      modes.includes('crash-compensation') &&
+      step.compensate &&
+      last &&
+      step.index < last.index
+    ) {
+      plans.push({
+        mode: 'crash-compensation',
+        step: step.name,
+        failing: last.name,
+        expected: 'compensated',
+        ...blank(),
+      });
+    }
+  }
+  return plans;
+}
+
+function inject(plan: Plan, point: FaultPoint): void {
+  if (point.kind === 'step' && point.phase === 'before') {
+    plan.runs[point.step] = (plan.runs[point.step] ?? 0) + 1;
+  }
+  const here = point.step === plan.step;
+  switch (plan.mode) {
+    case 'fail':
+      if (!here || point.kind !== 'step' || point.phase !== 'before') return;
+      if (plan.expected === 'completed') {
+        // A retriable step: fail twice, then let it through.
+        if (plan.faulted++ < 2) throw new Error(`injected transient failure at "${plan.step}"`);
+        return;
+      }
+      throw new NonRetryableError(`injected failure at "${plan.step}"`);
+    case 'crash':
+      if (here && point.kind === 'step' && point.phase === 'after' && plan.faulted++ === 0) {
+        throw new Error(`injected crash after "${plan.step}" ran`);
+      }
+      return;
+    case 'crash-compensation':
+      if (point.kind === 'step' && point.step === plan.failing && point.phase === 'before') {
+        throw new NonRetryableError(`injected failure at "${plan.failing}"`);
+      }
+      if (
+        here &&
+        point.kind === 'compensation' &&
+        point.phase === 'after' &&
+        plan.faulted++ === 0
+      ) {
+        throw new Error(`injected crash after compensating "${plan.step}"`);
+      }
+  }
+}
+
+/** What the history must show: no step skipped, compensations exactly in reverse. */
+function problemsOf(saga: AnySagaDefinition, plan: Plan, run: CrashRun): string[] {
+  const problems: string[] = [];
+  if (run.status !== plan.expected) {
+    problems.push(`ended ${run.status}, expected ${plan.expected}`);
+  }
+  const steps = run.history.filter((h) => h.kind === 'step');
+  const done = steps.filter((h) => h.status === 'completed').map((h) => h.step);
+  const names = saga.steps.map((s) => s.name);
+  if (plan.expected === 'completed' && done.join() !== names.join()) {
+    problems.push(`completed steps ${done.join(', ') || 'none'}; expected ${names.join(', ')}`);
+  }
+  if (plan.expected === 'compensated') {
+    const failedAt = plan.failing ?? plan.step;
+    const before = names.slice(0, names.indexOf(failedAt));
+    if (done.join() !== before.join()) {
+      problems.push(
+        `completed steps ${done.join(', ') || 'none'}; expected ${before.join(', ') || 'none'}`,
+      );
+    }
+    const undoable = saga.steps.filter((s) => s.compensate && before.includes(s.name));
+    const expectedUndo = undoable.map((s) => s.name).reverse();
+    const undone = run.history
+      .filter((h) => h.kind === 'compensation' && h.status === 'completed')
+      .map((h) => h.step);
+    if (undone.join() !== expectedUndo.join()) {
+      problems.push(
+        `compensated ${undone.join(', ') || 'nothing'}; expected ${expectedUndo.join(', ') || 'nothing'}`,
+      );
+    }
+  }
+  for (const [step, count] of Object.entries(run.runs)) {
+    const again = plan.mode === 'crash' && step === plan.step ? 2 : 1;
+    const retried = plan.mode === 'fail' && plan.expected === 'completed' && step === plan.step;
+    if (!retried && count !== again)
+      problems.push(`step "${step}" ran ${count} times, expected ${again}`);
+  }
+  return problems;
+}
+
+/** Runs the saga with a failure or crash injected at every step; see the module comment. */
+export async function checkSagaCrashes<D extends AnySagaDefinition>(
+  options: CrashCheckOptions<D>,
+): Promise<CrashReport> {
+  const { pool, saga } = options;
+  const logger = options.logger ?? pino({ level: 'silent' });
+  const prefix = options.idPrefix ?? `crash-check-${randomBytes(4).toString('hex')}`;
+  const plans = plansFor(saga, options.modes ?? ['fail', 'crash', 'crash-compensation']);
+  const byId = new Map(plans.map((p) => [`${prefix}:${p.mode}:${p.step}`, p]));
+  const runtime = createSagaRuntime({
+    pool,
+    sagas: [saga],
+    logger,
+    faults: (point) => {
+      const plan = byId.get(point.sagaId);
+      if (plan) inject(plan, point);
+    },
+  });
+  const worker = createWorker({
+    pool,
+    jobs: [...runtime.jobs, ...(options.jobs ?? [])],
+    logger,
+    concurrency: 8,
+    pollIntervalMs: 20,
+    sweeper: false,
+    retention: false,
+  });
+  const ids = [...byId.keys()];
+  const statuses = new Map<string, SagaStatus>();
+  try {
+    for (const id of ids) {
+      await runtime.start(saga, { id, input: options.input });
+      for (const [name, payload] of Object.entries(options.signals ?? {})) {
+        await runtime.signal(id, name, payload);
+      }
+    }
+    await worker.start();
+    const deadline = Date.now() + (options.timeoutMs ?? 60_000);
+    while (statuses.size < ids.length && Date.now() < deadline) {
+      for (const id of ids.filter((i) => !statuses.has(i))) {
+        const view = await runtime.getSaga(id);
+        if (view && TERMINAL.has(view.status)) statuses.set(id, view.status);
+      }
+      if (statuses.size < ids.length) await new Promise((r) => setTimeout(r, 25));
+    }
+  } finally {
+    await worker.stop({ timeoutMs: 5_000 });
+    await runtime.close();
+  }
+  const runs: CrashRun[] = [];
+  for (const [id, plan] of byId) {
+    const view = await runtime.getSaga(id);
+    const run: CrashRun = {
+      sagaId: id,
+      mode: plan.mode,
+      step: plan.step,
+      expected: plan.expected,
+      status: statuses.get(id) ?? 'timed_out',
+      runs: plan.runs,
+      problems: [],
+      history: view?.history ?? [],
+    };
+    run.problems = problemsOf(saga, plan, run);
+    runs.push(run);
+  }
+  const report = { ok: runs.every((r) => r.problems.length === 0), runs };
+  if (!report.ok && options.assert !== false) {
+    const lines = runs
+      .filter((r) => r.problems.length > 0)
+      .map((r) => `  ${r.mode} at "${r.step}" (${r.sagaId}): ${r.problems.join('; ')}`);
+    throw new SagaError(
+      'crash_check_failed',
+      `saga "${saga.name}" did not survive every injected fault:\n${lines.join('\n')}`,
+    );
+  }
+  return report;
+}
