@@ -2,7 +2,7 @@ import { createDatabase, dropDatabase, withDatabaseName } from '@skiplock/devdb'
 import { randomBytes } from 'node:crypto';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { closedPort, fixture, runCli } from './run-cli.js';
+import { closedPort, fixture, runCli, runInProcess } from './run-cli.js';
 
 const db = await useTestDatabase();
 const env = { DATABASE_URL: db.url };
@@ -22,46 +22,45 @@ const commands = [
   'jobs show',
   'jobs retry',
   'jobs cancel',
+  'sagas list',
+  'sagas show',
 ];
 
 describe('command line', () => {
-  it('prints the command list on --help and exits 2 with it when no command is given', async () => {
-    const help = await runCli(['--help'], env);
+  it('prints the command list on --help, and exits 2 with it when no command is given', async () => {
+    const [help, none] = await Promise.all([runCli(['--help'], env), runCli([], env)]);
     expect(help.code).toBe(0);
     for (const name of commands) expect(help.stdout).toContain(`  ${name} `);
-    const none = await runCli([], env);
     expect(none.code).toBe(2);
     expect(none.stdout).toContain('usage: skiplock <command>');
   });
 
-  it('has --help on every command', async () => {
-    const results = await Promise.all(
-      commands.map((c) => runCli([...c.split(' '), '--help'], env)),
-    );
-    results.forEach((r, i) => {
-      expect(r.code, commands[i]).toBe(0);
-      expect(r.stdout).toMatch(new RegExp(`^usage: skiplock ${commands[i]}`));
-    });
-    const group = await runCli(['jobs', '--help'], env);
-    expect(group.code).toBe(0);
-    expect(group.stdout).toContain('jobs cancel');
+  it('has --help on every command and command group', async () => {
+    for (const name of commands) {
+      const r = await runInProcess([...name.split(' '), '--help'], env);
+      expect(r.code, name).toBe(0);
+      expect(r.stdout).toMatch(new RegExp(`^usage: skiplock ${name}`));
+    }
+    for (const group of ['jobs', 'sagas']) {
+      const r = await runInProcess([group, '--help'], env);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toContain(`${group} list`);
+    }
   });
 
   it('rejects unknown commands, subcommands and flags, naming them', async () => {
-    const [command, sub, missingSub, flag] = await Promise.all([
-      runCli(['frobnicate'], env),
-      runCli(['jobs', 'explode'], env),
-      runCli(['jobs'], env),
-      runCli(['stats', '--verbose'], env),
-    ]);
-    expect(command.code).toBe(2);
-    expect(command.stderr).toContain('unknown command "frobnicate"');
-    expect(sub.code).toBe(2);
-    expect(sub.stderr).toContain('unknown jobs subcommand "explode"');
-    expect(missingSub.code).toBe(2);
-    expect(missingSub.stderr).toContain('usage: skiplock jobs <subcommand>');
-    expect(flag.code).toBe(2);
-    expect(flag.stderr).toContain('unknown option --verbose');
+    const cases: [string[], string][] = [
+      [['frobnicate'], 'unknown command "frobnicate"'],
+      [['jobs', 'explode'], 'unknown jobs subcommand "explode"'],
+      [['sagas', 'delete'], 'unknown sagas subcommand "delete"'],
+      [['jobs'], 'usage: skiplock jobs <subcommand>'],
+      [['stats', '--verbose'], 'unknown option --verbose'],
+    ];
+    for (const [args, message] of cases) {
+      const r = await runInProcess(args, env);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toContain(message);
+    }
   });
 
   it('rejects bad values with the flag and the value in the message', async () => {
@@ -74,25 +73,50 @@ describe('command line', () => {
       [['jobs', 'show'], 'missing <id>'],
       [['jobs', 'show', '12abc'], '<id> must be a job id (a positive integer), got "12abc"'],
       [['jobs', 'retry', '1', '2'], 'unexpected argument "2"'],
+      [['jobs', 'cancel', '-5'], 'unknown option -5'],
+      [['sagas', 'list', '--limit', '1001'], '--limit must be an integer from 1 to 1000'],
+      [['sagas', 'show', 'has space'], '<id> must be 1-200 printable characters'],
       [['stats', '--json=yes'], '--json'],
+      [['migrate', 'now'], 'unexpected argument "now"'],
     ];
-    const results = await Promise.all(cases.map(([args]) => runCli(args, env)));
-    results.forEach((r, i) => {
-      expect(r.code, cases[i]![0].join(' ')).toBe(2);
-      expect(r.stderr).toContain(cases[i]![1]);
-    });
+    for (const [args, message] of cases) {
+      const r = await runInProcess(args, env);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toContain(message);
+      expect(r.stderr).toContain(`--help for details`);
+    }
+    // The same through the real binary: message on stderr, exit code 2.
+    const real = await runCli(['jobs', 'list', '--limit', 'ten'], env);
+    expect(real.code).toBe(2);
+    expect(real.stderr).toContain('--limit must be an integer from 1 to 1000, got "ten"');
+    expect(real.stdout).toBe('');
   });
 
-  it('says where the database is missing or unreachable, without a stack trace', async () => {
+  it('says where the database is unreachable, without a stack trace', async () => {
     const port = await closedPort();
-    const [refused, noUrl, badUrl] = await Promise.all([
-      runCli(['jobs', 'list', '--database-url', `postgres://postgres@127.0.0.1:${port}/x`], env),
-      runCli(['stats'], { DATABASE_URL: undefined }),
-      runCli(['stats'], { DATABASE_URL: 'mysql://secret@127.0.0.1/x' }),
-    ]);
+    const refused = await runCli(
+      ['jobs', 'list', '--database-url', `postgres://postgres@127.0.0.1:${port}/x`],
+      env,
+    );
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toContain(`127.0.0.1:${port}: connection refused`);
-    expect(refused.stderr).not.toMatch(/\n\s+at /);
+    expect(refused.stderr).toBe(
+      `skiplock jobs list: cannot use PostgreSQL at 127.0.0.1:${port}: connection refused ` +
+        '(is PostgreSQL running there?)\n',
+    );
+    for (const command of ['stats', 'migrate', 'sagas list']) {
+      const r = await runInProcess([...command.split(' ')], {
+        DATABASE_URL: `postgres://postgres@127.0.0.1:${port}/x`,
+      });
+      expect(r.code, command).toBe(1);
+      expect(r.stderr).toContain(`127.0.0.1:${port}: connection refused`);
+    }
+  });
+
+  it('needs a postgres URL, and never echoes it', async () => {
+    const [noUrl, badUrl] = [
+      await runInProcess(['stats'], { DATABASE_URL: undefined }),
+      await runInProcess(['stats'], { DATABASE_URL: 'mysql://secret@127.0.0.1/x' }),
+    ];
     expect(noUrl.code).toBe(2);
     expect(noUrl.stderr).toContain('pass --database-url or set DATABASE_URL');
     expect(badUrl.code).toBe(2);
@@ -102,17 +126,27 @@ describe('command line', () => {
 
   it('names a database that does not exist', async () => {
     const url = withDatabaseName(adminUrl, 'skiplock_cli_no_such_db');
-    const result = await runCli(['stats'], { DATABASE_URL: url });
+    const result = await runInProcess(['stats'], { DATABASE_URL: url });
     expect(result.code).toBe(1);
     expect(result.stderr).toContain('database "skiplock_cli_no_such_db" does not exist');
+  });
+
+  it('asks for `skiplock migrate` when a table of a later migration is missing', async () => {
+    await db.pool.query('DROP TABLE skiplock.saga_signals, skiplock.saga_steps, skiplock.sagas');
+    const result = await runInProcess(['sagas', 'list'], env);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/the skiplock schema in database "\w+" at .* is out of date/);
+    expect(result.stderr).toContain('run `skiplock migrate`');
   });
 
   it('asks for `skiplock migrate` when the schema is missing, and migrate creates it', async () => {
     const before = await runCli(['stats'], { DATABASE_URL: emptyUrl });
     expect(before.code).toBe(1);
-    expect(before.stderr).toContain(`the skiplock schema is missing in database "${emptyName}"`);
-    expect(before.stderr).toContain('run `skiplock migrate` first');
-    const worker = await runCli(['worker', fixture('default-array.ts')], {
+    expect(before.stderr).toBe(
+      `skiplock stats: the skiplock schema is missing in database "${emptyName}" at ` +
+        `${new URL(emptyUrl).host}; run \`skiplock migrate\` first\n`,
+    );
+    const worker = await runInProcess(['worker', fixture('default-array.ts')], {
       DATABASE_URL: emptyUrl,
     });
     expect(worker.code).toBe(1);
@@ -127,7 +161,7 @@ describe('command line', () => {
       expect(run.code, run.stderr).toBe(0);
       expect(run.stdout).toBe('skiplock schema is up to date\n');
     }
-    const after = await runCli(['stats', '--json'], { DATABASE_URL: emptyUrl });
+    const after = await runInProcess(['stats', '--json'], { DATABASE_URL: emptyUrl });
     expect(after.code, after.stderr).toBe(0);
     expect(JSON.parse(after.stdout)).toEqual({ stats: [] });
   });

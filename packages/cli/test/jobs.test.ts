@@ -3,7 +3,7 @@ import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { runCli } from './run-cli.js';
+import { runCli, runInProcess } from './run-cli.js';
 
 const db = await useTestDatabase();
 const env = { DATABASE_URL: db.url };
@@ -80,8 +80,9 @@ const summaryKeys = [
   'lastError',
 ];
 
-async function json(args: string[]) {
-  const result = await runCli([...args, '--json'], env);
+/** `--json` output of a command; in this process unless `real` asks for the binary. */
+async function json(args: string[], real = false) {
+  const result = await (real ? runCli : runInProcess)([...args, '--json'], env);
   expect(result.code, result.stderr).toBe(0);
   return JSON.parse(result.stdout) as Record<string, unknown>;
 }
@@ -111,7 +112,7 @@ describe('skiplock jobs', () => {
   });
 
   it('lists as JSON with stable keys, filters and keyset pages', async () => {
-    const all = (await json(['jobs', 'list'])) as {
+    const all = (await json(['jobs', 'list'], true)) as {
       jobs: Record<string, unknown>[];
       nextBeforeId: string | null;
     };
@@ -142,7 +143,7 @@ describe('skiplock jobs', () => {
 
   it('shows every field and the attempt history of one job', async () => {
     const [shownJson, human, processingJson] = await Promise.all([
-      json(['jobs', 'show', ids.dead]),
+      json(['jobs', 'show', ids.dead], true),
       runCli(['jobs', 'show', ids.dead], env),
       json(['jobs', 'show', ids.processing]),
     ]);
@@ -183,7 +184,9 @@ describe('skiplock jobs', () => {
 
   it('fails with a clear message for a job that does not exist', async () => {
     const commands = ['show', 'retry', 'cancel'];
-    const results = await Promise.all(commands.map((c) => runCli(['jobs', c, '987654321'], env)));
+    const results = await Promise.all(
+      commands.map((c) => runInProcess(['jobs', c, '987654321'], env)),
+    );
     results.forEach((result, i) => {
       expect(result.code, commands[i]).toBe(1);
       expect(result.stderr).toBe(`skiplock jobs ${commands[i]}: job 987654321 does not exist\n`);
@@ -200,7 +203,7 @@ describe('skiplock jobs', () => {
     });
     expect(await statusOf(ids.dead)).toEqual({ status: 'pending', attempts: 0 });
 
-    const refused = await runCli(['jobs', 'retry', ids.completed], env);
+    const refused = await runInProcess(['jobs', 'retry', ids.completed], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(
       `job ${ids.completed} is completed; only dead, cancelled, failed jobs can be retried`,

@@ -145,3 +145,27 @@ export async function closedPort(): Promise<number> {
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
 }
+
+/**
+ * Runs the CLI in this process, with the same arguments, environment and exit code as the
+ * binary. Each spawned CLI costs about a second of CPU (tsx loading the libraries), so tables
+ * of argument checks run here, and each command's real process behaviour is tested by `runCli`.
+ */
+export async function runInProcess(args: string[], env: Env): Promise<CliResult> {
+  const { runCli: run } = await import('../src/cli.js');
+  let stdout = '';
+  let stderr = '';
+  const code = await run(args, {
+    stdout: (text) => (stdout += text),
+    stderr: (text) => (stderr += text),
+    env: withoutUnset({ ...process.env, SKIPLOCK_DEBUG: undefined, ...env }),
+    cwd: process.cwd(),
+  });
+  return { code, stdout, stderr };
+}
+
+function withoutUnset(env: Env): NodeJS.ProcessEnv {
+  const out: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(env)) if (value !== undefined) out[key] = value;
+  return out;
+}

@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { sagaStatuses } from '../src/commands/sagas-list.js';
-import { runCli } from './run-cli.js';
+import { runCli, runInProcess } from './run-cli.js';
 
 const db = await useTestDatabase();
 const env = { DATABASE_URL: db.url };
@@ -66,8 +66,8 @@ describe('skiplock sagas', () => {
     const [human, all, compensated, page] = await Promise.all([
       runCli(['sagas', 'list'], env),
       runCli(['sagas', 'list', '--json'], env),
-      runCli(['sagas', 'list', '--json', '--status', 'compensated'], env),
-      runCli(['sagas', 'list', '--json', '--limit', '1'], env),
+      runInProcess(['sagas', 'list', '--json', '--status', 'compensated'], env),
+      runInProcess(['sagas', 'list', '--json', '--limit', '1'], env),
     ]);
     expect(human.code, human.stderr).toBe(0);
     const lines = human.stdout.trimEnd().split('\n');
@@ -105,7 +105,7 @@ describe('skiplock sagas', () => {
 
     const first = JSON.parse(page.stdout) as { sagas: { id: string }[]; nextCursor: string };
     expect(first.sagas).toHaveLength(1);
-    const next = await runCli(['sagas', 'list', '--json', '--cursor', first.nextCursor], env);
+    const next = await runInProcess(['sagas', 'list', '--json', '--cursor', first.nextCursor], env);
     const second = JSON.parse(next.stdout) as { sagas: { id: string }[]; nextCursor: null };
     expect([...first.sagas, ...second.sagas].map((s) => s.id).sort()).toEqual([
       'order-declined',
@@ -162,8 +162,8 @@ describe('skiplock sagas', () => {
   it('fails clearly for a saga that does not exist or a bad argument', async () => {
     const [missing, badStatus, badCursor] = await Promise.all([
       runCli(['sagas', 'show', 'no-such-saga'], env),
-      runCli(['sagas', 'list', '--status', 'done'], env),
-      runCli(['sagas', 'list', '--cursor', 'garbage'], env),
+      runInProcess(['sagas', 'list', '--status', 'done'], env),
+      runInProcess(['sagas', 'list', '--cursor', 'garbage'], env),
     ]);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toBe('skiplock sagas show: saga "no-such-saga" does not exist\n');

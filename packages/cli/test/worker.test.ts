@@ -4,7 +4,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { fixture, runCli, startCli, type LogLine } from './run-cli.js';
+import { fixture, runCli, runInProcess, startCli, type LogLine } from './run-cli.js';
 
 const db = await useTestDatabase();
 const env = { DATABASE_URL: db.url, SKIPLOCK_LOG_LEVEL: 'info' };
@@ -177,22 +177,32 @@ describe('skiplock worker', () => {
   });
 
   it('refuses a missing module, a module without jobs, duplicates and a bad flag, exit 2', async () => {
+    // The binary: exit code and message when the module is missing or exports no jobs.
+    const [missing, empty] = await Promise.all([
+      runCli(['worker', 'no/such/module.ts'], env),
+      runCli(['worker', fixture('no-jobs.ts')], env),
+    ]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('module not found: no/such/module.ts');
+    expect(empty.code).toBe(2);
+    expect(empty.stderr).toContain('exports no job definitions');
+
     const cases: [string[], string][] = [
-      [['worker', 'no/such/module.ts'], 'module not found: no/such/module.ts'],
-      [['worker', fixture('no-jobs.ts')], 'exports no job definitions'],
       [['worker', fixture('duplicate-jobs.ts')], 'job type "same" is defined twice'],
       [['worker', fixture('gated-jobs.ts'), '--concurrency', 'many'], '--concurrency must be'],
+      [['worker', fixture('gated-jobs.ts'), '--concurrency', '1.5'], '--concurrency must be'],
       [['worker', fixture('gated-jobs.ts'), '--shutdown-timeout-ms', '-1'], '--shutdown-timeout'],
       [['worker', fixture('gated-jobs.ts'), '--poll-interval-ms', '5'], '--poll-interval-ms must'],
       [['worker', fixture('gated-jobs.ts'), '--listen'], 'unknown option --listen'],
+      [['worker', fixture('gated-jobs.ts'), '--queue', ''], '--queue must not be empty'],
       [['worker'], 'missing <module>'],
     ];
-    const results = await Promise.all(cases.map(([args]) => runCli(args, env)));
-    results.forEach((r, i) => {
-      expect(r.code, cases[i]![0].join(' ')).toBe(2);
-      expect(r.stderr).toContain(cases[i]![1]);
-    });
-    const broken = await runCli(['worker', fixture('broken.ts')], env);
+    for (const [args, message] of cases) {
+      const r = await runInProcess(args, env);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toContain(message);
+    }
+    const broken = await runInProcess(['worker', fixture('broken.ts')], env);
     expect(broken.code).toBe(1);
     expect(broken.stderr).toContain('this module fails on import');
   });
