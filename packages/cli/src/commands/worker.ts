@@ -82,7 +82,7 @@ export const workerCommand: Command = {
     };
     const db = await openDatabase(url, {
       // Room for the claim loop, heartbeats, settles, the sweeper and retention besides jobs.
-      maxConnections: (options.concurrency ?? DEFAULT_CONCURRENCY) + 4,
+      maxConnections: options.maxConnections ?? (options.concurrency ?? DEFAULT_CONCURRENCY) + 4,
       applicationName: 'skiplock-worker',
       onPoolError: (error) =>
         logger.warn({ reason: 'db_error', err: error.message }, 'idle connection error'),
