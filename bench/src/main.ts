@@ -51,10 +51,10 @@ const plan = {
         { config: '1 process × 50', processes: 1, concurrency: 50 },
         { config: '2 processes × 10', processes: 2, concurrency: 10 },
       ],
-  drainTimeoutMs: quick ? 10_000 : 20_000,
+  drainTimeoutMs: 10_000,
   bulkJobs: quick ? 2_000 : 20_000,
   singleJobs: quick ? 100 : 1_000,
-  latencyJobs: quick ? 15 : 300,
+  latencyJobs: quick ? 15 : 200,
   latencyWarmup: quick ? 5 : 20,
   churnJobs: quick ? 1_000 : 200_000,
   bigTable: { completed: 1_800_000, pending: 200_000 },
@@ -106,6 +106,14 @@ async function interleaved(
       }
     }
   }
+}
+
+// Interrupted runs still drop their template databases.
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    log(`${signal}: dropping template databases`);
+    void dropTemplates().finally(() => process.exit(130));
+  });
 }
 
 async function main(): Promise<void> {
@@ -210,7 +218,7 @@ async function main(): Promise<void> {
             jobs: pending,
             processes: 1,
             concurrency: 10,
-            timeoutMs: 120_000,
+            timeoutMs: 60_000,
             template: templates.get(system)!.template,
           }),
         );
@@ -246,7 +254,7 @@ async function main(): Promise<void> {
         'concurrency 10',
         CHURN_SYSTEMS,
         (system) =>
-          churnRun(ctx, system, { jobs: plan.churnJobs, timeoutMs: quick ? 30_000 : 120_000 }),
+          churnRun(ctx, system, { jobs: plan.churnJobs, timeoutMs: quick ? 30_000 : 60_000 }),
         1,
       );
     }

@@ -99,8 +99,8 @@ async function sagaRun(
  * then start-to-finish latency at 20 sagas/s. Accounting is per saga.
  */
 export async function runSagas(options: SagaRunOptions): Promise<ScenarioResult> {
-  const count = options.quick ? 60 : 500;
-  const pacedCount = options.quick ? 20 : 300;
+  const count = options.quick ? 60 : 300;
+  const pacedCount = options.quick ? 20 : 200;
   const scenario: ScenarioResult = {
     id: 'sagas',
     title: 'Sagas: create invoice → charge (every 10th declined and compensated) → receipt',
