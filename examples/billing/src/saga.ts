@@ -1,4 +1,5 @@
 import { defineSaga, type RetryPolicy } from '@skiplock/saga';
+import type pg from 'pg';
 import { z } from 'zod';
 import { InvoiceStateError, PaymentDeclinedError } from './errors.js';
 import { InjectedPermanentError, noFaults, type Faults } from './faults.js';
@@ -33,10 +34,11 @@ export interface BillingDeps {
   /** How long the saga waits for the provider's webhook before it voids the charge. */
   confirmTimeoutMs: number;
   /**
-   * Delivers `PAYMENT_CONFIRMED` to a saga. The charge step calls it itself when the provider's
-   * answer is already final; the saga keeps the signal until its wait step takes it.
+   * Delivers `PAYMENT_CONFIRMED` to a saga inside the given transaction. The charge step calls it
+   * when the provider's answer is already final, so the signal commits with the step; the saga
+   * keeps it until its wait step takes it.
    */
-  confirm(sagaId: string, payload: PaymentConfirmationSignal): Promise<void>;
+  confirm(tx: pg.PoolClient, sagaId: string, payload: PaymentConfirmationSignal): Promise<void>;
   /** Retry timing of every step (the demo shortens it; leases short enough to see kill -9 heal). */
   retry?: Pick<RetryPolicy, 'backoff' | 'leaseMs'>;
 }
@@ -117,7 +119,7 @@ export function createBillingSaga(deps: BillingDeps) {
         faults.check('charge-card', ctx.attempt);
         const plan = ctx.steps['open-payment'];
         if (!plan.providerKey) {
-          await deps.confirm(ctx.sagaId, { status: 'succeeded' });
+          await ctx.transaction((tx) => deps.confirm(tx, ctx.sagaId, { status: 'succeeded' }));
           return { status: 'not_needed' as const };
         }
         if (ctx.idempotencyKey !== plan.providerKey) {
@@ -125,11 +127,12 @@ export function createBillingSaga(deps: BillingDeps) {
         }
         const request = chargeRequest(input, plan.cardCents);
         const status = await chargeCard(provider, ctx.idempotencyKey, request);
-        // A charge that succeeded outright is its own confirmation; a pending one waits for the
-        // provider's webhook. Signalled before the step's transaction opens (that transaction
-        // holds the saga's row); a retry finds the signal already delivered and adds nothing.
-        if (status === 'succeeded') await deps.confirm(ctx.sagaId, { status: 'succeeded' });
-        await ctx.transaction((tx) => recordPayment(tx, ctx.idempotencyKey, request, status));
+        await ctx.transaction(async (tx) => {
+          await recordPayment(tx, ctx.idempotencyKey, request, status);
+          // A charge that succeeded outright is its own confirmation, committed with the step; a
+          // pending one waits for the provider's webhook.
+          if (status === 'succeeded') await deps.confirm(tx, ctx.sagaId, { status: 'succeeded' });
+        });
         return { status };
       },
     })

@@ -66,8 +66,8 @@ export function createBillingSystem(options: BillingSystemOptions): BillingSyste
     faults: options.faults,
     confirmTimeoutMs: options.confirmTimeoutMs ?? 30_000,
     retry: options.retry,
-    confirm: async (sagaId, payload) => {
-      await runtime!.signal(sagaId, PAYMENT_CONFIRMED, payload);
+    confirm: async (tx, sagaId, payload) => {
+      await runtime!.signal(sagaId, PAYMENT_CONFIRMED, payload, { tx });
     },
   });
   runtime = createSagaRuntime({ pool, sagas: [saga], logger, faults: options.sagaFaults });

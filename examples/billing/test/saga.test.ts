@@ -259,4 +259,75 @@ describe('billing saga', () => {
     expect(sagas.every((s) => s.status === 'completed' || s.status === 'compensated')).toBe(true);
     await expectInvariantsHold(db.pool);
   });
+
+  // What a SIGKILL does between a step's code and its commit: the code ran, nothing committed.
+  it.each([
+    'issue-invoice',
+    'reserve-credit',
+    'open-payment',
+    'charge-card',
+    'capture-payment',
+    'issue-receipt',
+    'write-ledger',
+  ])(
+    'a crash after %s ran but before it committed re-runs it without double effects',
+    async (step) => {
+      let crashes = 0;
+      const system = await startBilling(db.pool, {
+        sagaFaults: (point) => {
+          if (
+            point.step === step &&
+            point.kind === 'step' &&
+            point.phase === 'after' &&
+            crashes === 0
+          ) {
+            crashes += 1;
+            throw new Error(`crash after ${step}`);
+          }
+        },
+      });
+      const customer = await customerWith(db.pool, 1_200);
+      const id = await system.openInvoice({ customerId: customer, amountCents: 3_000 });
+      const saga = await settled(system, id);
+      expect(crashes).toBe(1);
+      expect(saga.status).toBe('completed');
+      expect(saga.history.find((h) => h.step === step)?.attempts).toBe(2);
+      expect(await balanceOf(db.pool, customer)).toBe(0);
+      expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['succeeded']);
+      await expectInvariantsHold(db.pool);
+    },
+  );
+
+  it.each(['issue-invoice', 'reserve-credit', 'open-payment'])(
+    'a crash after the compensation of %s ran re-runs it without double effects',
+    async (step) => {
+      let crashes = 0;
+      const system = await startBilling(db.pool, {
+        faults: createFaults({ force: { step: 'capture-payment', kind: 'permanent' } }),
+        sagaFaults: (point) => {
+          if (
+            point.step === step &&
+            point.kind === 'compensation' &&
+            point.phase === 'after' &&
+            crashes === 0
+          ) {
+            crashes += 1;
+            throw new Error(`crash after undoing ${step}`);
+          }
+        },
+      });
+      const customer = await customerWith(db.pool, 800);
+      const id = await system.openInvoice({ customerId: customer, amountCents: 2_000 });
+      const saga = await settled(system, id);
+      expect(crashes).toBe(1);
+      expect(saga.status).toBe('compensated');
+      expect(saga.history.find((h) => h.step === step && h.kind === 'compensation')?.attempts).toBe(
+        2,
+      );
+      expect(await balanceOf(db.pool, customer)).toBe(800);
+      expect(await invoiceStatus(db.pool, id)).toBe('void');
+      expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['refunded']);
+      await expectInvariantsHold(db.pool);
+    },
+  );
 });
