@@ -281,6 +281,8 @@ export function createWorker(options: WorkerOptions): Worker {
 
   /** Starts buffered jobs while slots are free. */
   function pump(): void {
+    // Once stop() has begun, buffered jobs are handed back, never started.
+    if (state === 'stopping' || state === 'stopped') return;
     while (active < config.concurrency && buffered.length > 0) {
       const job = buffered.shift()!;
       active += 1;
