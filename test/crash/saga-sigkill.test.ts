@@ -1,0 +1,157 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { createSagaRuntime } from '../../packages/saga/src/index.js';
+import { bundleForNode } from '../support/bundle.js';
+import { useTestDatabase } from '../support/db.js';
+import { spawnNode, type ChildHandle } from '../support/processes.js';
+import { waitFor } from '../support/wait.js';
+import { CRASH_SCHEMA_SQL, createTransferSaga } from './saga-transfer.js';
+
+const SAGAS = 500;
+const WORKERS = 3;
+/** The driver stops killing after this many, so a run that cannot finish fails instead of looping. */
+const MAX_KILLS = 30;
+
+describe('saga worker processes killed with SIGKILL', () => {
+  it('end every saga completed or compensated, with no effect twice and no step skipped', async () => {
+    const db = await useTestDatabase();
+    await db.pool.query(CRASH_SCHEMA_SQL);
+    // Only worker processes die here, never PostgreSQL, so commits need not wait for the disk:
+    // without this the run is bound by fsync (several commits per step) rather than by the kills.
+    const dbName = new URL(db.url).pathname.slice(1);
+    await db.pool.query(`ALTER DATABASE "${dbName}" SET synchronous_commit = off`);
+    const script = await bundleForNode(new URL('./saga-worker-process.ts', import.meta.url));
+
+    const killed = new Set<string>();
+    const unexpectedExits: string[] = [];
+    const workers: ChildHandle[] = [];
+    const all: ChildHandle[] = [];
+    let launched = 0;
+    const launch = async () => {
+      const name = `saga-w${++launched}`;
+      const handle = spawnNode(name, script, { DATABASE_URL: db.url, SAGA_WORKER_ID: name });
+      void handle.exited.then(({ code, signal }) => {
+        if (!killed.has(name) && signal !== 'SIGTERM' && code !== 0) {
+          unexpectedExits.push(`${name} exited ${code ?? signal}: ${handle.stderrTail()}`);
+        }
+      });
+      all.push(handle);
+      await handle.waitForLine((l) => l.reason === 'started', 60_000);
+      // Only a worker that is up is a candidate for the next kill.
+      workers.push(handle);
+    };
+    await Promise.all(Array.from({ length: WORKERS }, launch));
+
+    const saga = createTransferSaga(db.pool);
+    const runtime = createSagaRuntime({
+      pool: db.pool,
+      sagas: [saga],
+      logger: pino({ level: 'silent' }),
+    });
+    const decline = (n: number) => n % 5 === 0;
+    const starting = (async () => {
+      for (let n = 0; n < SAGAS; n += 50) {
+        await Promise.all(
+          Array.from({ length: 50 }, (_, i) =>
+            runtime.start(saga, { id: `t-${n + i}`, input: { n: n + i, decline: decline(n + i) } }),
+          ),
+        );
+      }
+    })();
+
+    let allDone = false;
+    const driver = (async () => {
+      while (!allDone && killed.size < MAX_KILLS) {
+        await delay(800 + Math.random() * 600);
+        const alive = workers.filter((w) => !w.hasExited && !killed.has(w.name));
+        const victim = alive[Math.floor(Math.random() * alive.length)];
+        if (allDone || !victim) continue;
+        killed.add(victim.name);
+        victim.kill('SIGKILL');
+        await victim.exited;
+        launch().catch((error: unknown) => unexpectedExits.push(String(error)));
+      }
+    })();
+
+    try {
+      await starting;
+      await waitFor(
+        async () => {
+          if (unexpectedExits.length > 0) throw new Error(unexpectedExits.join('\n'));
+          const { rows } = await db.pool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM skiplock.sagas WHERE status IN ('completed', 'compensated')`,
+          );
+          return rows[0]!.n === SAGAS;
+        },
+        { timeoutMs: 50_000, intervalMs: 200, what: `all ${SAGAS} sagas ended` },
+      );
+    } finally {
+      allDone = true;
+      await driver;
+    }
+    for (const w of all) w.kill('SIGTERM');
+    await Promise.all(all.map((w) => w.exited));
+    expect(killed.size).toBeGreaterThan(0);
+
+    // Each saga ended the way its input says.
+    const ended = await db.pool.query<{ id: string; status: string; input: { decline: boolean } }>(
+      'SELECT id, status, input FROM skiplock.sagas',
+    );
+    const wrong = ended.rows.filter(
+      (s) => s.status !== (s.input.decline ? 'compensated' : 'completed'),
+    );
+    expect(wrong).toEqual([]);
+
+    // No step skipped: the history of each saga is exactly its expected timeline.
+    const histories = await db.pool.query<{ saga_id: string; timeline: string }>(
+      `SELECT saga_id, string_agg(kind || ':' || step || ':' || status, ' ' ORDER BY id) AS timeline
+       FROM skiplock.saga_steps GROUP BY saga_id`,
+    );
+    const expectedTimeline = (declined: boolean) =>
+      declined
+        ? 'step:reserve:completed step:debit:completed step:credit:failed ' +
+          'compensation:debit:completed compensation:reserve:completed'
+        : 'step:reserve:completed step:debit:completed step:credit:completed step:notify:completed';
+    const badHistory = histories.rows.filter(
+      (h) => h.timeline !== expectedTimeline(decline(Number(h.saga_id.slice(2)))),
+    );
+    expect(badHistory).toEqual([]);
+    expect(histories.rows).toHaveLength(SAGAS);
+
+    // No effect twice: one transactional effect row per key, one external row per key.
+    const effects = await db.pool.query<{ key: string; n: number }>(
+      'SELECT key, count(*)::int AS n FROM saga_crash.effects GROUP BY key',
+    );
+    expect(effects.rows.filter((e) => e.n !== 1)).toEqual([]);
+    const declined = Array.from({ length: SAGAS }, (_, n) => n).filter(decline).length;
+    // debit + credit + notify per completed saga; debit + its compensation per declined one.
+    expect(effects.rows).toHaveLength((SAGAS - declined) * 3 + declined * 2);
+    const external = await db.pool.query<{ n: number; calls: number }>(
+      'SELECT count(*)::int AS n, sum(calls)::int AS calls FROM saga_crash.external',
+    );
+    expect(external.rows[0]!.n).toBe(SAGAS + declined);
+
+    // Every saga job ended; none was enqueued twice (the keys are unique per queue anyway).
+    const jobs = await db.pool.query<{ status: string; n: number }>(
+      `SELECT status::text, count(*)::int AS n FROM skiplock.jobs GROUP BY status`,
+    );
+    // Per saga: four completed jobs (four steps, or two steps and two compensations), plus the
+    // declined credit's dead job.
+    expect(jobs.rows.sort((a, b) => a.status.localeCompare(b.status))).toEqual([
+      { status: 'completed', n: SAGAS * 4 },
+      { status: 'dead', n: declined },
+    ]);
+
+    // What the kills cost: steps whose code ran more than once (absorbed by the keys above).
+    const reruns = await db.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM (SELECT 1 FROM saga_crash.runs
+        GROUP BY saga_id, step, kind HAVING count(*) > 1) r`,
+    );
+    console.log(
+      `[saga crash] ${SAGAS} sagas, ${killed.size} SIGKILLs, ${reruns.rows[0]!.n} steps re-run, ` +
+        `${external.rows[0]!.calls - external.rows[0]!.n} duplicate external calls absorbed`,
+    );
+    await runtime.close();
+  });
+});
