@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { FlagError, parseDemoFlags } from '../src/demo/flags.js';
 import { runDemo } from './run-demo.js';
 
@@ -82,4 +82,18 @@ describe('demo flags', () => {
     expect(run.stdout).toContain('Usage: pnpm demo [flags]');
     expect(run.stdout).toContain('--kill-workers');
   });
+
+  it(
+    'exits 1 and says so when sagas are still unfinished at the deadline',
+    { timeout: 90_000 },
+    async () => {
+      // One worker running one job at a time cannot finish 2,000 sagas (16,000 jobs) in 5 s.
+      const run = await runDemo(
+        ['--count', '2000', '--workers', '1', '--concurrency', '1', '--deadline-seconds', '5'],
+        { DATABASE_URL: inject('adminUrl') },
+      );
+      expect(run.code).toBe(1);
+      expect(run.stdout).toMatch(/FAIL {2}.*sagas still unfinished at the deadline/);
+    },
+  );
 });

@@ -50,6 +50,7 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
   );
   let fleet: WorkerFleet | null = null;
   let system: BillingSystem | null = null;
+  const stopProducing = new AbortController();
   try {
     say(`PostgreSQL from ${db.source}; fresh database ${db.name}`);
     await migrateBilling(pool, logger);
@@ -76,7 +77,9 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
     await fleet.start(flags.workers);
 
     const deadline = Date.now() + flags['deadline-seconds'] * 1000;
-    const production = produceInvoices(system, customers, flags.count);
+    const production = produceInvoices(system, customers, flags.count, {
+      signal: stopProducing.signal,
+    });
     let produced = false;
     let producerError: unknown = null;
     production.then(
@@ -116,6 +119,8 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
       await new Promise((resolve) => setTimeout(resolve, POLL_MS));
     }
     progress.done();
+    stopProducing.abort();
+    await production.catch(() => {});
     await killing;
     await fleet.stop();
     if (interrupted.aborted) {
@@ -137,6 +142,7 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
     );
     return verdict.ok ? 0 : 1;
   } finally {
+    stopProducing.abort();
     await fleet?.stop();
     await system?.runtime.close();
     await pool.end();
