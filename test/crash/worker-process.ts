@@ -7,7 +7,7 @@
  * DATABASE_URL (required), CRASH_WORKER_ID (required), CRASH_CONCURRENCY (8), CRASH_LEASE_MS
  * (2000), CRASH_HEARTBEAT_MS (300), CRASH_SWEEP_INTERVAL_MS (500), CRASH_JOB_MS ("10-40", a
  * handler's duration range), CRASH_LISTEN ("1"), CRASH_POLL_MS (250), CRASH_SHUTDOWN_MS (5000),
- * CRASH_MAX_CONNECTIONS (6).
+ * CRASH_MAX_CONNECTIONS (5).
  * It logs pino JSON lines on stdout; the parent reads them for reasons such as `lock_lost`.
  */
 import { createWorker } from '@skiplock/queue';
@@ -97,7 +97,7 @@ const worker = createWorker({
   connectionString: url,
   // A few connections are plenty (claims, batched completions, heartbeats, sweeps) and keep
   // several processes within a small server's max_connections.
-  maxConnections: intEnv('CRASH_MAX_CONNECTIONS', 6),
+  maxConnections: intEnv('CRASH_MAX_CONNECTIONS', 5),
   jobs: [job],
   workerId,
   logger,
@@ -121,7 +121,8 @@ async function shutdown(signal: string) {
   logger.info({ reason: 'signal', signal }, 'stopping');
   await worker.stop();
   await recorder.end();
-  logger.info({ reason: 'exit' }, 'exiting');
+  const cpu = process.cpuUsage();
+  logger.info({ reason: 'exit', cpuMs: Math.round((cpu.user + cpu.system) / 1000) }, 'exiting');
   process.exit(0);
 }
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
