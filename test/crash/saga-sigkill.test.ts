@@ -11,7 +11,7 @@ import { CRASH_SCHEMA_SQL, createTransferSaga } from './saga-transfer.js';
 const SAGAS = 500;
 const WORKERS = 3;
 /** The driver stops killing after this many, so a run that cannot finish fails instead of looping. */
-const MAX_KILLS = 30;
+const MAX_KILLS = 15;
 
 describe('saga worker processes killed with SIGKILL', () => {
   it('end every saga completed or compensated, with no effect twice and no step skipped', async () => {
@@ -63,7 +63,7 @@ describe('saga worker processes killed with SIGKILL', () => {
     let allDone = false;
     const driver = (async () => {
       while (!allDone && killed.size < MAX_KILLS) {
-        await delay(800 + Math.random() * 600);
+        await delay(600 + Math.random() * 400);
         const alive = workers.filter((w) => !w.hasExited && !killed.has(w.name));
         const victim = alive[Math.floor(Math.random() * alive.length)];
         if (allDone || !victim) continue;
