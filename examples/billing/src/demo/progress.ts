@@ -45,7 +45,9 @@ export function createProgress(
         const finished = c.completed + c.compensated + c.failed;
         const filled = c.total === 0 ? BAR_WIDTH : Math.round((finished / c.total) * BAR_WIDTH);
         const bar = `\x1b[32m${'█'.repeat(filled)}\x1b[2m${'░'.repeat(BAR_WIDTH - filled)}\x1b[0m`;
-        stream.write(`\r\x1b[2K${bar} ${line(c)}`);
+        // Cut to the terminal's width: a wrapped line could not be redrawn in place.
+        const room = Math.max(10, (stream.columns || 120) - BAR_WIDTH - 2);
+        stream.write(`\r\x1b[2K${bar} ${line(c).slice(0, room)}`);
         drawn = true;
       },
       done() {
