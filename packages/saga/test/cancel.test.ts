@@ -107,7 +107,7 @@ describe('saga deadline', () => {
     name: 'slow',
     version: 1,
     input: z.object({ wait: z.boolean() }),
-    deadlineMs: 300,
+    deadlineMs: 1_500,
   })
     .step('prepare', {
       ...fast,
@@ -126,8 +126,12 @@ describe('saga deadline', () => {
 
   it('aborts a running step at the deadline and compensates', async () => {
     const { runtime } = await startSagas(db.pool, [slow]);
-    await runtime.start(slow, { id: 'd-run', input: { wait: false } });
+    await runtime.start(slow, { id: 'd-run', input: { wait: false }, deadlineMs: 60_000 });
     await settled(runtime, 'd-run', ['waiting']);
+    // The deadline comes due while `work` runs (or, on a slow machine, before it starts).
+    await db.pool.query(
+      `UPDATE skiplock.sagas SET deadline = now() + interval '200 milliseconds' WHERE id = 'd-run'`,
+    );
     await runtime.signal('d-run', 'go', {});
     const done = await settled(runtime, 'd-run');
     expect(done.status).toBe('compensated');
