@@ -22,7 +22,9 @@ function untilAborted(signal: AbortSignal): Promise<void> {
   });
 }
 
-describe('a worker cut off from the database', () => {
+// `hang`: the network holds every byte (queries neither fail nor return). `die`: every connection
+// is reset and new ones refused (queries fail at once, and the settle retries with backoff).
+describe.each(['hang', 'die'] as const)('a worker cut off from the database (%s)', (cut) => {
   it('loses its leases; another worker completes the jobs; its late completions touch 0 rows', async () => {
     const db = await useTestDatabase();
     const target = new URL(db.url);
@@ -73,10 +75,20 @@ describe('a worker cut off from the database', () => {
     await workerA.start();
     await waitFor(() => runsA.length === ids.length, { what: 'worker A running all jobs' });
 
-    proxy.freeze();
-    tell();
-    // A finishes three handlers while cut off; their completions wait in the partition.
-    await waitFor(() => proxy.heldBytes > 0, { what: 'worker A writing into the partition' });
+    if (cut === 'hang') {
+      proxy.freeze();
+      tell();
+      // A finishes three handlers while cut off; their completions wait in the partition.
+      await waitFor(() => proxy.heldBytes > 0, { what: 'worker A writing into the partition' });
+    } else {
+      proxy.sever();
+      tell();
+      // A finishes three handlers while cut off; their completions fail and are retried.
+      await waitFor(
+        () => logsA.lines.some((l) => l.reason === 'db_error' && l.attempt !== undefined),
+        { what: 'worker A retrying its completions' },
+      );
+    }
 
     // A cannot renew for a whole lease, so it aborts the handlers still running, by itself.
     await waitFor(
@@ -116,7 +128,7 @@ describe('a worker cut off from the database', () => {
         },
         { what: 'worker B completing every job' },
       );
-      expect(proxy.frozen).toBe(true);
+      expect(proxy.frozen).toBe(cut === 'hang');
       // Until the partition heals, A has not heard back about the handlers that finished.
       expect(logsA.lines.filter((l) => toldIds.includes(String(l.jobId)))).toEqual([]);
 

@@ -9,7 +9,13 @@ export interface TcpProxy {
    * new connections, wait in the proxy. Queries sent meanwhile neither fail nor complete.
    */
   freeze(): void;
-  /** Heals the partition: everything held back is delivered, in order. */
+  /**
+   * Cuts the network the other way: every connection through the proxy is reset, and new ones
+   * are refused, so queries fail at once instead of hanging.
+   */
+  sever(): void;
+  /** Heals the partition (frozen: everything held back is delivered, in order; severed: new
+   * connections get through again). */
   resume(): void;
   readonly frozen: boolean;
   /** Bytes held back right now, in both directions. */
@@ -34,6 +40,7 @@ interface Link {
 export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
   const links = new Set<Link>();
   let frozen = false;
+  let severed = false;
   let held = 0;
 
   const drop = (link: Link) => {
@@ -84,6 +91,10 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   };
 
   const server = createServer((client) => {
+    if (severed) {
+      client.destroy();
+      return;
+    }
     const link: Link = { client, upstream: null, toUpstream: [], toClient: [] };
     links.add(link);
     client.on('data', (chunk: Buffer) => forward(link, chunk, true));
@@ -110,8 +121,13 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     freeze() {
       frozen = true;
     },
+    sever() {
+      severed = true;
+      for (const link of [...links]) drop(link);
+    },
     resume() {
       frozen = false;
+      severed = false;
       for (const link of [...links]) {
         if (!link.upstream) {
           openUpstream(link);
