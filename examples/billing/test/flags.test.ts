@@ -83,6 +83,15 @@ describe('demo flags', () => {
     expect(run.stdout).toContain('--kill-workers');
   });
 
+  it('exits 1 with a clear message when DATABASE_URL points nowhere', async () => {
+    const run = await runDemo(['--count', '5'], {
+      DATABASE_URL: 'postgres://postgres@127.0.0.1:1/postgres',
+    });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('pnpm demo failed: cannot use the database');
+    expect(run.stderr).toContain('check DATABASE_URL');
+  });
+
   it(
     'exits 1 and says so when sagas are still unfinished at the deadline',
     { timeout: 90_000 },

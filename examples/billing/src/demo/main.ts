@@ -72,7 +72,7 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
       rates: { declineRate: 0, transientRate: 0, lateConfirmRate: 0 },
       confirmTimeoutMs: config.confirmTimeoutMs,
     });
-    fleet = createFleet({ databaseUrl: db.url, config, logFd });
+    fleet = createFleet({ databaseUrl: db.url, config, logFd, logPath });
     say(`Starting ${flags.workers} worker processes…`);
     await fleet.start(flags.workers);
 
@@ -177,12 +177,21 @@ async function main(): Promise<number> {
   return run(flags, interrupt.signal);
 }
 
+function describeFailure(error: unknown): string {
+  const code = (error as { code?: string }).code;
+  const message = error instanceof Error ? error.message : String(error);
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === '28P01' || code === '3D000') {
+    return `cannot use the database (${message}); check DATABASE_URL, or unset it to use a throwaway PostgreSQL`;
+  }
+  if (code === '42501')
+    return `${message}; the DATABASE_URL user must be allowed to create databases`;
+  return error instanceof Error ? (error.stack ?? message) : message;
+}
+
 main().then(
   (code) => process.exit(code),
   (error: unknown) => {
-    process.stderr.write(
-      `pnpm demo failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-    );
+    process.stderr.write(`pnpm demo failed: ${describeFailure(error)}\n`);
     process.exit(1);
   },
 );

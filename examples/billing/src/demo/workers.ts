@@ -35,6 +35,8 @@ export function createFleet(options: {
   databaseUrl: string;
   config: WorkerConfig;
   logFd: number;
+  /** Named in errors, so a worker that dies at start-up can be looked into. */
+  logPath: string;
   readyTimeoutMs?: number;
 }): WorkerFleet {
   const members = new Set<Member>();
@@ -64,7 +66,11 @@ export function createFleet(options: {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         child.kill('SIGKILL');
-        reject(new Error(`worker ${child.pid} did not report ready within ${readyTimeoutMs} ms`));
+        reject(
+          new Error(
+            `worker ${child.pid} did not report ready within ${readyTimeoutMs} ms (its log: ${options.logPath})`,
+          ),
+        );
       }, readyTimeoutMs);
       child.on('message', (message) => {
         if ((message as { type?: string }).type === 'ready') {
@@ -74,7 +80,11 @@ export function createFleet(options: {
       });
       child.once('exit', (code, signal) => {
         clearTimeout(timer);
-        reject(new Error(`worker exited before it was ready (code ${code}, signal ${signal})`));
+        reject(
+          new Error(
+            `worker exited before it was ready (code ${code}, signal ${signal}); its log: ${options.logPath}`,
+          ),
+        );
       });
     });
   }

@@ -1,0 +1,11 @@
+export { createBillingSystem } from './system.js';
+export type { BillingSystem, BillingSystemOptions } from './system.js';
+export { createBillingSaga, chargeKeyOf, PAYMENT_CONFIRMED, BILLING_SAGA } from './saga.js';
+export type { BillingDeps, BillingSaga } from './saga.js';
+export { createFakeProvider, ProviderUnavailableError } from './provider.js';
+export type { FakeProvider, ProviderRates } from './provider.js';
+export { checkInvariants, invariants } from './invariants.js';
+export type { Invariant, InvariantResult } from './invariants.js';
+export { migrateBilling, billingMigrationsFolder } from './migrate.js';
+export { createFaults } from './faults.js';
+export * from './schema.js';
