@@ -103,11 +103,16 @@ describe('command line', () => {
       `skiplock jobs list: cannot use PostgreSQL at 127.0.0.1:${port}: connection refused ` +
         '(is PostgreSQL running there?)\n',
     );
-    for (const command of ['stats', 'migrate', 'sagas list']) {
-      const r = await runInProcess([...command.split(' ')], {
+    for (const command of [
+      ['stats'],
+      ['migrate'],
+      ['sagas', 'list'],
+      ['worker', fixture('jobs-array.ts')],
+    ]) {
+      const r = await runInProcess(command, {
         DATABASE_URL: `postgres://postgres@127.0.0.1:${port}/x`,
       });
-      expect(r.code, command).toBe(1);
+      expect(r.code, command.join(' ')).toBe(1);
       expect(r.stderr).toContain(`127.0.0.1:${port}: connection refused`);
     }
   });
