@@ -159,8 +159,3 @@ export async function readOutcome(pool: pg.Pool): Promise<Outcome> {
     })),
   };
 }
-
-/** Log lines of a worker process with the given reason. */
-export function linesWithReason(handle: ChildHandle, reason: string) {
-  return handle.lines.filter((l) => l.reason === reason);
-}
