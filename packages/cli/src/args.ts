@@ -60,8 +60,10 @@ export function parseInteger(
 
 const JOB_ID = /^[1-9][0-9]{0,18}$/;
 
+const MAX_BIGINT = 9_223_372_036_854_775_807n;
+
 export function parseJobId(value: string, flag = '<id>'): string {
-  if (!JOB_ID.test(value)) {
+  if (!JOB_ID.test(value) || BigInt(value) > MAX_BIGINT) {
     throw new UsageError(`${flag} must be a job id (a positive integer), got "${value}"`);
   }
   return value;

@@ -73,6 +73,7 @@ describe('command line', () => {
       [['jobs', 'show'], 'missing <id>'],
       [['jobs', 'show', '12abc'], '<id> must be a job id (a positive integer), got "12abc"'],
       [['jobs', 'retry', '1', '2'], 'unexpected argument "2"'],
+      [['jobs', 'show', '9223372036854775808'], '<id> must be a job id'],
       [['jobs', 'cancel', '-5'], 'unknown option -5'],
       [['sagas', 'list', '--limit', '1001'], '--limit must be an integer from 1 to 1000'],
       [['sagas', 'show', 'has space'], '<id> must be 1-200 printable characters'],
