@@ -109,7 +109,7 @@ export function startCli(args: string[], env: Env): LongRunning {
     lines,
     stderr: () => stderr,
     exited,
-    waitForLine(match, timeoutMs = 30_000) {
+    waitForLine(match, timeoutMs = 60_000) {
       const seen = lines.find(match);
       if (seen) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {

@@ -84,7 +84,7 @@ describe('skiplock worker', () => {
     await waitFor(
       async () =>
         (await jobStates()).filter((j) => j.status === 'completed').length === wanted.length,
-      { what: 'the two fast jobs to complete' },
+      { what: 'the two fast jobs to complete', timeoutMs: 60_000 },
     );
     worker.child.kill('SIGTERM');
     expect((await worker.exited).code).toBe(0);
@@ -107,6 +107,7 @@ describe('skiplock worker', () => {
     // Three handlers are running (each recorded its start) and hold their jobs.
     await waitFor(async () => (await runCount()) === 3 && (await processingCount()) === 3, {
       what: 'three running jobs',
+      timeoutMs: 60_000,
     });
     worker.child.kill('SIGTERM');
     // Claiming has stopped once the worker says it is stopping; only then let the handlers end.
@@ -133,6 +134,7 @@ describe('skiplock worker', () => {
     );
     await waitFor(async () => (await runCount()) === 2 && (await processingCount()) === 2, {
       what: 'two running sleepers',
+      timeoutMs: 60_000,
     });
     worker.child.kill('SIGINT');
     expect((await worker.exited).code).toBe(0);
@@ -157,6 +159,7 @@ describe('skiplock worker', () => {
     );
     await waitFor(async () => (await processingCount()) === 1 && (await runCount()) === 1, {
       what: 'a running sleeper',
+      timeoutMs: 60_000,
     });
     worker.child.kill('SIGTERM');
     await worker.waitForLine(reason('shutdown'));
