@@ -115,6 +115,11 @@ export interface Outcome {
   jobsRunMoreThanOnce: number;
   /** Every execution that was not the job's final, completing attempt. */
   earlier: EarlierExecution[];
+  /**
+   * `tx` jobs whose `completeWith` effect did not commit exactly once, with the completing attempt
+   * and worker.
+   */
+  wrongEffects: number;
 }
 
 /** Reads what happened to every job, from the jobs table and the workers' execution records. */
@@ -133,6 +138,12 @@ export async function readOutcome(pool: pg.Pool): Promise<Outcome> {
   const jobsRunMoreThanOnce = await one(`
     SELECT count(*)::int AS n FROM (
       SELECT 1 FROM crash.executions GROUP BY job_id HAVING count(*) > 1) d`);
+  const wrongEffects = await one(`
+    SELECT count(*)::int AS n FROM skiplock.jobs j
+    WHERE (j.payload->>'mode' = 'tx' AND (
+             SELECT count(*) FROM crash.effects e
+             WHERE e.job_id = j.id AND e.attempt = j.attempts AND e.worker_id = j.locked_by) <> 1)
+       OR (SELECT count(*) FROM crash.effects e WHERE e.job_id = j.id) > 1`);
   const { rows } = await pool.query<{
     job_id: string;
     attempt: number;
@@ -151,6 +162,7 @@ export async function readOutcome(pool: pg.Pool): Promise<Outcome> {
     attemptsRunTwice,
     completedWithoutFinalRun,
     jobsRunMoreThanOnce,
+    wrongEffects,
     earlier: rows.map((r) => ({
       jobId: r.job_id,
       attempt: r.attempt,
