@@ -34,6 +34,11 @@ export function resolvePool(source: PoolSource, logger: Logger, role: string): O
     connectionString,
     max: source.maxConnections ?? 10,
     application_name: `skiplock-${role}`,
+    // A network that silently drops packets would otherwise hang a query until the OS gives up
+    // (minutes); keepalive probes and a connect deadline turn it into an error the loops back off from.
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
+    connectionTimeoutMillis: 10_000,
   });
   pool.on('error', (error) => {
     logger.warn({ reason: 'db_error', role, err: error.message }, 'idle connection error');

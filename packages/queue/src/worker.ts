@@ -52,6 +52,8 @@ export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsS
 export interface StopOptions {
   /** How long in-flight jobs may keep running before they are aborted and released. */
   timeoutMs?: number;
+  /** How long releasing jobs and closing connections may take after that (default 10 s). */
+  graceMs?: number;
 }
 
 export interface Worker {
@@ -75,6 +77,23 @@ export interface Worker {
   once: SafeEmitter<WorkerEvents>['once'];
   /** Number of jobs currently claimed by this worker. */
   readonly inFlight: number;
+}
+
+/** Default for how long stop() waits for releases and closes after the drain deadline. */
+const STOP_GRACE_MS = 10_000;
+
+/** True when `work` settled within `ms`; never rejects. */
+async function settleWithin(ms: number, work: Promise<unknown>): Promise<boolean> {
+  const timer = new AbortController();
+  const done = await Promise.race([
+    work.then(
+      () => true,
+      () => true,
+    ),
+    sleep(ms, timer.signal).then(() => false),
+  ]);
+  timer.abort();
+  return done;
 }
 
 export function createWorker(options: WorkerOptions): Worker {
@@ -358,13 +377,27 @@ export function createWorker(options: WorkerOptions): Worker {
       deadline.abort();
     }
     for (const job of running.values()) job.abort(new ShutdownError());
-    await Promise.allSettled([...inflight]);
-    await completer.drain();
-    if (wasRunning) {
-      await heartbeat.stop();
-      await Promise.all([listener?.stop(), sweeper?.stop(), retention?.stop()]);
+    // Releasing and closing are bounded too: with a database that hangs instead of failing, a
+    // worker must still stop. What did not land is recovered by the sweeper when leases expire.
+    const graceMs = stopOptions.graceMs ?? STOP_GRACE_MS;
+    const finished = await settleWithin(
+      graceMs,
+      (async () => {
+        await Promise.allSettled([...inflight]);
+        await completer.drain();
+        if (wasRunning) {
+          await heartbeat.stop();
+          await Promise.all([listener?.stop(), sweeper?.stop(), retention?.stop()]);
+        }
+        await owned.release();
+      })(),
+    );
+    if (!finished) {
+      logger.error(
+        { reason: 'stop_timeout', graceMs, unsettled: running.size },
+        'database did not answer while stopping; leaving the rest to lease expiry',
+      );
     }
-    await owned.release();
     state = 'stopped';
     logger.info({ reason: 'stopped' }, 'worker stopped');
   }
