@@ -19,9 +19,9 @@ import type {
 } from './define.js';
 import { compensationKey, jobType, stepKey, type Engine, type SagaEntry } from './engine.js';
 import { SagaDeadlineError } from './errors.js';
-import { lockSaga, lockSagaByJob, selectSagaRow, type SagaRow } from './sql/sagas.js';
+import { lockSaga, lockSagaByJob, selectSagaWithOutputs, type SagaRow } from './sql/sagas.js';
 import { consumeSignal, selectSignal } from './sql/signals.js';
-import { markAttempt, recordAttemptError, selectOutputs, settleStep } from './sql/steps.js';
+import { markAttempt, recordAttemptError, settleStep } from './sql/steps.js';
 import {
   advanceAfter,
   compensateNext,
@@ -56,15 +56,13 @@ function errorText(error: unknown): string {
   return String(error);
 }
 
-async function loadSaga(e: Engine, sagaId: string): Promise<SagaRow> {
-  const { rows } = await runSql<SagaRow>(e.pool, selectSagaRow(sagaId));
+async function loadSaga(e: Engine, sagaId: string): Promise<SagaRow & { outputs: StepOutputs }> {
+  const { rows } = await runSql<SagaRow & { outputs: StepOutputs }>(
+    e.pool,
+    selectSagaWithOutputs(sagaId),
+  );
   if (!rows[0]) throw new NonRetryableError(`saga "${sagaId}" does not exist`);
   return rows[0];
-}
-
-async function loadOutputs(e: Engine, sagaId: string): Promise<StepOutputs> {
-  const { rows } = await runSql<{ step: string; output: unknown }>(e.pool, selectOutputs(sagaId));
-  return Object.fromEntries(rows.map((r) => [r.step, r.output]));
 }
 
 /** Outputs of the steps defined before `index` only: later ones are not in the step's type. */
@@ -188,7 +186,7 @@ async function runStep(
   await runSql(e.pool, markAttempt({ ...key, attempt: job.job.attempt }));
   if (spec.wait) return runWait(e, entry, spec, saga, job);
 
-  const prepared = { saga, outputs: await loadOutputs(e, saga.id), input: parseInput(entry, saga) };
+  const prepared = { saga, outputs: saga.outputs, input: parseInput(entry, saga) };
   const completion = new Completion(job, async (tx, output) => {
     const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale';
@@ -305,7 +303,7 @@ async function runCompensation(
   }
   const key = { sagaId: saga.id, step: spec.name, kind: 'compensation' as const };
   await runSql(e.pool, markAttempt({ ...key, attempt: job.job.attempt }));
-  const prepared = { saga, outputs: await loadOutputs(e, saga.id), input: parseInput(entry, saga) };
+  const prepared = { saga, outputs: saga.outputs, input: parseInput(entry, saga) };
   const completion = new Completion(job, async (tx) => {
     const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'compensation', ['compensating'])) return 'stale';

@@ -42,6 +42,16 @@ export function selectSagaRow(id: string) {
   return sql`SELECT ${rowColumns} FROM skiplock.sagas WHERE id = ${id}`;
 }
 
+/** The saga row and the outputs of its completed steps, in one round trip before a step runs. */
+export function selectSagaWithOutputs(id: string) {
+  return sql`
+    SELECT ${rowColumns},
+           (SELECT coalesce(jsonb_object_agg(st.step, st.output), '{}'::jsonb)
+            FROM skiplock.saga_steps st
+            WHERE st.saga_id = s.id AND st.kind = 'step' AND st.status = 'completed') AS outputs
+    FROM skiplock.sagas s WHERE s.id = ${id}`;
+}
+
 /** Locks a saga row for a transition: every writer of a saga's state goes through this lock. */
 export function lockSaga(id: string) {
   return sql`SELECT ${rowColumns} FROM skiplock.sagas WHERE id = ${id} FOR UPDATE`;
