@@ -47,6 +47,7 @@ export class Completer {
             completeJobs(
               this.workerId,
               batch.map((w) => w.token),
+              { durable: false },
             ),
           );
           const owned = new Set(rows.map((r) => r.id));

@@ -91,6 +91,11 @@ export class Listener {
       await client.end().catch(() => {});
       return 'failed';
     }
+    // stop() may have ended this client before it finished connecting; do not listen on.
+    if (this.stopper.signal.aborted) {
+      await client.end().catch(() => {});
+      return 'connected-then-dropped';
+    }
     this.connected = true;
     // Work may have arrived while we were not listening.
     this.options.onNotify('*');

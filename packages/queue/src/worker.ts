@@ -269,8 +269,12 @@ export function createWorker(options: WorkerOptions): Worker {
     return Math.min(config.maxPrefetch, Math.floor(config.concurrency * perSlot));
   }
 
+  /**
+   * Jobs the next claim may take. Settling jobs count too: if completions fall behind claims, the
+   * worker must stop claiming rather than pile up unsettled work (and leases) without bound.
+   */
   function capacity(): number {
-    return config.concurrency + prefetchLimit() - active - buffered.length;
+    return config.concurrency + prefetchLimit() - running.size;
   }
 
   function accept(row: ClaimedRow): Promise<void> {
@@ -289,6 +293,7 @@ export function createWorker(options: WorkerOptions): Worker {
       .finally(() => {
         running.delete(row.id);
         inflight.delete(task);
+        wake('slot');
       });
     inflight.add(task);
     turns.set(job, started);

@@ -1,4 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
+import { asyncCommit } from './commit.js';
 
 export interface ClaimedRow {
   id: string;
@@ -65,7 +66,7 @@ export function claimJobs(params: ClaimParams) {
         locked_at = now(),
         lease_expires_at = now() + j.lease_ms * interval '1 millisecond',
         updated_at = now()
-    FROM picked
+    FROM picked, ${asyncCommit}
     WHERE j.id = picked.id
     RETURNING j.id::text AS id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts,
               j.priority, j.timeout_ms, j.lease_ms, j.idempotency_key`;

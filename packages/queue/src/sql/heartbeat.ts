@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import { asyncCommit } from './commit.js';
 import type { LockToken } from './settle.js';
 
 /**
@@ -10,8 +11,10 @@ export function extendLeases(workerId: string, tokens: readonly LockToken[]) {
     UPDATE skiplock.jobs j
     SET lease_expires_at = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
     FROM unnest(${sql.param(tokens.map((t) => t.id))}::bigint[],
-                ${sql.param(tokens.map((t) => t.attempt))}::int[]) AS d(id, attempt)
-    WHERE j.id = d.id AND j.attempts = d.attempt
+                ${sql.param(tokens.map((t) => t.attempt))}::int[]) AS d(id, attempt),
+         ${asyncCommit}
+    WHERE j.id = ANY(${sql.param(tokens.map((t) => t.id))}::bigint[])
+      AND j.id = d.id AND j.attempts = d.attempt
       AND j.locked_by = ${workerId} AND j.status = 'processing'
     RETURNING j.id::text AS id`;
 }

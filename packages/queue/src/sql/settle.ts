@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import { asyncCommit } from './commit.js';
 
 /** The claim's lock token: a write for a job commits only if the job still carries it. */
 export interface LockToken {
@@ -13,14 +14,23 @@ export const MAX_ERROR_HISTORY = 25;
 
 const fenced = (workerId: string) => sql`j.locked_by = ${workerId} AND j.status = 'processing'`;
 
-/** Completes many jobs in one statement; returns the ids that were still ours. */
-export function completeJobs(workerId: string, tokens: readonly LockToken[]) {
+/**
+ * Completes many jobs in one statement; returns the ids that were still ours. `durable: false`
+ * (the batched completer) skips the commit's WAL flush wait; see `asyncCommit`.
+ */
+export function completeJobs(
+  workerId: string,
+  tokens: readonly LockToken[],
+  { durable = true }: { durable?: boolean } = {},
+) {
   return sql`
     UPDATE skiplock.jobs j
     SET status = 'completed', completed_at = now(), lease_expires_at = NULL, updated_at = now()
     FROM unnest(${sql.param(tokens.map((t) => t.id))}::bigint[],
                 ${sql.param(tokens.map((t) => t.attempt))}::int[]) AS d(id, attempt)
-    WHERE j.id = d.id AND j.attempts = d.attempt AND ${fenced(workerId)}
+                ${durable ? sql`` : sql`, ${asyncCommit}`}
+    WHERE j.id = ANY(${sql.param(tokens.map((t) => t.id))}::bigint[])
+      AND j.id = d.id AND j.attempts = d.attempt AND ${fenced(workerId)}
     RETURNING j.id::text AS id`;
 }
 
@@ -64,7 +74,9 @@ export function releaseJobs(workerId: string, tokens: readonly LockToken[]) {
     SET status = 'pending', attempts = j.attempts - 1, lease_expires_at = NULL,
         locked_by = NULL, locked_at = NULL, run_at = now(), updated_at = now()
     FROM unnest(${sql.param(tokens.map((t) => t.id))}::bigint[],
-                ${sql.param(tokens.map((t) => t.attempt))}::int[]) AS d(id, attempt)
-    WHERE j.id = d.id AND j.attempts = d.attempt AND ${fenced(workerId)}
+                ${sql.param(tokens.map((t) => t.attempt))}::int[]) AS d(id, attempt),
+         ${asyncCommit}
+    WHERE j.id = ANY(${sql.param(tokens.map((t) => t.id))}::bigint[])
+      AND j.id = d.id AND j.attempts = d.attempt AND ${fenced(workerId)}
     RETURNING j.id::text AS id`;
 }
