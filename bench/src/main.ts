@@ -65,8 +65,8 @@ const DRAIN_SYSTEMS = ['skiplock', 'bare', 'graphile', 'graphile-lq', 'pgboss'];
 const ENQUEUE_SYSTEMS = ['skiplock', 'bare', 'graphile', 'pgboss'];
 const SINGLE_ENQUEUE_SYSTEMS = quick ? ['skiplock', 'bare'] : ENQUEUE_SYSTEMS;
 const LATENCY_SYSTEMS = quick
-  ? ['skiplock', 'graphile']
-  : ['skiplock', 'graphile', 'graphile-lq', 'pgboss'];
+  ? ['skiplock', 'skiplock-poll', 'graphile']
+  : ['skiplock', 'skiplock-poll', 'graphile', 'graphile-lq', 'pgboss'];
 const CHURN_SYSTEMS = quick ? ['skiplock'] : ['skiplock', 'graphile', 'pgboss'];
 const BIG_TABLE_SYSTEMS = ['skiplock', 'bare'];
 
@@ -182,6 +182,7 @@ async function main(): Promise<void> {
         notes: [
           `${plan.latencyJobs} measured jobs after ${plan.latencyWarmup} warm-up jobs; enqueue-to-handler-start across processes on one clock (performance.timeOrigin + now()).`,
           'pg-boss has no wake-up on enqueue; its workers poll at the 0.5 s minimum.',
+          'skiplock (listen: false) is the setting for PgBouncer in transaction mode: no LISTEN connection, the worker polls every 1 s ± 25% (its default pollIntervalMs), so a job waits about half a poll interval.',
         ],
       };
       scenarios.push(s);

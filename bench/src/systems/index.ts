@@ -3,6 +3,7 @@ import type { QueueSystem } from './types.js';
 // Loaded on demand, so a child process for one system never loads the others' libraries.
 const loaders: Record<string, () => Promise<QueueSystem>> = {
   skiplock: async () => (await import('./skiplock.js')).skiplock,
+  'skiplock-poll': async () => (await import('./skiplock.js')).skiplockPolling,
   bare: async () => (await import('./bare.js')).bare,
   graphile: async () => (await import('./graphile.js')).graphileDefaults,
   'graphile-lq': async () => (await import('./graphile.js')).graphileLocalQueue,

@@ -1,6 +1,7 @@
 /** How each system and configuration is named in the results. */
 export const systemLabels: Record<string, string> = {
   skiplock: 'skiplock (defaults)',
+  'skiplock-poll': 'skiplock (listen: false, 1 s poll)',
   bare: 'bare SQL (seed claim, batch 100)',
   graphile: 'graphile-worker (defaults)',
   'graphile-lq': 'graphile-worker (localQueue 500, batched completion)',

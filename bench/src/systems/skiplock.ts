@@ -12,59 +12,69 @@ function noopJob(onJob: (p: Payload) => void = () => {}) {
   return defineJob({ type: 'bench.noop', payload, handler: (p) => onJob(p) });
 }
 
-/** skiplock with its default settings: nothing here is tuned for the benchmark. */
-export const skiplock: QueueSystem = {
-  id: 'skiplock',
-  label: labelOf('skiplock'),
-  async install(url) {
-    await migrate({ connectionString: url, logger });
-  },
-  async enqueueBulk(url, payloads, chunk) {
-    const client = createClient({ connectionString: url, logger });
-    const job = noopJob();
-    try {
-      for (const part of chunks(payloads, chunk)) {
-        await client.enqueueMany(
-          job,
-          part.map((p) => ({ payload: p })),
-        );
+/**
+ * skiplock with its default settings: nothing here is tuned for the benchmark. `workerOptions`
+ * only switches a documented feature off, to measure what it buys (the polling variant).
+ */
+function skiplockSystem(id: string, workerOptions: { listen?: boolean } = {}): QueueSystem {
+  return {
+    id,
+    label: labelOf(id),
+    async install(url) {
+      await migrate({ connectionString: url, logger });
+    },
+    async enqueueBulk(url, payloads, chunk) {
+      const client = createClient({ connectionString: url, logger });
+      const job = noopJob();
+      try {
+        for (const part of chunks(payloads, chunk)) {
+          await client.enqueueMany(
+            job,
+            part.map((p) => ({ payload: p })),
+          );
+        }
+      } finally {
+        await client.close();
       }
-    } finally {
-      await client.close();
-    }
-  },
-  async producer(url) {
-    const client = createClient({ connectionString: url, logger });
-    const job = noopJob();
-    return {
-      enqueue: async (p) => {
-        await client.enqueue(job, p);
-      },
-      enqueueMany: async (ps) => {
-        await client.enqueueMany(
-          job,
-          ps.map((p) => ({ payload: p })),
-        );
-      },
-      close: () => client.close(),
-    };
-  },
-  async worker({ url, concurrency, onJob, retention }) {
-    const worker = createWorker({
-      connectionString: url,
-      jobs: [noopJob(onJob)],
-      concurrency,
-      logger,
-      // Churn: finished jobs leave after a second instead of a week, so the run shows pruning.
-      ...(retention ? { retention: { completedAgeMs: 1_000, intervalMs: 1_000 } } : {}),
-    });
-    // Open the pool's first connection now, as the peers do at start, so `go` measures work.
-    const probe = new pg.Client({ connectionString: url });
-    await probe.connect();
-    await probe.end();
-    return { go: () => worker.start(), stop: () => worker.stop({ timeoutMs: 2_000 }) };
-  },
-  remainingSql: `SELECT count(*)::int AS n FROM skiplock.jobs WHERE status NOT IN ('completed', 'dead', 'cancelled')`,
-  schema: 'skiplock',
-  isClaim: (text) => text.includes("SET status = 'processing'"),
-};
+    },
+    async producer(url) {
+      const client = createClient({ connectionString: url, logger });
+      const job = noopJob();
+      return {
+        enqueue: async (p) => {
+          await client.enqueue(job, p);
+        },
+        enqueueMany: async (ps) => {
+          await client.enqueueMany(
+            job,
+            ps.map((p) => ({ payload: p })),
+          );
+        },
+        close: () => client.close(),
+      };
+    },
+    async worker({ url, concurrency, onJob, retention }) {
+      const worker = createWorker({
+        connectionString: url,
+        jobs: [noopJob(onJob)],
+        concurrency,
+        logger,
+        ...workerOptions,
+        // Churn: finished jobs leave after a second instead of a week, so the run shows pruning.
+        ...(retention ? { retention: { completedAgeMs: 1_000, intervalMs: 1_000 } } : {}),
+      });
+      // Open the pool's first connection now, as the peers do at start, so `go` measures work.
+      const probe = new pg.Client({ connectionString: url });
+      await probe.connect();
+      await probe.end();
+      return { go: () => worker.start(), stop: () => worker.stop({ timeoutMs: 2_000 }) };
+    },
+    remainingSql: `SELECT count(*)::int AS n FROM skiplock.jobs WHERE status NOT IN ('completed', 'dead', 'cancelled')`,
+    schema: 'skiplock',
+    isClaim: (text) => text.includes("SET status = 'processing'"),
+  };
+}
+
+export const skiplock = skiplockSystem('skiplock');
+/** LISTEN off, as behind PgBouncer in transaction mode: workers find work by jittered polling. */
+export const skiplockPolling = skiplockSystem('skiplock-poll', { listen: false });
