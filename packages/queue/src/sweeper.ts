@@ -2,9 +2,10 @@ import type pg from 'pg';
 import { z } from 'zod';
 import { backoffSchema, parseConfig } from './config.js';
 import { runSql, withTransaction } from './db.js';
+import type { AnyJobDefinition } from './define.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { Metrics } from './metrics.js';
-import { defaultBackoff } from './retry/backoff.js';
+import { defaultBackoff, type BackoffOptions } from './retry/backoff.js';
 import { IntervalService } from './service.js';
 import { LockKeys, tryTransactionLock } from './sql/lock.js';
 import { sweepExpiredLeases, type SweptRow } from './sql/sweep.js';
@@ -40,11 +41,28 @@ export interface Sweeper {
  * run it; a transaction-scoped advisory lock lets one pass run at a time, and the others skip.
  */
 export function createSweeper(
-  options: SweeperOptions & { pool: pg.Pool; logger?: Logger; metrics?: Metrics },
+  options: SweeperOptions & {
+    pool: pg.Pool;
+    logger?: Logger;
+    metrics?: Metrics;
+    /**
+     * Job definitions whose own backoff applies to their expired jobs (a worker passes its own).
+     * Jobs of other types retry with `backoff`: a sweeper on one host may take back jobs of a
+     * type only another host defines.
+     */
+    jobs?: readonly AnyJobDefinition[];
+  },
 ): Sweeper {
-  const { pool, logger = createDefaultLogger(), metrics = new Metrics(), ...rest } = options;
+  const {
+    pool,
+    logger = createDefaultLogger(),
+    metrics = new Metrics(),
+    jobs = [],
+    ...rest
+  } = options;
   const config = parseConfig('sweeper options', sweeperOptionsSchema, rest);
   const backoff = { ...defaultBackoff, ...config.backoff };
+  const byType = new Map<string, BackoffOptions>(jobs.map((d) => [d.type, d.backoff]));
 
   async function pass(): Promise<SweepResult> {
     const swept = await withTransaction(pool, async (tx) => {
@@ -52,7 +70,10 @@ export function createSweeper(
       if (!rows[0]?.locked) return null;
       const all: SweptRow[] = [];
       for (let i = 0; i < config.maxBatches; i++) {
-        const batch = await runSql<SweptRow>(tx, sweepExpiredLeases(config.batchSize, backoff));
+        const batch = await runSql<SweptRow>(
+          tx,
+          sweepExpiredLeases(config.batchSize, backoff, byType),
+        );
         all.push(...batch.rows);
         if (batch.rows.length < config.batchSize) break;
       }

@@ -201,6 +201,7 @@ export function createWorker(options: WorkerOptions): Worker {
           pool,
           logger,
           metrics,
+          jobs,
           ...(typeof sweeperOption === 'object' ? sweeperOption : {}),
         });
   const retention =

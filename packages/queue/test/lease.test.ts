@@ -184,6 +184,40 @@ describe('leases, fencing and the sweeper', () => {
     await run;
   });
 
+  it("the sweeper retries an expired job with its job type's backoff when it knows the type", async () => {
+    const slow = defineJob({
+      type: 'swept.own-backoff',
+      payload: z.object({}),
+      backoff: { baseMs: 120_000, maxMs: 120_000, jitter: 0 },
+      handler: () => {},
+    });
+    const other = defineJob({ type: 'swept.other', payload: z.object({}), handler: () => {} });
+    const own = await client.enqueue(slow, {});
+    const fallback = await client.enqueue(other, {});
+    // Claimed by a worker that then vanished: processing, lease already expired.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
+              lease_expires_at = now() - interval '1 second' WHERE id IN ($1, $2)`,
+      [own.id, fallback.id],
+    );
+    const sweeper = createSweeper({
+      pool: db.pool,
+      logger: quiet,
+      jobs: [slow],
+      backoff: { baseMs: 2_000, maxMs: 2_000, jitter: 0 },
+    });
+    expect((await sweeper.runOnce()).recovered).toBe(2);
+    const { rows } = await db.pool.query<{ id: string; ahead: number }>(
+      `SELECT id::text, (extract(epoch FROM run_at - now()) * 1000)::float8 AS ahead
+       FROM skiplock.jobs WHERE id IN ($1, $2)`,
+      [own.id, fallback.id],
+    );
+    const ahead = Object.fromEntries(rows.map((r) => [r.id, r.ahead]));
+    expect(ahead[own.id]).toBeGreaterThan(110_000);
+    expect(ahead[fallback.id]).toBeGreaterThan(1_000);
+    expect(ahead[fallback.id]).toBeLessThan(2_500);
+  });
+
   it('runs one sweep at a time across hosts (advisory lock)', async () => {
     const holder = await db.pool.connect();
     try {
