@@ -69,10 +69,14 @@ export const jobs = skiplockSchema.table(
     index('jobs_claim_idx')
       .on(t.queue, t.priority.desc(), t.runAt, t.id)
       .where(sql`status IN ('pending', 'failed')`),
-    // Aging path: the oldest claimable rows regardless of priority.
+    // Aging path: the oldest claimable rows regardless of priority. `priority IS NOT NULL` is
+    // always true (the column is NOT NULL), but only a query that says it can use this index: the
+    // aged scan does, the priority-ordered claim does not. Without it, on a table whose statistics
+    // were stale (never analyzed, or analyzed when nearly empty) the planner scanned this index
+    // for the claim and sorted every runnable row: 88 ms per claim instead of 0.2 ms.
     index('jobs_aging_idx')
       .on(t.queue, t.runAt, t.id)
-      .where(sql`status IN ('pending', 'failed')`),
+      .where(sql`status IN ('pending', 'failed') AND priority IS NOT NULL`),
     // Sweep path: processing rows by lease expiry.
     index('jobs_sweep_idx')
       .on(t.leaseExpiresAt)

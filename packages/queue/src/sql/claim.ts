@@ -44,7 +44,9 @@ export function claimJobs(params: ClaimParams) {
         aged AS (
           ${perQueue(
             params,
-            sql`${claimable} AND j.run_at <= now() - ${params.agingMs} * interval '1 millisecond'`,
+            // `priority IS NOT NULL` selects jobs_aging_idx (see its definition in schema.ts).
+            sql`${claimable} AND j.priority IS NOT NULL
+                AND j.run_at <= now() - ${params.agingMs} * interval '1 millisecond'`,
             'age',
           )}
         ),
