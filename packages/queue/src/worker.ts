@@ -271,11 +271,20 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   /**
-   * Jobs the next claim may take. Settling jobs count too: if completions fall behind claims, the
-   * worker must stop claiming rather than pile up unsettled work (and leases) without bound.
+   * Jobs the next claim may take; 0 means not yet. The worker keeps `concurrency` jobs running
+   * and up to `prefetchLimit()` buffered, and refills once the buffer is half empty rather than
+   * empty, so the claim's round trip overlaps the jobs still buffered instead of leaving the slots
+   * idle while it runs. Claimed jobs whose completion is still being written count against a
+   * second bound: if completions fall behind claims, the worker stops claiming rather than pile
+   * up unsettled work (and leases) without bound.
    */
-  function capacity(): number {
-    return config.concurrency + prefetchLimit() - running.size;
+  function claimLimit(): number {
+    const prefetch = prefetchLimit();
+    if (buffered.length > Math.floor(prefetch / 2)) return 0;
+    const target = config.concurrency + prefetch;
+    const room = target - buffered.length - active;
+    const unsettledRoom = 2 * target - running.size;
+    return Math.min(room, unsettledRoom, batchSize);
   }
 
   function accept(row: ClaimedRow): Promise<void> {
@@ -318,7 +327,7 @@ export function createWorker(options: WorkerOptions): Worker {
   async function loop(): Promise<void> {
     let failures = 0;
     while (state === 'running') {
-      const limit = Math.min(capacity(), batchSize);
+      const limit = claimLimit();
       if (limit <= 0) {
         await nap('slot', null);
         continue;
