@@ -123,14 +123,18 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
     timeoutMs === null
       ? null
       : setTimeout(() => job.abort(new JobTimeoutError(timeoutMs)), timeoutMs);
+  // Built on first use: most handlers never log, and a child logger per job shows in profiles.
+  let logger: Logger | undefined;
   const ctx: JobContext = {
     job: job.info,
     signal,
-    logger: d.logger.child({
-      jobId: job.info.id,
-      jobType: job.info.type,
-      attempt: job.info.attempt,
-    }),
+    get logger() {
+      return (logger ??= d.logger.child({
+        jobId: job.info.id,
+        jobType: job.info.type,
+        attempt: job.info.attempt,
+      }));
+    },
     idempotencyKey: job.info.idempotencyKey ?? `job:${job.info.id}`,
     extendLease: async (leaseMs = job.leaseMs) => {
       const { rowCount } = await runSql(d.pool, extendLease(d.workerId, job.token, leaseMs));
