@@ -1,18 +1,13 @@
 import { sql } from 'drizzle-orm';
 import { asyncCommit } from './commit.js';
+import { ownsToken, ownsTokens, tokenRows, type LockToken } from './fence.js';
 
-/** The claim's lock token: a write for a job commits only if the job still carries it. */
-export interface LockToken {
-  id: string;
-  attempt: number;
-}
+export type { LockToken };
 
 /** Longest `last_error` and history message kept; a stack trace is not a message. */
 export const MAX_ERROR_LENGTH = 2_000;
 /** Newest entries kept in a job's error history. */
 export const MAX_ERROR_HISTORY = 25;
-
-const fenced = (workerId: string) => sql`j.locked_by = ${workerId} AND j.status = 'processing'`;
 
 /**
  * Completes many jobs in one statement; returns the ids that were still ours. `durable: false`
@@ -26,11 +21,8 @@ export function completeJobs(
   return sql`
     UPDATE skiplock.jobs j
     SET status = 'completed', completed_at = now(), lease_expires_at = NULL, updated_at = now()
-    FROM unnest(${sql.param(tokens.map((t) => t.id))}::bigint[],
-                ${sql.param(tokens.map((t) => t.attempt))}::int[]) AS d(id, attempt)
-                ${durable ? sql`` : sql`, ${asyncCommit}`}
-    WHERE j.id = ANY(${sql.param(tokens.map((t) => t.id))}::bigint[])
-      AND j.id = d.id AND j.attempts = d.attempt AND ${fenced(workerId)}
+    FROM ${tokenRows(tokens)}${durable ? sql`` : sql`, ${asyncCommit}`}
+    WHERE ${ownsTokens(workerId, tokens)}
     RETURNING j.id::text AS id`;
 }
 
@@ -60,7 +52,7 @@ export function failJob(p: FailParams) {
                       'message', ${message}::text, 'at', now())),
         lease_expires_at = NULL,
         updated_at = now()
-    WHERE j.id = ${p.token.id} AND j.attempts = ${p.token.attempt} AND ${fenced(p.workerId)}
+    WHERE ${ownsToken(p.workerId, p.token)}
     RETURNING j.id::text AS id`;
 }
 
@@ -73,10 +65,7 @@ export function releaseJobs(workerId: string, tokens: readonly LockToken[]) {
     UPDATE skiplock.jobs j
     SET status = 'pending', attempts = j.attempts - 1, lease_expires_at = NULL,
         locked_by = NULL, locked_at = NULL, run_at = now(), updated_at = now()
-    FROM unnest(${sql.param(tokens.map((t) => t.id))}::bigint[],
-                ${sql.param(tokens.map((t) => t.attempt))}::int[]) AS d(id, attempt),
-         ${asyncCommit}
-    WHERE j.id = ANY(${sql.param(tokens.map((t) => t.id))}::bigint[])
-      AND j.id = d.id AND j.attempts = d.attempt AND ${fenced(workerId)}
+    FROM ${tokenRows(tokens)}, ${asyncCommit}
+    WHERE ${ownsTokens(workerId, tokens)}
     RETURNING j.id::text AS id`;
 }
