@@ -3,7 +3,6 @@ import { migrate } from '@skiplock/queue';
 import pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { ChildHandle } from '../support/processes.js';
 import { waitFor } from '../support/wait.js';
 import {
   countByStatus,
@@ -11,7 +10,7 @@ import {
   enqueueCrashJobs,
   prepareWorkerScript,
   readOutcome,
-  startWorkerProcess,
+  startWorkerFleet,
   stopWorkerProcess,
 } from './harness.js';
 
@@ -37,28 +36,17 @@ describe('PostgreSQL restarted under running worker processes', () => {
       await enqueueCrashJobs(pool, JOBS, (n) => (n % 2 === 0 ? 'tx' : 'plain'));
       const startedAt = Date.now();
 
-      const unexpectedExits: string[] = [];
-      const workers: ChildHandle[] = await Promise.all(
-        Array.from({ length: WORKERS }, (_, i) =>
-          startWorkerProcess(url, `restart-w${i + 1}`, {
-            concurrency: 8,
-            leaseMs: 2_000,
-            heartbeatMs: 300,
-            sweepIntervalMs: 300,
-            jobMs: '5-25',
-          }),
-        ),
-      );
-      for (const w of workers) {
-        void w.exited.then(({ code, signal }) => {
-          if (signal !== 'SIGTERM' && code !== 0) {
-            unexpectedExits.push(`${w.name} exited ${code ?? signal}: ${w.stderrTail()}`);
-          }
-        });
-      }
+      const fleet = await startWorkerFleet(url, 'restart-w', WORKERS, {
+        concurrency: 8,
+        leaseMs: 2_000,
+        heartbeatMs: 300,
+        sweepIntervalMs: 300,
+        jobMs: '5-25',
+      });
+      const { workers, unexpectedExits } = fleet;
       // While the server is down, the test's own reads fail too; that only means "not yet".
       const completed = async () => {
-        if (unexpectedExits.length > 0) throw new Error(unexpectedExits.join('\n'));
+        fleet.assertAlive();
         return (await countByStatus(pool).catch(() => ({}) as Record<string, number>)).completed;
       };
 

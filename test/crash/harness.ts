@@ -82,6 +82,41 @@ export async function startWorkerProcess(
   return handle;
 }
 
+export interface WorkerFleet {
+  workers: ChildHandle[];
+  /** Exits nobody asked for (not SIGTERM, not 0), with each one's last stderr lines. */
+  unexpectedExits: string[];
+  /** Throws at once when a worker died on its own, so a wait fails fast with the reason. */
+  assertAlive(): void;
+}
+
+/** Starts `count` worker processes named `<prefix><n>` and records any exit nobody asked for. */
+export async function startWorkerFleet(
+  url: string,
+  prefix: string,
+  count: number,
+  options: WorkerProcessOptions,
+): Promise<WorkerFleet> {
+  const workers = await Promise.all(
+    Array.from({ length: count }, (_, i) => startWorkerProcess(url, `${prefix}${i + 1}`, options)),
+  );
+  const unexpectedExits: string[] = [];
+  for (const w of workers) {
+    void w.exited.then(({ code, signal }) => {
+      if (signal !== 'SIGTERM' && code !== 0) {
+        unexpectedExits.push(`${w.name} exited ${code ?? signal}: ${w.stderrTail()}`);
+      }
+    });
+  }
+  return {
+    workers,
+    unexpectedExits,
+    assertAlive() {
+      if (unexpectedExits.length > 0) throw new Error(unexpectedExits.join('\n'));
+    },
+  };
+}
+
 /** Sends SIGTERM and resolves with the exit code (null when a signal ended it instead). */
 export async function stopWorkerProcess(handle: ChildHandle): Promise<number | null> {
   handle.kill('SIGTERM');

@@ -2,14 +2,13 @@ import { setTimeout as delay } from 'node:timers/promises';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../support/db.js';
-import type { ChildHandle } from '../support/processes.js';
 import { waitFor } from '../support/wait.js';
 import {
   countByStatus,
   createCrashTables,
   enqueueCrashJobs,
   readOutcome,
-  startWorkerProcess,
+  startWorkerFleet,
   stopWorkerProcess,
 } from './harness.js';
 
@@ -64,25 +63,14 @@ describe('pg_terminate_backend on worker connections', () => {
     await enqueueCrashJobs(db.pool, JOBS, (n) => (n % 2 === 0 ? 'tx' : 'plain'));
     const startedAt = Date.now();
 
-    const unexpectedExits: string[] = [];
-    const workers: ChildHandle[] = await Promise.all(
-      Array.from({ length: WORKERS }, (_, i) =>
-        startWorkerProcess(db.url, `term-w${i + 1}`, {
-          concurrency: 8,
-          leaseMs: 2_000,
-          heartbeatMs: 300,
-          sweepIntervalMs: 300,
-          jobMs: '5-25',
-        }),
-      ),
-    );
-    for (const w of workers) {
-      void w.exited.then(({ code, signal }) => {
-        if (signal !== 'SIGTERM' && code !== 0) {
-          unexpectedExits.push(`${w.name} exited ${code ?? signal}: ${w.stderrTail()}`);
-        }
-      });
-    }
+    const fleet = await startWorkerFleet(db.url, 'term-w', WORKERS, {
+      concurrency: 8,
+      leaseMs: 2_000,
+      heartbeatMs: 300,
+      sweepIntervalMs: 300,
+      jobMs: '5-25',
+    });
+    const { workers, unexpectedExits } = fleet;
 
     const terminator = new pg.Client({
       connectionString: db.url,
@@ -107,7 +95,7 @@ describe('pg_terminate_backend on worker connections', () => {
     })();
 
     const failFast = () => {
-      if (unexpectedExits.length > 0) throw new Error(unexpectedExits.join('\n'));
+      fleet.assertAlive();
     };
     let lastStormExecution = 0;
     try {
