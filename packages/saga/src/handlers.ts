@@ -19,9 +19,15 @@ import type {
 } from './define.js';
 import { compensationKey, jobType, stepKey, type Engine, type SagaEntry } from './engine.js';
 import { SagaDeadlineError } from './errors.js';
-import { lockSaga, lockSagaByJob, selectSagaWithOutputs, type SagaRow } from './sql/sagas.js';
+import {
+  loadAttempt,
+  lockAndComplete,
+  lockSaga,
+  lockSagaByJob,
+  type SagaRow,
+} from './sql/sagas.js';
 import { consumeSignal, selectSignal } from './sql/signals.js';
-import { markAttempt, recordAttemptError, settleStep } from './sql/steps.js';
+import { recordAttemptError, settleStep } from './sql/steps.js';
 import {
   advanceAfter,
   compensateNext,
@@ -29,6 +35,7 @@ import {
   failSaga,
   failStep,
   isCurrent,
+  moveOnAfter,
   OUTCOMES,
   type Transition,
 } from './transitions.js';
@@ -56,10 +63,26 @@ function errorText(error: unknown): string {
   return String(error);
 }
 
-async function loadSaga(e: Engine, sagaId: string): Promise<SagaRow & { outputs: StepOutputs }> {
+/**
+ * Loads the saga for an attempt of `step` and, when the saga is on it and it may start, marks the
+ * attempt started, in one statement (see `loadAttempt`).
+ */
+async function loadSaga(
+  e: Engine,
+  sagaId: string,
+  step: string,
+  kind: 'step' | 'compensation',
+  job: JobContext,
+): Promise<SagaRow & { outputs: StepOutputs }> {
   const { rows } = await runSql<SagaRow & { outputs: StepOutputs }>(
     e.pool,
-    selectSagaWithOutputs(sagaId),
+    loadAttempt({
+      sagaId,
+      step,
+      kind,
+      status: kind === 'step' ? 'running' : 'compensating',
+      attempt: job.job.attempt,
+    }),
   );
   if (!rows[0]) throw new NonRetryableError(`saga "${sagaId}" does not exist`);
   return rows[0];
@@ -175,7 +198,8 @@ async function runStep(
   data: Payload,
   job: JobContext,
 ) {
-  const saga = await loadSaga(e, data.sagaId);
+  // Marks the attempt started only when it passes the two checks below (the same conditions).
+  const saga = await loadSaga(e, data.sagaId, spec.name, 'step', job);
   if (!isCurrent(saga, spec.name, 'step', ['running'])) return report(e, saga, spec.name, 'stale');
   // Cancel and deadline end the step before it runs: its job completes and the saga compensates.
   const deadlinePassed = saga.deadline_left_ms !== null && saga.deadline_left_ms <= 0;
@@ -183,14 +207,19 @@ async function runStep(
     return endBeforeRun(e, entry, spec, saga, job, saga.cancel_requested);
   }
   const key = { sagaId: saga.id, step: spec.name, kind: 'step' as const };
-  await runSql(e.pool, markAttempt({ ...key, attempt: job.job.attempt }));
   if (spec.wait) return runWait(e, entry, spec, saga, job);
 
   const prepared = { saga, outputs: saga.outputs, input: parseInput(entry, saga) };
   const completion = new Completion(job, async (tx, output) => {
-    const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+    // Locks the saga and records the output in one statement, only if the saga is still here.
+    const locked = (
+      await runSql<SagaRow>(
+        tx,
+        lockAndComplete({ ...key, status: 'running', outputJson: JSON.stringify(output ?? null) }),
+      )
+    ).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale';
-    return advanceAfter(e, tx, entry, locked, spec.index, output);
+    return moveOnAfter(e, tx, entry, locked, spec.index);
   });
   const deadline = withDeadline(saga, job.signal);
   const ctx = contextFor(e, entry, spec, 'step', prepared, job, deadline.signal, completion);
@@ -297,17 +326,16 @@ async function runCompensation(
   data: Payload,
   job: JobContext,
 ) {
-  const saga = await loadSaga(e, data.sagaId);
+  const saga = await loadSaga(e, data.sagaId, spec.name, 'compensation', job);
   if (!isCurrent(saga, spec.name, 'compensation', ['compensating'])) {
     return report(e, saga, spec.name, 'stale');
   }
   const key = { sagaId: saga.id, step: spec.name, kind: 'compensation' as const };
-  await runSql(e.pool, markAttempt({ ...key, attempt: job.job.attempt }));
   const prepared = { saga, outputs: saga.outputs, input: parseInput(entry, saga) };
   const completion = new Completion(job, async (tx) => {
-    const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+    const locked = (await runSql<SagaRow>(tx, lockAndComplete({ ...key, status: 'compensating' })))
+      .rows[0];
     if (!isCurrent(locked, spec.name, 'compensation', ['compensating'])) return 'stale';
-    await runSql(tx, settleStep({ ...key, status: 'completed' }));
     return compensateNext(e, tx, entry, locked, spec.index);
   });
   const ctx: CompensationContext<unknown, StepOutputs> = {

@@ -2,8 +2,8 @@ import { runSql, type AnyJobDefinition, type Queryable } from '@skiplock/queue';
 import { stepKey, compensationKey, timeoutKey, type Engine, type SagaEntry } from './engine.js';
 import { nextCompensation } from './plan.js';
 import type { SagaStepKind, SagaStatus } from './schema.js';
-import { finishSaga, pointSaga, setSagaFlags, setSagaStatus, type SagaRow } from './sql/sagas.js';
-import { insertStep, selectOutputs, settleStep } from './sql/steps.js';
+import { enterRow, finishSaga, setSagaFlags, setSagaStatus, type SagaRow } from './sql/sagas.js';
+import { selectOutputs, settleStep } from './sql/steps.js';
 
 /**
  * Every change of a saga's state, each run inside one transaction that holds the saga's row lock
@@ -67,10 +67,9 @@ export async function enterStep(
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
   const jobId = await enqueue(e, tx, entry.runJobs[index]!, sagaId, stepKey(sagaId, spec.name));
-  await runSql(tx, insertStep({ sagaId, step: spec.name, kind: 'step', jobId }));
   await runSql(
     tx,
-    pointSaga({ id: sagaId, status: 'running', step: spec.name, kind: 'step', jobId }),
+    enterRow({ id: sagaId, status: 'running', step: spec.name, kind: 'step', jobId }),
   );
   return 'advanced';
 }
@@ -95,6 +94,21 @@ export async function advanceAfter(
       outputJson: JSON.stringify(output ?? null),
     }),
   );
+  return moveOnAfter(e, tx, entry, saga, index);
+}
+
+/**
+ * Moves on from step `index`, whose completion is already recorded in this transaction: the next
+ * step, compensation on cancel, or done.
+ */
+export async function moveOnAfter(
+  e: Engine,
+  tx: Queryable,
+  entry: SagaEntry,
+  saga: SagaRow,
+  index: number,
+): Promise<Transition> {
+  const spec = entry.steps[index]!;
   let pivoted = saga.pivoted;
   if (spec.role === 'pivot') {
     await runSql(tx, setSagaFlags(saga.id, { pivoted: true }));
@@ -178,10 +192,9 @@ export async function compensateNext(
   }
   const job = entry.compensateJobs[next.index]!;
   const jobId = await enqueue(e, tx, job, saga.id, compensationKey(saga.id, next.name));
-  await runSql(tx, insertStep({ sagaId: saga.id, step: next.name, kind: 'compensation', jobId }));
   await runSql(
     tx,
-    pointSaga({
+    enterRow({
       id: saga.id,
       status: 'compensating',
       step: next.name,

@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { SagaStatus, SagaStepKind } from '../schema.js';
+import { settleSet } from './steps.js';
 
 /** A saga row as the runtime needs it under its row lock. */
 export interface SagaRow {
@@ -42,14 +43,49 @@ export function selectSagaRow(id: string) {
   return sql`SELECT ${rowColumns} FROM skiplock.sagas WHERE id = ${id}`;
 }
 
-/** The saga row and the outputs of its completed steps, in one round trip before a step runs. */
-export function selectSagaWithOutputs(id: string) {
+/**
+ * Before an attempt runs: the saga row and the outputs of its completed steps, and, when the saga
+ * is still on this step (and, for a step before the pivot, neither cancelled nor past its
+ * deadline: the caller ends those without running them), the step's history row marked
+ * `running` with the attempt counted and its first start time, all in one round trip. The mark
+ * is history only, never a decision: the caller decides from the returned row, with the same
+ * conditions, and the fenced completion re-checks under the row lock.
+ *
+ * The statement commits without waiting for its WAL flush (`synchronous_commit` off for this
+ * transaction only). A mark lost in a server crash costs nothing: every later commit of this
+ * saga is durable, and a durable commit flushes all the WAL written before it, this mark's too;
+ * if nothing later committed, the step runs again and marks again.
+ */
+export function loadAttempt(p: {
+  sagaId: string;
+  step: string;
+  kind: SagaStepKind;
+  status: SagaStatus;
+  attempt: number;
+}) {
+  const startable =
+    p.kind === 'step'
+      ? sql`(s.pivoted OR (NOT s.cancel_requested AND coalesce(s.deadline_left_ms > 0, true)))`
+      : sql`true`;
   return sql`
-    SELECT ${rowColumns},
-           (SELECT coalesce(jsonb_object_agg(st.step, st.output), '{}'::jsonb)
-            FROM skiplock.saga_steps st
-            WHERE st.saga_id = s.id AND st.kind = 'step' AND st.status = 'completed') AS outputs
-    FROM skiplock.sagas s WHERE s.id = ${id}`;
+    WITH s AS (
+      SELECT ${rowColumns},
+             (SELECT coalesce(jsonb_object_agg(st.step, st.output), '{}'::jsonb)
+              FROM skiplock.saga_steps st
+              WHERE st.saga_id = sagas.id AND st.kind = 'step' AND st.status = 'completed') AS outputs
+      FROM skiplock.sagas WHERE id = ${p.sagaId}
+    ),
+    mark AS (
+      UPDATE skiplock.saga_steps st
+      SET status = 'running', attempts = greatest(st.attempts, ${p.attempt}),
+          started_at = coalesce(st.started_at, now()), updated_at = now()
+      FROM s
+      WHERE st.saga_id = ${p.sagaId} AND st.step = ${p.step}
+        AND st.kind = ${p.kind}::skiplock.saga_step_kind AND st.status IN ('pending', 'running')
+        AND s.status = ${p.status}::skiplock.saga_status AND s.current_step = ${p.step}
+        AND s.current_kind = ${p.kind}::skiplock.saga_step_kind AND ${startable}
+    )
+    SELECT s.* FROM s, (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit(v)`;
 }
 
 /** Locks a saga row for a transition: every writer of a saga's state goes through this lock. */
@@ -65,8 +101,44 @@ export function lockSagaByJob(jobId: string) {
     FOR UPDATE`;
 }
 
-/** Points the saga at its next step or compensation job. */
-export function pointSaga(p: {
+/**
+ * The fenced completion's first saga statement: locks the saga row (as `lockSaga`) and, when the
+ * saga is still on this step or compensation in `status`, records it `completed` with its output,
+ * in one round trip. The caller checks the returned row the same way (`isCurrent`) and moves the
+ * saga on, or calls the job stale; a saga that moved on has its history left untouched.
+ *
+ * The settle's snapshot is taken before the lock wait, which is safe: a concurrent writer of the
+ * same history row would have to hold the saga lock, and a row it changed is re-checked by the
+ * UPDATE (READ COMMITTED re-evaluates a row updated since the snapshot).
+ */
+export function lockAndComplete(p: {
+  sagaId: string;
+  step: string;
+  kind: SagaStepKind;
+  status: SagaStatus;
+  outputJson?: string | null;
+}) {
+  return sql`
+    WITH s AS (
+      SELECT ${rowColumns} FROM skiplock.sagas WHERE id = ${p.sagaId} FOR UPDATE
+    ),
+    settled AS (
+      UPDATE skiplock.saga_steps st SET ${settleSet({ status: 'completed', outputJson: p.outputJson })}
+      FROM s
+      WHERE st.saga_id = ${p.sagaId} AND st.step = ${p.step}
+        AND st.kind = ${p.kind}::skiplock.saga_step_kind
+        AND s.status = ${p.status}::skiplock.saga_status AND s.current_step = ${p.step}
+        AND s.current_kind = ${p.kind}::skiplock.saga_step_kind
+    )
+    SELECT * FROM s`;
+}
+
+/**
+ * Opens the history row of the next step or compensation (`pending`, with its job) and points
+ * the saga at it, in one round trip. A row left by an earlier pass (a compensation re-entered)
+ * is reset to `pending` with the new job.
+ */
+export function enterRow(p: {
   id: string;
   status: 'running' | 'compensating';
   step: string;
@@ -74,6 +146,12 @@ export function pointSaga(p: {
   jobId: string;
 }) {
   return sql`
+    WITH history AS (
+      INSERT INTO skiplock.saga_steps (saga_id, step, kind, status, job_id)
+      VALUES (${p.id}, ${p.step}, ${p.kind}::skiplock.saga_step_kind, 'pending', ${p.jobId}::bigint)
+      ON CONFLICT (saga_id, kind, step) DO UPDATE
+      SET status = 'pending', job_id = excluded.job_id, updated_at = now()
+    )
     UPDATE skiplock.sagas
     SET status = ${p.status}::skiplock.saga_status, current_step = ${p.step},
         current_kind = ${p.kind}::skiplock.saga_step_kind, current_job_id = ${p.jobId}::bigint,

@@ -6,29 +6,6 @@ export const MAX_ERROR_LENGTH = 2_000;
 
 export const clip = (message: string) => message.slice(0, MAX_ERROR_LENGTH);
 
-export function insertStep(p: { sagaId: string; step: string; kind: SagaStepKind; jobId: string }) {
-  return sql`
-    INSERT INTO skiplock.saga_steps (saga_id, step, kind, status, job_id)
-    VALUES (${p.sagaId}, ${p.step}, ${p.kind}::skiplock.saga_step_kind, 'pending', ${p.jobId}::bigint)
-    ON CONFLICT (saga_id, kind, step) DO UPDATE
-    SET status = 'pending', job_id = excluded.job_id, updated_at = now()`;
-}
-
-/** Records that an attempt started (outside the completion; history only, never a decision). */
-export function markAttempt(p: {
-  sagaId: string;
-  step: string;
-  kind: SagaStepKind;
-  attempt: number;
-}) {
-  return sql`
-    UPDATE skiplock.saga_steps
-    SET status = 'running', attempts = greatest(attempts, ${p.attempt}),
-        started_at = coalesce(started_at, now()), updated_at = now()
-    WHERE saga_id = ${p.sagaId} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
-      AND status IN ('pending', 'running')`;
-}
-
 /** Keeps the last failed attempt's error on a step still in progress (history only). */
 export function recordAttemptError(p: {
   sagaId: string;
@@ -42,22 +19,29 @@ export function recordAttemptError(p: {
       AND status IN ('pending', 'running')`;
 }
 
-export function settleStep(p: {
+export interface SettleParams {
   sagaId: string;
   step: string;
   kind: SagaStepKind;
   status: SagaStepStatus;
   outputJson?: string | null;
   error?: string | null;
-}) {
+}
+
+/** The SET list that settles a step row; shared with the fenced completion in `sql/sagas.ts`. */
+export function settleSet(p: Omit<SettleParams, 'sagaId' | 'step' | 'kind'>) {
   return sql`
-    UPDATE skiplock.saga_steps
-    SET status = ${p.status}::skiplock.saga_step_status,
-        output = coalesce(${p.outputJson ?? null}::jsonb, output),
-        error = ${p.error === undefined || p.error === null ? null : clip(p.error)},
-        finished_at = CASE WHEN ${p.status} IN ('completed', 'failed', 'cancelled')
-                           THEN now() ELSE finished_at END,
-        updated_at = now()
+    status = ${p.status}::skiplock.saga_step_status,
+    output = coalesce(${p.outputJson ?? null}::jsonb, output),
+    error = ${p.error === undefined || p.error === null ? null : clip(p.error)},
+    finished_at = CASE WHEN ${p.status} IN ('completed', 'failed', 'cancelled')
+                       THEN now() ELSE finished_at END,
+    updated_at = now()`;
+}
+
+export function settleStep(p: SettleParams) {
+  return sql`
+    UPDATE skiplock.saga_steps SET ${settleSet(p)}
     WHERE saga_id = ${p.sagaId} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind`;
 }
 

@@ -1,0 +1,92 @@
+import type pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineSaga } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { fast, settled, startSagas } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+/** A pool whose clients note every statement they send (one call is one round trip). */
+function countingPool(): { pool: pg.Pool; sent: string[] } {
+  const sent: string[] = [];
+  const pool = db.newPool();
+  pool.on('connect', (client) => {
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    (client as unknown as { query: (...args: unknown[]) => unknown }).query = (
+      ...args: unknown[]
+    ) => {
+      const first = args[0];
+      const text = typeof first === 'string' ? first : (first as { text?: string }).text;
+      sent.push((text ?? '').replace(/\s+/g, ' ').trim());
+      return query(...args);
+    };
+  });
+  return { pool, sent };
+}
+
+describe('the cost of a saga step', () => {
+  it('takes three statements on the saga tables per step, and keeps each step in the history', async () => {
+    const three = defineSaga({ name: 'three', version: 1, input: z.object({ n: z.number() }) })
+      .step('a', { ...fast, run: (_ctx, input) => ({ a: input.n }) })
+      .step('b', { ...fast, run: (ctx) => ({ b: ctx.steps.a.a + 1 }) })
+      .step('c', { ...fast, run: (ctx) => ({ c: ctx.steps.b.b + 1 }) });
+    const { pool, sent } = countingPool();
+    const { runtime } = await startSagas(pool, [three]);
+    await runtime.start(three, { id: 'count-1', input: { n: 1 } });
+    // Polled on another pool, so that the reads are not counted.
+    await waitFor(
+      async () =>
+        (
+          await db.pool.query<{ status: string }>(
+            `SELECT status FROM skiplock.sagas WHERE id = 'count-1'`,
+          )
+        ).rows[0]?.status === 'completed',
+      { what: 'saga count-1 to complete' },
+    );
+    const onSagaTables = sent.filter((s) => /skiplock\.saga/.test(s));
+    // Start: the saga row, then its first step's history row and pointer (2). Each step: its
+    // load with the `running` mark (1), the locked completion with its output (1), then the next
+    // step's history row and pointer, or the saga's end (1). Before this was 20.
+    expect(onSagaTables).toHaveLength(2 + 3 * 3);
+    const saga = await settled(runtime, 'count-1');
+    expect(saga.history.map((h) => [h.step, h.status, h.attempts])).toEqual([
+      ['a', 'completed', 1],
+      ['b', 'completed', 1],
+      ['c', 'completed', 1],
+    ]);
+    for (const h of saga.history) {
+      expect(h.startedAt).not.toBeNull();
+      expect(h.finishedAt!.getTime()).toBeGreaterThanOrEqual(h.startedAt!.getTime());
+      expect(h.startedAt!.getTime()).toBeGreaterThanOrEqual(h.createdAt.getTime());
+    }
+  });
+
+  it('shows a step running, with its attempt and start time, while it runs', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let entered = false;
+    const slow = defineSaga({ name: 'slow', version: 1, input: z.object({}) })
+      .step('first', { ...fast, run: () => ({ ok: true }) })
+      .step('wait-here', {
+        ...fast,
+        run: async () => {
+          entered = true;
+          await gate;
+          return { done: true };
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [slow]);
+    await runtime.start(slow, { id: 'slow-1', input: {} });
+    await waitFor(() => entered, { what: 'the second step to start' });
+    const during = (await runtime.getSaga('slow-1'))!;
+    expect(during.history[1]).toMatchObject({ step: 'wait-here', status: 'running', attempts: 1 });
+    expect(during.history[1]!.startedAt).not.toBeNull();
+    expect(during.history[1]!.finishedAt).toBeNull();
+    release();
+    const done = await settled(runtime, 'slow-1');
+    expect(done.history[1]).toMatchObject({ status: 'completed', output: { done: true } });
+    expect(done.history[1]!.startedAt).toEqual(during.history[1]!.startedAt);
+  });
+});
