@@ -146,8 +146,12 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
     await fleet?.stop();
     await system?.runtime.close();
     await pool.end();
-    closeSync(logFd);
     await db.close();
+    // Last: once closed, the fd number is free for the next socket, and a late line from the
+    // logger would be written into that socket (PostgreSQL saw it as "invalid frontend message
+    // type 123", the `{` of a JSON log line, when the number went to the DROP DATABASE connection).
+    logger.level = 'silent';
+    closeSync(logFd);
     if (flags.keep) {
       say(
         db.source === 'DATABASE_URL'
