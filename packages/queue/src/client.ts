@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { z } from 'zod';
 import { parseConfig, queueName, rejectUnknownKeys, DEFAULT_MAX_PAYLOAD_BYTES } from './config.js';
-import { runSql, type Queryable } from './db.js';
+import { runSql, runStatement, type Queryable, type Statement } from './db.js';
 import { payloadIssues, type JobDefinition, type AnyJobDefinition } from './define.js';
 import { InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
@@ -15,7 +15,14 @@ import {
   selectQueueStats,
   type QueueStatsRow,
 } from './sql/admin.js';
-import { findJobsByKeys, insertJobs, type InsertedRow, type JobRow } from './sql/enqueue.js';
+import {
+  findJobByKey,
+  findJobsByKeys,
+  insertJob,
+  insertKeyedJobs,
+  type InsertedRow,
+  type JobRow,
+} from './sql/enqueue.js';
 
 export interface EnqueueOptions {
   queue?: string;
@@ -83,19 +90,24 @@ export interface ClientOptions extends PoolSource {
   maxPayloadBytes?: number;
   /** Most jobs one bulk enqueue accepts (default 10,000); bounds statement size and memory. */
   maxBulkSize?: number;
+  /**
+   * Send enqueue statements as named prepared statements (default true): each connection parses
+   * and plans them once. Turn off behind PgBouncer in transaction mode older than 1.21, or with
+   * `max_prepared_statements = 0`, where a prepared statement does not follow the client. Left
+   * on there, the first enqueue that lands on another server connection turns them off (logged
+   * with reason `prepared_statements_off`); it fails only if it ran in the caller's transaction.
+   */
+  preparedStatements?: boolean;
 }
 
-const enqueueOptionsSchema = z
+const MAX_DELAY_MS = 10 * 365 * 86_400_000;
+
+export const enqueueOptionsSchema = z
   .object({
     queue: queueName.optional(),
     priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
     runAt: z.date().optional(),
-    delayMs: z
-      .number()
-      .int()
-      .min(0)
-      .max(10 * 365 * 86_400_000)
-      .optional(),
+    delayMs: z.number().int().min(0).max(MAX_DELAY_MS).optional(),
     idempotencyKey: z.string().min(1).max(512).optional(),
     maxAttempts: z.number().int().min(1).max(1_000).optional(),
   })
@@ -110,6 +122,7 @@ const clientOptionsSchema = z
       .max(64 * 1024 * 1024)
       .optional(),
     maxBulkSize: z.number().int().min(1).max(100_000).optional(),
+    preparedStatements: z.boolean().optional(),
   })
   .passthrough();
 
@@ -211,6 +224,7 @@ export function createClient(options: ClientOptions = {}): Client {
     'logger',
     'maxPayloadBytes',
     'maxBulkSize',
+    'preparedStatements',
   ]);
   const config = parseConfig('client options', clientOptionsSchema, options);
   const logger = options.logger ?? createDefaultLogger();
@@ -219,15 +233,23 @@ export function createClient(options: ClientOptions = {}): Client {
   const maxPayloadBytes = config.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
   const maxBulkSize = config.maxBulkSize ?? 10_000;
 
-  function toRow(definition: AnyJobDefinition, item: BulkItem<unknown>, where: string): JobRow {
-    const { payload, ...rest } = item;
-    let opts: z.output<typeof enqueueOptionsSchema>;
+  function readOptions(
+    definition: AnyJobDefinition,
+    options: Record<string, unknown>,
+    where: string,
+  ): EnqueueOptions {
+    const checked = checkEnqueueOptions(options);
+    if (checked) return checked;
     try {
-      opts = parseConfig(`enqueue options${where}`, enqueueOptionsSchema, rest);
+      return parseConfig(`enqueue options${where}`, enqueueOptionsSchema, options);
     } catch (error) {
       logger.warn({ reason: 'invalid_options', jobType: definition.type }, errorText(error));
       throw error;
     }
+  }
+
+  /** Validates a payload against its job type and returns the JSON to store, size-checked. */
+  function serialize(definition: AnyJobDefinition, payload: unknown, where: string): string {
     const parsed = definition.payload.safeParse(payload);
     if (!parsed.success) {
       const issues = payloadIssues(parsed.error).map((i) => ({
@@ -244,18 +266,32 @@ export function createClient(options: ClientOptions = {}): Client {
     // The producer's input is stored, not the parsed output, so schemas with transforms still
     // parse the stored JSON the same way in the worker.
     const payloadJson = JSON.stringify(payload ?? null);
-    const size = Buffer.byteLength(payloadJson, 'utf8');
-    if (size > maxPayloadBytes) {
-      logger.warn(
-        { reason: 'payload_too_large', jobType: definition.type, sizeBytes: size },
-        'enqueue refused',
-      );
-      throw new PayloadTooLargeError(definition.type, size, maxPayloadBytes);
+    // A UTF-8 byte is at least one UTF-16 unit and at most three, so most payloads are settled
+    // without counting their bytes.
+    if (payloadJson.length * 3 > maxPayloadBytes) {
+      const size = Buffer.byteLength(payloadJson, 'utf8');
+      if (size > maxPayloadBytes) {
+        logger.warn(
+          { reason: 'payload_too_large', jobType: definition.type, sizeBytes: size },
+          'enqueue refused',
+        );
+        throw new PayloadTooLargeError(definition.type, size, maxPayloadBytes);
+      }
     }
+    return payloadJson;
+  }
+
+  function toRow(
+    definition: AnyJobDefinition,
+    payload: unknown,
+    options: Record<string, unknown>,
+    where: string,
+  ): JobRow {
+    const opts = readOptions(definition, options, where);
     return {
       queue: opts.queue ?? definition.queue,
       jobType: definition.type,
-      payloadJson,
+      payloadJson: serialize(definition, payload, where),
       idempotencyKey: opts.idempotencyKey ?? null,
       priority: opts.priority ?? definition.priority,
       runAt: opts.runAt ?? null,
@@ -266,28 +302,66 @@ export function createClient(options: ClientOptions = {}): Client {
     };
   }
 
-  async function insert(rows: JobRow[], target: Queryable): Promise<EnqueueResult[]> {
-    const { rows: out } = await runSql<InsertedRow>(target, insertJobs(rows));
+  let preparedStatements = config.preparedStatements ?? true;
+
+  async function run<T>(target: Queryable, statement: Statement) {
+    if (!preparedStatements) return runStatement<T>(target, statement, false);
+    try {
+      return await runStatement<T>(target, statement, true);
+    } catch (error) {
+      // The server lost a statement this connection prepared, or holds one it did not expect: a
+      // pooler such as PgBouncer in transaction mode (before 1.21) moved the connection, or
+      // something ran DISCARD ALL. Either way nothing ran. From now on statements go unnamed; a
+      // statement on the pool is simply sent again, one in the caller's transaction cannot be (the
+      // error aborted that transaction), so the caller sees it once.
+      if (!isPreparedStatementError(error)) throw error;
+      preparedStatements = false;
+      logger.warn(
+        { reason: 'prepared_statements_off', code: (error as { code?: string }).code },
+        'named prepared statements do not work on this connection (PgBouncer in transaction ' +
+          'mode?); enqueue sends statements unnamed from now on — set preparedStatements: false',
+      );
+      if (target !== pool) throw error;
+      return runStatement<T>(target, statement, false);
+    }
+  }
+
+  async function insertOne(row: JobRow, target: Queryable): Promise<EnqueueResult> {
+    // Without a conflict this is the only statement. With one, the id is read in a fresh statement,
+    // whose snapshot sees the conflicting job even when its transaction committed while the insert
+    // waited for it. Should that job be gone by then (pruned, or deleted by hand), the key is free
+    // again and the insert is tried once more.
+    for (let attempt = 1; ; attempt++) {
+      const { rows } = await run<{ id: string }>(target, insertJob(row));
+      if (rows[0]) return { id: rows[0].id, inserted: true };
+      if (row.idempotencyKey === null) {
+        throw new SkiplockError('enqueue_failed', 'insert of a job without a key returned no row');
+      }
+      const { rows: found } = await run<{ id: string }>(
+        target,
+        findJobByKey(row.queue, row.idempotencyKey),
+      );
+      if (found[0]) return { id: found[0].id, inserted: false };
+      if (attempt === 3) throw invisibleConflict(row.idempotencyKey);
+    }
+  }
+
+  async function insertMany(rows: JobRow[], target: Queryable): Promise<EnqueueResult[]> {
+    const { rows: out } = await run<InsertedRow>(target, insertKeyedJobs(rows));
     const results = out.map((r) => ({ id: r.id as string | null, inserted: r.inserted }));
     // A duplicate whose first copy committed after this statement's snapshot (or came earlier in
     // this same batch) is invisible to the statement itself; a fresh statement sees it.
     const missing = results.flatMap((r, i) => (r.id === null ? [i] : []));
     if (missing.length > 0) {
       const pairs = missing.map((i) => ({ queue: rows[i]!.queue, key: rows[i]!.idempotencyKey! }));
-      const { rows: found } = await runSql<{ id: string; queue: string; key: string }>(
+      const { rows: found } = await run<{ id: string; queue: string; key: string }>(
         target,
         findJobsByKeys(pairs),
       );
       const byKey = new Map(found.map((f) => [`${f.queue}\u0000${f.key}`, f.id]));
       for (const i of missing) {
         const id = byKey.get(`${rows[i]!.queue}\u0000${rows[i]!.idempotencyKey}`);
-        if (!id) {
-          throw new SkiplockError(
-            'idempotency_conflict',
-            `job with idempotency key "${rows[i]!.idempotencyKey}" conflicted but is not visible; ` +
-              'the conflicting transaction may use REPEATABLE READ or have rolled back — retry',
-          );
-        }
+        if (!id) throw invisibleConflict(rows[i]!.idempotencyKey!);
         results[i]!.id = id;
       }
     }
@@ -298,8 +372,7 @@ export function createClient(options: ClientOptions = {}): Client {
     pool,
     async enqueue(definition, payload, opts = {}) {
       const { tx, ...rest } = opts;
-      const [result] = await insert([toRow(definition, { ...rest, payload }, '')], tx ?? pool);
-      return result!;
+      return insertOne(toRow(definition, payload, rest, ''), tx ?? pool);
     },
     async enqueueMany(definition, items, opts = {}) {
       if (!Array.isArray(items)) throw new TypeError('enqueueMany: items must be an array');
@@ -310,8 +383,12 @@ export function createClient(options: ClientOptions = {}): Client {
           `enqueueMany got ${items.length} jobs, over the limit of ${maxBulkSize} per statement`,
         );
       }
-      const rows = items.map((item, i) => toRow(definition, item, ` items[${i}]`));
-      return insert(rows, opts.tx ?? pool);
+      const target = opts.tx ?? pool;
+      const rows = items.map((item, i) => {
+        const { payload, ...options } = item;
+        return toRow(definition, payload, options, ` items[${i}]`);
+      });
+      return insertMany(rows, target);
     },
     async getJob(id, opts = {}) {
       const { rows } = await runSql<RawJobRow>(opts.tx ?? pool, selectJob(checkId(id)));
@@ -344,6 +421,64 @@ export function createClient(options: ClientOptions = {}): Client {
     },
     close: owned.release,
   };
+}
+
+/** invalid_sql_statement_name (26000) or duplicate_prepared_statement (42P05). */
+function isPreparedStatementError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === '26000' || code === '42P05';
+}
+
+function invisibleConflict(key: string): SkiplockError {
+  return new SkiplockError(
+    'idempotency_conflict',
+    `job with idempotency key "${key}" conflicted but is not visible; ` +
+      'the conflicting transaction may use REPEATABLE READ or have rolled back — retry',
+  );
+}
+
+const QUEUE_NAME_PATTERN = /^[A-Za-z0-9_.:-]+$/;
+
+function isIntIn(value: unknown, min: number, max: number): boolean {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= min && value <= max;
+}
+
+/**
+ * The checks of `enqueueOptionsSchema` written out, so an enqueue costs a few comparisons instead
+ * of a zod parse. It accepts nothing the schema refuses; whatever it does not accept goes to the
+ * schema, which either accepts it too or throws the error naming the option. A test holds the two
+ * in step.
+ */
+export function checkEnqueueOptions(options: Record<string, unknown>): EnqueueOptions | null {
+  for (const key of Object.keys(options)) {
+    const value = options[key];
+    if (value === undefined) continue;
+    switch (key) {
+      case 'queue':
+        if (typeof value !== 'string' || value.length > 128 || !QUEUE_NAME_PATTERN.test(value)) {
+          return null;
+        }
+        break;
+      case 'priority':
+        if (!isIntIn(value, -1_000_000, 1_000_000)) return null;
+        break;
+      case 'runAt':
+        if (!(value instanceof Date) || Number.isNaN(value.getTime())) return null;
+        break;
+      case 'delayMs':
+        if (!isIntIn(value, 0, MAX_DELAY_MS)) return null;
+        break;
+      case 'idempotencyKey':
+        if (typeof value !== 'string' || value.length < 1 || value.length > 512) return null;
+        break;
+      case 'maxAttempts':
+        if (!isIntIn(value, 1, 1_000)) return null;
+        break;
+      default:
+        return null;
+    }
+  }
+  return options as EnqueueOptions;
 }
 
 function errorText(error: unknown): string {

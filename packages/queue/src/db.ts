@@ -1,4 +1,4 @@
-import type { SQL } from 'drizzle-orm';
+import { sql, type SQL, type SQLChunk } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
 
@@ -32,6 +32,47 @@ export async function runSql<T>(target: Queryable, query: SQL): Promise<QueryOut
   }
   const result = (await target.execute(query)) as { rows?: T[]; rowCount?: number | null };
   return { rows: result.rows ?? [], rowCount: result.rowCount ?? 0 };
+}
+
+/**
+ * A statement with constant text and `$n` parameters. On a pg pool or client it is sent as a named
+ * prepared statement when `prepared` is on: each connection parses and plans it once, then only
+ * binds and executes it.
+ */
+export interface Statement {
+  name: string;
+  text: string;
+  values: unknown[];
+}
+
+export async function runStatement<T>(
+  target: Queryable,
+  statement: Statement,
+  prepared = true,
+): Promise<QueryOutcome<T>> {
+  if (isPgQueryable(target)) {
+    const result = await target.query<T & pg.QueryResultRow>(
+      prepared ? statement : { text: statement.text, values: statement.values },
+    );
+    return { rows: result.rows, rowCount: result.rowCount ?? 0 };
+  }
+  const result = (await target.execute(toDrizzleSql(statement))) as {
+    rows?: T[];
+    rowCount?: number | null;
+  };
+  return { rows: result.rows ?? [], rowCount: result.rowCount ?? 0 };
+}
+
+/** The same statement for a drizzle executor: text between `$n` markers, values as parameters. */
+function toDrizzleSql({ text, values }: Statement): SQL {
+  const chunks: SQLChunk[] = [];
+  let last = 0;
+  for (const match of text.matchAll(/\$(\d+)/g)) {
+    chunks.push(sql.raw(text.slice(last, match.index)), sql.param(values[Number(match[1]) - 1]));
+    last = match.index + match[0].length;
+  }
+  chunks.push(sql.raw(text.slice(last)));
+  return sql.join(chunks);
 }
 
 /** Runs `work` inside a transaction on one pooled connection, released before returning. */

@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import type { Statement } from '../db.js';
 
 export interface JobRow {
   queue: string;
@@ -15,59 +15,125 @@ export interface JobRow {
 }
 
 export interface InsertedRow {
-  ord: string;
   id: string;
   inserted: boolean;
 }
 
+// Every statement here has constant text and travels with a name, so a connection parses and
+// plans it once and then only binds and executes it. On a one-row insert, parse and plan cost more
+// than the insert itself. The `_v1` suffix changes whenever a text changes: a name is bound to its
+// text for the life of the connection.
+
+const RUN_AT = `coalesce($6::timestamptz, now() + coalesce($7::bigint, 0) * interval '1 millisecond')`;
+
+const INSERT_ONE = `
+INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
+                           max_attempts, timeout_ms, lease_ms)
+VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int, $10::int)
+ON CONFLICT (queue, idempotency_key) DO NOTHING
+RETURNING id::text AS id`;
+
 /**
- * Inserts any number of jobs in one statement: each column travels as one array parameter and is
- * spread by `unnest`, so the statement text and parameter count stay the same for 1 or 10,000 jobs.
- * Ids are drawn up front so every input row can be matched to its result, including rows skipped by
- * `ON CONFLICT DO NOTHING`; those report the id of the job that already holds the key when this
- * statement's snapshot can see it (the caller looks up the rest in a fresh statement).
+ * Inserts one job. Returns its id, or no row when a job with the same idempotency key already
+ * exists in the queue (`ON CONFLICT DO NOTHING`; a NULL key never conflicts). When the conflicting
+ * job was inserted by a transaction still in flight, PostgreSQL waits for it: if it commits, this
+ * returns no row, and the caller reads the id with `findJobByKey` in a fresh statement (whose
+ * snapshot sees that commit); if it rolls back, this inserts.
  */
-export function insertJobs(rows: readonly JobRow[]) {
-  const col = <T>(pick: (row: JobRow) => T) => sql.param(rows.map(pick));
-  return sql`
-    WITH input AS (
-      SELECT nextval('skiplock.jobs_id_seq') AS id, t.*
-      FROM unnest(
-        ${col((r) => r.queue)}::text[], ${col((r) => r.jobType)}::text[],
-        ${col((r) => r.payloadJson)}::jsonb[], ${col((r) => r.idempotencyKey)}::text[],
-        ${col((r) => r.priority)}::int[], ${col((r) => r.runAt)}::timestamptz[],
-        ${col((r) => r.delayMs)}::bigint[], ${col((r) => r.maxAttempts)}::int[],
-        ${col((r) => r.timeoutMs)}::int[], ${col((r) => r.leaseMs)}::int[]
-      ) WITH ORDINALITY AS t(queue, job_type, payload, idempotency_key, priority, run_at, delay_ms,
-                             max_attempts, timeout_ms, lease_ms, ord)
-    ),
-    ins AS (
-      INSERT INTO skiplock.jobs (id, queue, job_type, payload, idempotency_key, priority, run_at,
-                                 max_attempts, timeout_ms, lease_ms)
-      SELECT id, queue, job_type, payload, idempotency_key, priority,
-             coalesce(run_at, now() + coalesce(delay_ms, 0) * interval '1 millisecond'),
-             max_attempts, timeout_ms, lease_ms
-      FROM input ORDER BY ord
-      ON CONFLICT (queue, idempotency_key) DO NOTHING
-      RETURNING id
-    )
-    SELECT input.ord::text AS ord,
-           coalesce(ins.id, existing.id)::text AS id,
-           ins.id IS NOT NULL AS inserted
-    FROM input
-    LEFT JOIN ins ON ins.id = input.id
-    LEFT JOIN skiplock.jobs existing
-      ON ins.id IS NULL AND existing.queue = input.queue
-     AND existing.idempotency_key = input.idempotency_key
-    ORDER BY input.ord`;
+export function insertJob(row: JobRow): Statement {
+  return {
+    name: 'skiplock_insert_job_v1',
+    text: INSERT_ONE,
+    values: [
+      row.queue,
+      row.jobType,
+      row.payloadJson,
+      row.idempotencyKey,
+      row.priority,
+      row.runAt,
+      row.delayMs,
+      row.maxAttempts,
+      row.timeoutMs,
+      row.leaseMs,
+    ],
+  };
 }
 
+const FIND_BY_KEY = `
+SELECT id::text AS id FROM skiplock.jobs WHERE queue = $1::text AND idempotency_key = $2::text`;
+
+/** The id of the job holding an idempotency key in a queue (the unique index answers it). */
+export function findJobByKey(queue: string, key: string): Statement {
+  return { name: 'skiplock_find_job_by_key_v1', text: FIND_BY_KEY, values: [queue, key] };
+}
+
+// Bulk inserts draw ids with nextval in input order (the unnest scan's order), so jobs of one bulk
+// are claimed in the order given, and each input row can be matched to its id. Each column travels
+// as one array parameter, so the text and parameter count stay the same for 1 or 10,000 jobs.
+
+const INSERT_KEYED = `
+WITH input AS (
+  SELECT nextval('skiplock.jobs_id_seq') AS id, t.*
+  FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::int[], $6::timestamptz[],
+              $7::bigint[], $8::int[], $9::int[], $10::int[])
+    WITH ORDINALITY AS t(queue, job_type, payload, idempotency_key, priority, run_at, delay_ms,
+                         max_attempts, timeout_ms, lease_ms, ord)
+),
+ins AS (
+  INSERT INTO skiplock.jobs (id, queue, job_type, payload, idempotency_key, priority, run_at,
+                             max_attempts, timeout_ms, lease_ms)
+  SELECT id, queue, job_type, payload, idempotency_key, priority,
+         coalesce(run_at, now() + coalesce(delay_ms, 0) * interval '1 millisecond'),
+         max_attempts, timeout_ms, lease_ms
+  FROM input ORDER BY ord
+  ON CONFLICT (queue, idempotency_key) DO NOTHING
+  RETURNING id
+)
+SELECT coalesce(ins.id, existing.id)::text AS id,
+       ins.id IS NOT NULL AS inserted
+FROM input
+LEFT JOIN ins ON ins.id = input.id
+LEFT JOIN skiplock.jobs existing
+  ON ins.id IS NULL AND existing.queue = input.queue
+ AND existing.idempotency_key = input.idempotency_key
+ORDER BY input.ord`;
+
+/**
+ * Inserts jobs of which some carry an idempotency key. Rows skipped by `ON CONFLICT DO NOTHING`
+ * report the id of the job that already holds the key when this statement's snapshot can see it;
+ * the caller looks up the rest (a duplicate committed after the snapshot was taken, or an earlier
+ * row of this same bulk) with `findJobsByKeys` in a fresh statement.
+ */
+export function insertKeyedJobs(rows: readonly JobRow[]): Statement {
+  return {
+    name: 'skiplock_insert_keyed_jobs_v1',
+    text: INSERT_KEYED,
+    values: [
+      rows.map((r) => r.queue),
+      rows.map((r) => r.jobType),
+      rows.map((r) => r.payloadJson),
+      rows.map((r) => r.idempotencyKey),
+      rows.map((r) => r.priority),
+      rows.map((r) => r.runAt),
+      rows.map((r) => r.delayMs),
+      rows.map((r) => r.maxAttempts),
+      rows.map((r) => r.timeoutMs),
+      rows.map((r) => r.leaseMs),
+    ],
+  };
+}
+
+const FIND_BY_KEYS = `
+SELECT j.id::text AS id, j.queue, j.idempotency_key AS key
+FROM skiplock.jobs j
+JOIN unnest($1::text[], $2::text[]) AS k(queue, key)
+  ON j.queue = k.queue AND j.idempotency_key = k.key`;
+
 /** Ids of jobs holding the given (queue, idempotency key) pairs. */
-export function findJobsByKeys(pairs: readonly { queue: string; key: string }[]) {
-  return sql`
-    SELECT j.id::text AS id, j.queue, j.idempotency_key AS key
-    FROM skiplock.jobs j
-    JOIN unnest(${sql.param(pairs.map((p) => p.queue))}::text[],
-                ${sql.param(pairs.map((p) => p.key))}::text[]) AS k(queue, key)
-      ON j.queue = k.queue AND j.idempotency_key = k.key`;
+export function findJobsByKeys(pairs: readonly { queue: string; key: string }[]): Statement {
+  return {
+    name: 'skiplock_find_jobs_by_keys_v1',
+    text: FIND_BY_KEYS,
+    values: [pairs.map((p) => p.queue), pairs.map((p) => p.key)],
+  };
 }
