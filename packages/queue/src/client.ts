@@ -20,6 +20,8 @@ import {
   findJobsByKeys,
   insertJob,
   insertKeyedJobs,
+  insertUniformJobs,
+  insertUnkeyedJobs,
   type InsertedRow,
   type JobRow,
 } from './sql/enqueue.js';
@@ -347,6 +349,10 @@ export function createClient(options: ClientOptions = {}): Client {
   }
 
   async function insertMany(rows: JobRow[], target: Queryable): Promise<EnqueueResult[]> {
+    if (!rows.some((r) => r.idempotencyKey !== null)) {
+      const { rows: out } = await run<{ id: string }>(target, insertUnkeyedJobs(rows));
+      return out.map((r) => ({ id: r.id, inserted: true }));
+    }
     const { rows: out } = await run<InsertedRow>(target, insertKeyedJobs(rows));
     const results = out.map((r) => ({ id: r.id as string | null, inserted: r.inserted }));
     // A duplicate whose first copy committed after this statement's snapshot (or came earlier in
@@ -384,6 +390,30 @@ export function createClient(options: ClientOptions = {}): Client {
         );
       }
       const target = opts.tx ?? pool;
+      if (items.every(hasPayloadOnly)) {
+        // The common bulk: no item carries options, so every column but the payload comes from
+        // the definition and travels once, not once per job.
+        const payloads = items.map((item, i) =>
+          serialize(definition, item.payload, ` items[${i}]`),
+        );
+        const { rows } = await run<{ id: string }>(
+          target,
+          insertUniformJobs(
+            {
+              queue: definition.queue,
+              jobType: definition.type,
+              priority: definition.priority,
+              runAt: null,
+              delayMs: null,
+              maxAttempts: definition.maxAttempts,
+              timeoutMs: definition.timeoutMs,
+              leaseMs: definition.leaseMs,
+            },
+            payloads,
+          ),
+        );
+        return rows.map((r) => ({ id: r.id, inserted: true }));
+      }
       const rows = items.map((item, i) => {
         const { payload, ...options } = item;
         return toRow(definition, payload, options, ` items[${i}]`);
@@ -435,6 +465,16 @@ function invisibleConflict(key: string): SkiplockError {
     `job with idempotency key "${key}" conflicted but is not visible; ` +
       'the conflicting transaction may use REPEATABLE READ or have rolled back — retry',
   );
+}
+
+/** True when a bulk item carries nothing but its payload (options left out or undefined). */
+function hasPayloadOnly(item: BulkItem<unknown>): boolean {
+  for (const key of Object.keys(item)) {
+    if (key !== 'payload' && (item as unknown as Record<string, unknown>)[key] !== undefined) {
+      return false;
+    }
+  }
+  return true;
 }
 
 const QUEUE_NAME_PATTERN = /^[A-Za-z0-9_.:-]+$/;

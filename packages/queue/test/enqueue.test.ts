@@ -77,6 +77,83 @@ describe('enqueue', () => {
     await counted.end();
   });
 
+  it('numbers a bulk in input order, so its jobs are claimed in the order given', async () => {
+    const results = await client.enqueueMany(
+      charge,
+      Array.from({ length: 50 }, (_, i) => ({
+        payload: { invoiceId: `fifo-${i}`, amountCents: 1 },
+      })),
+    );
+    const ids = results.map((r) => BigInt(r.id));
+    expect(ids.every((id, i) => i === 0 || id > ids[i - 1]!)).toBe(true);
+  });
+
+  it('bulk items with options of their own but no key: one statement, options per item', async () => {
+    const counted = db.newPool(1);
+    let statements = 0;
+    const original = counted.query.bind(counted);
+    counted.query = ((...args: Parameters<typeof original>) => {
+      statements += 1;
+      return original(...args);
+    }) as typeof counted.query;
+    const bulk = createClient({ pool: counted, logger: quiet });
+    const results = await bulk.enqueueMany(charge, [
+      { payload: { invoiceId: 'opt-0', amountCents: 1 } },
+      { payload: { invoiceId: 'opt-1', amountCents: 1 }, priority: 9, queue: 'urgent' },
+      { payload: { invoiceId: 'opt-2', amountCents: 1 }, maxAttempts: 1, delayMs: 60_000 },
+    ]);
+    expect(statements).toBe(1);
+    expect(results.every((r) => r.inserted)).toBe(true);
+    const jobs = await Promise.all(results.map((r) => client.getJob(r.id)));
+    expect(jobs.map((j) => [j?.payload, j?.queue, j?.priority, j?.maxAttempts])).toEqual([
+      [{ invoiceId: 'opt-0', amountCents: 1 }, 'billing', 3, 5],
+      [{ invoiceId: 'opt-1', amountCents: 1 }, 'urgent', 9, 5],
+      [{ invoiceId: 'opt-2', amountCents: 1 }, 'billing', 3, 1],
+    ]);
+    expect(jobs[2]!.runAt.getTime()).toBeGreaterThan(jobs[0]!.runAt.getTime() + 55_000);
+  });
+
+  it('a keyed bulk reports jobs that already held a key, in input order', async () => {
+    const held = await client.enqueue(
+      charge,
+      { invoiceId: 'held', amountCents: 1 },
+      { idempotencyKey: 'bulk-held' },
+    );
+    const results = await client.enqueueMany(charge, [
+      { payload: { invoiceId: 'new', amountCents: 1 }, idempotencyKey: 'bulk-new' },
+      { payload: { invoiceId: 'held', amountCents: 1 }, idempotencyKey: 'bulk-held' },
+      { payload: { invoiceId: 'none', amountCents: 1 } },
+    ]);
+    expect(results.map((r) => r.inserted)).toEqual([true, false, true]);
+    expect(results[1]!.id).toBe(held.id);
+    expect(new Set(results.map((r) => r.id)).size).toBe(3);
+  });
+
+  it('a bulk in the caller transaction rolls back with it, keyed or not', async () => {
+    const before = await count();
+    const conn = await db.pool.connect();
+    try {
+      await conn.query('BEGIN');
+      await client.enqueueMany(charge, [{ payload: { invoiceId: 'rb-1', amountCents: 1 } }], {
+        tx: conn,
+      });
+      await client.enqueueMany(
+        charge,
+        [{ payload: { invoiceId: 'rb-2', amountCents: 1 }, idempotencyKey: 'bulk-rb' }],
+        { tx: conn },
+      );
+      expect(await count(`payload->>'invoiceId' LIKE 'rb-%'`)).toBe(0);
+      await conn.query('ROLLBACK');
+    } finally {
+      conn.release();
+    }
+    expect(await count()).toBe(before);
+    const again = await client.enqueueMany(charge, [
+      { payload: { invoiceId: 'rb-2', amountCents: 1 }, idempotencyKey: 'bulk-rb' },
+    ]);
+    expect(again[0]!.inserted).toBe(true);
+  });
+
   it('is idempotent per queue: the second enqueue reports the existing id', async () => {
     const first = await client.enqueue(
       charge,
