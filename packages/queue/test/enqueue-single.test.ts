@@ -1,3 +1,4 @@
+import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -173,6 +174,31 @@ describe('single enqueue', () => {
         DROP FUNCTION public.vanish();
         DROP TABLE public.vanish_once;`);
     }
+  });
+
+  it('runs every enqueue statement through a drizzle transaction as well', async () => {
+    const orm = drizzle(db.pool);
+    const runAt = new Date(Date.now() + 60_000);
+    const ids = await orm.transaction(async (tx) => {
+      const first = await client.enqueue(ship, order('z1'), { idempotencyKey: 'dz', tx, runAt });
+      const dup = await client.enqueue(ship, order('z1'), { idempotencyKey: 'dz', tx });
+      expect(dup).toEqual({ id: first.id, inserted: false });
+      const uniform = await client.enqueueMany(ship, [{ payload: order('z2') }], { tx });
+      const unkeyed = await client.enqueueMany(ship, [{ payload: order('z3'), priority: 4 }], {
+        tx,
+      });
+      const keyed = await client.enqueueMany(
+        ship,
+        [{ payload: order('z1'), idempotencyKey: 'dz' }],
+        { tx },
+      );
+      expect(keyed).toEqual([{ id: first.id, inserted: false }]);
+      return [first.id, uniform[0]!.id, unkeyed[0]!.id];
+    });
+    const jobs = await Promise.all(ids.map((id) => client.getJob(id)));
+    expect(jobs.map((j) => j?.status)).toEqual(['pending', 'pending', 'pending']);
+    expect(jobs[0]!.runAt.getTime()).toBe(runAt.getTime());
+    expect(jobs[2]!.priority).toBe(4);
   });
 
   it('refuses a bad payload naming the nested field, and inserts nothing', async () => {
