@@ -8,7 +8,7 @@ import {
   pgSchema,
   text,
   timestamp,
-  unique,
+  uniqueIndex,
 } from 'drizzle-orm/pg-core';
 
 /** Every library table lives in this schema so it never collides with the application's own. */
@@ -63,8 +63,11 @@ export const jobs = skiplockSchema.table(
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
   },
   (t) => [
-    // Nulls are distinct, so only keyed jobs are deduplicated, and only within their queue.
-    unique('jobs_queue_idempotency_key_unique').on(t.queue, t.idempotencyKey),
+    // Only keyed jobs are deduplicated, and only within their queue. Partial, so the many jobs
+    // without a key cost no entry here, at insert or at any later (non-HOT) status update.
+    uniqueIndex('jobs_queue_idempotency_key_unique')
+      .on(t.queue, t.idempotencyKey)
+      .where(sql`idempotency_key IS NOT NULL`),
     // Claim path: only claimable rows are indexed, so completed history never slows a claim.
     index('jobs_claim_idx')
       .on(t.queue, t.priority.desc(), t.runAt, t.id)

@@ -24,7 +24,7 @@ export interface InsertedRow {
 
 // Every statement here has constant text and travels with a name, so a connection parses and
 // plans it once and then only binds and executes it. On a one-row insert, parse and plan cost more
-// than the insert itself. The `_v1` suffix changes whenever a text changes: a name is bound to its
+// than the insert itself. The `_vN` suffix changes whenever a text changes: a name is bound to its
 // text for the life of the connection.
 
 const RUN_AT = `coalesce($6::timestamptz, now() + coalesce($7::bigint, 0) * interval '1 millisecond')`;
@@ -33,7 +33,7 @@ const INSERT_ONE = `
 INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
                            max_attempts, timeout_ms, lease_ms)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int, $10::int)
-ON CONFLICT (queue, idempotency_key) DO NOTHING
+ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id::text AS id`;
 
 /**
@@ -45,7 +45,7 @@ RETURNING id::text AS id`;
  */
 export function insertJob(row: JobRow): Statement {
   return {
-    name: 'skiplock_insert_job_v1',
+    name: 'skiplock_insert_job_v2',
     text: INSERT_ONE,
     values: [
       row.queue,
@@ -170,7 +170,7 @@ ins AS (
          coalesce(run_at, now() + coalesce(delay_ms, 0) * interval '1 millisecond'),
          max_attempts, timeout_ms, lease_ms
   FROM input ORDER BY ord
-  ON CONFLICT (queue, idempotency_key) DO NOTHING
+  ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING id
 )
 SELECT coalesce(ins.id, existing.id)::text AS id,
@@ -190,7 +190,7 @@ ORDER BY input.ord`;
  */
 export function insertKeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_keyed_jobs_v1',
+    name: 'skiplock_insert_keyed_jobs_v2',
     text: INSERT_KEYED,
     values: [
       rows.map((r) => r.queue),
