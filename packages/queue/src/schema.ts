@@ -80,10 +80,13 @@ export const jobs = skiplockSchema.table(
     index('jobs_aging_idx')
       .on(t.queue, t.runAt, t.id)
       .where(sql`status IN ('pending', 'failed') AND priority IS NOT NULL`),
-    // Sweep path: processing rows by lease expiry.
+    // Sweep path: processing rows by lease expiry. `lease_expires_at IS NOT NULL` holds for every
+    // processing row and follows from the sweep's `lease_expires_at < now()`; it keeps the fenced
+    // settles (which say `status = 'processing'` but nothing about the lease) off this index. On a
+    // table with stale statistics they used it and read every processing entry not yet vacuumed.
     index('jobs_sweep_idx')
       .on(t.leaseExpiresAt)
-      .where(sql`status = 'processing'`),
+      .where(sql`status = 'processing' AND lease_expires_at IS NOT NULL`),
     // Retention path: terminal rows by age.
     index('jobs_retention_idx')
       .on(t.status, t.updatedAt)

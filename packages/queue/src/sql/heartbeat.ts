@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { asyncCommit } from './commit.js';
-import { ownsToken, ownsTokens, tokenRows, type LockToken } from './fence.js';
+import { ownsToken, ownsTokens, type LockToken } from './fence.js';
 
 /**
  * Renews the leases of all of a worker's running jobs in one statement. A job missing from the
@@ -10,7 +10,7 @@ export function extendLeases(workerId: string, tokens: readonly LockToken[]) {
   return sql`
     UPDATE skiplock.jobs j
     SET lease_expires_at = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
-    FROM ${tokenRows(tokens)}, ${asyncCommit}
+    FROM ${asyncCommit}
     WHERE ${ownsTokens(workerId, tokens)}
     RETURNING j.id::text AS id`;
 }

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { asyncCommit } from './commit.js';
-import { ownsToken, ownsTokens, tokenRows, type LockToken } from './fence.js';
+import { ownsToken, ownsTokens, type LockToken } from './fence.js';
 
 export type { LockToken };
 
@@ -21,7 +21,7 @@ export function completeJobs(
   return sql`
     UPDATE skiplock.jobs j
     SET status = 'completed', completed_at = now(), lease_expires_at = NULL, updated_at = now()
-    FROM ${tokenRows(tokens)}${durable ? sql`` : sql`, ${asyncCommit}`}
+    ${durable ? sql`` : sql`FROM ${asyncCommit}`}
     WHERE ${ownsTokens(workerId, tokens)}
     RETURNING j.id::text AS id`;
 }
@@ -65,7 +65,7 @@ export function releaseJobs(workerId: string, tokens: readonly LockToken[]) {
     UPDATE skiplock.jobs j
     SET status = 'pending', attempts = j.attempts - 1, lease_expires_at = NULL,
         locked_by = NULL, locked_at = NULL, run_at = now(), updated_at = now()
-    FROM ${tokenRows(tokens)}, ${asyncCommit}
+    FROM ${asyncCommit}
     WHERE ${ownsTokens(workerId, tokens)}
     RETURNING j.id::text AS id`;
 }
