@@ -26,12 +26,18 @@ import { retryDelayMs, sleep } from './timers.js';
 export class RunningJob implements LeaseHolder {
   readonly token: LockToken;
   readonly info: JobInfo;
-  readonly controller = new AbortController();
   leaseMs: number;
   renewedAt = performance.now();
   /** queued: claimed, waiting in the worker's local buffer; running: handler executing. */
   state: 'queued' | 'running' | 'settling' | 'done' = 'queued';
   settledExplicitly = false;
+  /** Why the job was aborted (lock lost, timeout, shutdown); null while it may run on. */
+  abortReason: Error | null = null;
+  /** Called once on abort, while a handler runs: ends the race in `run`. */
+  onAbort: ((reason: Error) => void) | null = null;
+  // An AbortSignal costs microseconds to build (it is an EventTarget), so the controller is made
+  // only when a handler reads `ctx.signal`; most no-op and quick handlers never do.
+  private controller: AbortController | null = null;
 
   constructor(readonly row: ClaimedRow) {
     this.token = { id: row.id, attempt: row.attempts };
@@ -47,13 +53,24 @@ export class RunningJob implements LeaseHolder {
     };
   }
 
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.abortReason) this.controller.abort(this.abortReason);
+    }
+    return this.controller.signal;
+  }
+
   /** Whether the lease must be kept alive: the job is buffered or its handler runs. */
   isRunning(): boolean {
     return this.state === 'queued' || this.state === 'running';
   }
 
   abort(reason: Error): void {
-    if (!this.controller.signal.aborted) this.controller.abort(reason);
+    if (this.abortReason) return;
+    this.abortReason = reason;
+    this.controller?.abort(reason);
+    this.onAbort?.(reason);
   }
 }
 
@@ -102,32 +119,79 @@ export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void
 
 async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
   const definition = d.definitions.get(job.info.type);
-  const nonFatal = (reason: 'unknown_type' | 'invalid_payload', error: Error): Outcome => ({
-    kind: 'failure',
-    error,
-    decision: { kind: 'dead', reason, attemptReason: 'error' },
-  });
-  if (!definition) return nonFatal('unknown_type', new UnknownJobTypeError(job.info.type));
+  if (!definition) return deadOnArrival('unknown_type', new UnknownJobTypeError(job.info.type));
   const parsed = definition.payload.safeParse(job.row.payload);
   if (!parsed.success) {
-    return nonFatal(
+    return deadOnArrival(
       'invalid_payload',
       new InvalidPayloadError(job.info.type, payloadIssues(parsed.error)),
     );
   }
-  const signal = job.controller.signal;
   // Lost or released while it waited in the local buffer: the handler must not start at all.
-  if (signal.aborted) return abortedOutcome(signal.reason) ?? { kind: 'lock_lost' };
+  if (job.abortReason) return abortedOutcome(job.abortReason) ?? { kind: 'lock_lost' };
   const timeoutMs = job.row.timeout_ms ?? definition.timeoutMs;
   const timer =
     timeoutMs === null
       ? null
       : setTimeout(() => job.abort(new JobTimeoutError(timeoutMs)), timeoutMs);
-  // Built on first use: most handlers never log, and a child logger per job shows in profiles.
+  try {
+    const result = definition.handler(parsed.data, jobContext(d, job));
+    // A handler that ignores its signal cannot hold the attempt past the timeout: the race ends it.
+    if (isThenable(result)) {
+      await new Promise<void>((resolve, reject) => {
+        if (job.abortReason) return reject(job.abortReason);
+        job.onAbort = reject;
+        result.then(() => resolve(), reject);
+      });
+    }
+    return { kind: 'success' };
+  } catch (error) {
+    const reason: unknown = job.abortReason ?? error;
+    if (job.settledExplicitly) return { kind: 'success' };
+    const aborted = abortedOutcome(reason);
+    if (aborted) return aborted;
+    const attemptReason = reason instanceof JobTimeoutError ? 'timeout' : 'error';
+    return {
+      kind: 'failure',
+      error: reason,
+      decision: decideFailure({
+        attempt: job.info.attempt,
+        maxAttempts: job.info.maxAttempts,
+        reason: attemptReason,
+        error: reason,
+        backoff: definition.backoff ?? defaultBackoff,
+        nonRetryable: definition.nonRetryable,
+      }),
+    };
+  } finally {
+    job.onAbort = null;
+    if (timer) clearTimeout(timer);
+  }
+}
+
+function deadOnArrival(reason: 'unknown_type' | 'invalid_payload', error: Error): Outcome {
+  return { kind: 'failure', error, decision: { kind: 'dead', reason, attemptReason: 'error' } };
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    value !== null &&
+    (typeof value === 'object' || typeof value === 'function') &&
+    typeof (value as { then?: unknown }).then === 'function'
+  );
+}
+
+/**
+ * The handler's context. `signal` and `logger` are getters so that a job whose handler never reads
+ * them costs neither an AbortSignal nor a child logger.
+ */
+function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
   let logger: Logger | undefined;
-  const ctx: JobContext = {
+  return {
     job: job.info,
-    signal,
+    get signal() {
+      return job.signal;
+    },
     get logger() {
       return (logger ??= d.logger.child({
         jobId: job.info.id,
@@ -147,7 +211,7 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
       return false;
     },
     completeWith: async (work) => {
-      if (signal.aborted) throw signal.reason;
+      if (job.abortReason) throw job.abortReason;
       const value = await withTransaction(d.pool, async (tx) => {
         const { rowCount } = await runSql(tx, completeJobs(d.workerId, [job.token]));
         if (rowCount !== 1) throw new LockLostError(job.info.id);
@@ -157,39 +221,6 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
       return value;
     },
   };
-  const aborted = new Promise<never>((_, reject) => {
-    if (signal.aborted) reject(signal.reason);
-    signal.addEventListener('abort', () => reject(signal.reason), { once: true });
-  });
-  aborted.catch(() => {});
-  try {
-    // A handler that ignores its signal cannot hold the attempt past the timeout: the race ends it.
-    await Promise.race([
-      Promise.resolve().then(() => definition.handler(parsed.data, ctx)),
-      aborted,
-    ]);
-    return { kind: 'success' };
-  } catch (error) {
-    const reason: unknown = signal.aborted ? signal.reason : error;
-    if (job.settledExplicitly) return { kind: 'success' };
-    const aborted = abortedOutcome(reason);
-    if (aborted) return aborted;
-    const attemptReason = reason instanceof JobTimeoutError ? 'timeout' : 'error';
-    return {
-      kind: 'failure',
-      error: reason,
-      decision: decideFailure({
-        attempt: job.info.attempt,
-        maxAttempts: job.info.maxAttempts,
-        reason: attemptReason,
-        error: reason,
-        backoff: definition.backoff ?? defaultBackoff,
-        nonRetryable: definition.nonRetryable,
-      }),
-    };
-  } finally {
-    if (timer) clearTimeout(timer);
-  }
 }
 
 function abortedOutcome(reason: unknown): Outcome | null {
