@@ -37,7 +37,13 @@ export class SafeEmitter<E extends { [K in keyof E]: unknown[] }> {
     return new Promise((resolve) => this.emitter.once(event, (...args) => resolve(args as E[K])));
   }
 
+  /** Whether anyone listens: lets a hot path skip building an event nobody reads. */
+  listening(event: keyof E & string): boolean {
+    return this.emitter.listenerCount(event) > 0;
+  }
+
   emit<K extends keyof E & string>(event: K, ...args: E[K]): void {
+    if (this.emitter.listenerCount(event) === 0) return;
     for (const listener of this.emitter.listeners(event)) {
       try {
         (listener as (...a: unknown[]) => void)(...args);

@@ -96,7 +96,6 @@ type Outcome =
 
 /** Runs one claimed job to its settle. Never throws: every outcome is written or logged. */
 export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void> {
-  const fields = logFields(job);
   const started = performance.now();
   job.state = 'running';
   const outcome = await run(d, job);
@@ -108,7 +107,7 @@ export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void
     // The job stays processing under its lease; the sweeper will take it back.
     d.metrics.inc('settle_failed_total');
     d.logger.error(
-      { ...fields, reason: 'settle_failed', err: errorMessage(error) },
+      { ...logFields(job), reason: 'settle_failed', err: errorMessage(error) },
       'could not settle job',
     );
     d.events.emit('worker:error', { reason: 'settle_failed', error });
@@ -230,45 +229,44 @@ function abortedOutcome(reason: unknown): Outcome | null {
 }
 
 async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durationMs: number) {
-  const fields = logFields(job);
-  const event = {
-    jobId: job.info.id,
-    jobType: job.info.type,
-    queue: job.info.queue,
-    attempt: job.info.attempt,
-  };
-  const lockLost = () => {
-    d.metrics.inc('jobs_lock_lost_total');
-    d.logger.warn({ ...fields, reason: 'lock_lost' }, 'job no longer owned; result discarded');
-    d.events.emit('job:lock_lost', event);
-  };
   switch (outcome.kind) {
-    case 'lock_lost':
-      return lockLost();
-    case 'shutdown': {
-      const released = await withRetry(d, () =>
-        runSql(d.pool, releaseJobs(d.workerId, [job.token])),
-      );
-      if (released.rowCount === 0) return lockLost();
-      d.metrics.inc('jobs_released_total');
-      d.logger.info({ ...fields, reason: 'shutdown' }, 'job released on shutdown');
-      d.events.emit('job:released', event);
-      return;
-    }
     case 'success': {
       d.metrics.inc('job_duration_ms_sum', durationMs);
       d.metrics.inc('job_duration_ms_count');
       if (!job.settledExplicitly) {
         const owned = await withRetry(d, () => d.completer.complete(job.token));
-        if (!owned) return lockLost();
+        if (!owned) return lockLost(d, job);
       }
       d.metrics.inc('jobs_completed_total');
-      d.events.emit('job:completed', { ...event, durationMs });
+      if (d.events.listening('job:completed')) {
+        d.events.emit('job:completed', { ...jobEvent(job), durationMs });
+      }
+      return;
+    }
+    case 'lock_lost':
+      return lockLost(d, job);
+    case 'shutdown': {
+      const released = await withRetry(d, () =>
+        runSql(d.pool, releaseJobs(d.workerId, [job.token])),
+      );
+      if (released.rowCount === 0) return lockLost(d, job);
+      d.metrics.inc('jobs_released_total');
+      d.logger.info({ ...logFields(job), reason: 'shutdown' }, 'job released on shutdown');
+      d.events.emit('job:released', jobEvent(job));
       return;
     }
     case 'failure':
-      return settleFailure(d, job, outcome.decision, outcome.error, lockLost);
+      return settleFailure(d, job, outcome.decision, outcome.error);
   }
+}
+
+function lockLost(d: ExecutorDeps, job: RunningJob): void {
+  d.metrics.inc('jobs_lock_lost_total');
+  d.logger.warn(
+    { ...logFields(job), reason: 'lock_lost' },
+    'job no longer owned; result discarded',
+  );
+  d.events.emit('job:lock_lost', jobEvent(job));
 }
 
 async function settleFailure(
@@ -276,15 +274,9 @@ async function settleFailure(
   job: RunningJob,
   decision: FailureDecision,
   error: unknown,
-  lockLost: () => void,
 ) {
   const fields = logFields(job);
-  const event = {
-    jobId: job.info.id,
-    jobType: job.info.type,
-    queue: job.info.queue,
-    attempt: job.info.attempt,
-  };
+  const event = jobEvent(job);
   const message = errorMessage(error);
   if (decision.kind === 'retry') {
     const { rowCount } = await withRetry(d, () =>
@@ -300,7 +292,7 @@ async function settleFailure(
         }),
       ),
     );
-    if (rowCount === 0) return lockLost();
+    if (rowCount === 0) return lockLost(d, job);
     d.metrics.inc(`jobs_retried_total{reason="${decision.reason}"}`);
     d.logger.info(
       { ...fields, reason: decision.reason, delayMs: decision.delayMs, err: message },
@@ -326,7 +318,7 @@ async function settleFailure(
       return true;
     });
   });
-  if (!owned) return lockLost();
+  if (!owned) return lockLost(d, job);
   d.metrics.inc(`jobs_dead_total{reason="${decision.reason}"}`);
   d.logger.warn({ ...fields, reason: decision.reason, err: message }, 'job is dead');
   d.events.emit('job:dead', { ...event, reason: decision.reason });
@@ -346,6 +338,15 @@ async function withRetry<T>(d: ExecutorDeps, write: () => Promise<T>): Promise<T
       await sleep(retryDelayMs(attempt));
     }
   }
+}
+
+function jobEvent(job: RunningJob) {
+  return {
+    jobId: job.info.id,
+    jobType: job.info.type,
+    queue: job.info.queue,
+    attempt: job.info.attempt,
+  };
 }
 
 function logFields(job: RunningJob) {

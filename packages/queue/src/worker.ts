@@ -290,12 +290,14 @@ export function createWorker(options: WorkerOptions): Worker {
   function accept(row: ClaimedRow): Promise<void> {
     const job = new RunningJob(row);
     running.set(row.id, job);
-    events.emit('job:claimed', {
-      jobId: row.id,
-      jobType: row.job_type,
-      queue: row.queue,
-      attempt: row.attempts,
-    });
+    if (events.listening('job:claimed')) {
+      events.emit('job:claimed', {
+        jobId: row.id,
+        jobType: row.job_type,
+        queue: row.queue,
+        attempt: row.attempts,
+      });
+    }
     let started!: (run: boolean) => void;
     const turn = new Promise<boolean>((resolve) => (started = resolve));
     const task = turn
