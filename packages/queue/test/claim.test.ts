@@ -127,6 +127,19 @@ describe('claiming', () => {
         expect(plan).toContain('jobs_claim_idx');
         expect(plan).not.toMatch(/Sort/);
       }
+      // With statistics of a table full of pending jobs, the claim must still find its rows by key.
+      await conn.query('ANALYZE skiplock.jobs');
+      for (const agingMs of [300_000, null]) {
+        const plan = await explain(
+          claimJobs({ queues: ['default', 'other'], limit: 210, workerId: 'explain', agingMs }),
+        );
+        expect(plan).not.toMatch(/Seq Scan|Hash Join/);
+        const single = await explain(
+          claimJobs({ queues: ['default'], limit: 210, workerId: 'explain', agingMs }),
+        );
+        expect(single).not.toMatch(/Seq Scan|Hash Join/);
+        expect(single).toContain('jobs_pkey');
+      }
       const tokens = Array.from({ length: 100 }, (_, i) => ({
         id: String(10_001 + i),
         attempt: 1,

@@ -30,7 +30,10 @@ export interface ClaimParams {
  * Two CTEs implement priority with aging (design Q11) while each stays an ordered scan of a
  * partial index: `aged` takes the jobs that have been runnable for longer than `agingMs`, oldest
  * first; `fresh` fills the rest of the batch by priority desc, run_at, id. The UPDATE counts the
- * attempt and stamps the lock token (locked_by + attempts) that fences every later write.
+ * attempt and stamps the lock token (locked_by + attempts) that fences every later write. It
+ * finds the picked rows with `id = ANY(ARRAY(...))`, always a primary-key lookup: joined to the
+ * CTE instead, the planner guessed 10% of the table for `LIMIT <expression>` and, with fresh
+ * statistics, hashed a sequential scan of the whole table on every claim (15 ms at 20,000 jobs).
  */
 export function claimJobs(params: ClaimParams) {
   const claimable = sql`j.status IN ('pending', 'failed')`;
@@ -68,8 +71,8 @@ export function claimJobs(params: ClaimParams) {
         locked_at = now(),
         lease_expires_at = now() + j.lease_ms * interval '1 millisecond',
         updated_at = now()
-    FROM picked, ${asyncCommit}
-    WHERE j.id = picked.id
+    FROM ${asyncCommit}
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING j.id::text AS id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts,
               j.priority, j.timeout_ms, j.lease_ms, j.idempotency_key`;
 }
