@@ -37,18 +37,20 @@ export interface ClaimParams {
  */
 export function claimJobs(params: ClaimParams) {
   const claimable = sql`j.status IN ('pending', 'failed')`;
+  // Each marker selects one index, and only it (see jobs_claim_idx in schema.ts).
+  const claimIndexed = sql`j.lease_expires_at IS NULL`;
+  const agingIndexed = sql`j.completed_at IS NULL`;
   const picked =
     params.agingMs === null
       ? sql`
         picked AS (
-          ${perQueue(params, sql`${claimable} AND j.run_at <= now()`, 'priority')}
+          ${perQueue(params, sql`${claimable} AND ${claimIndexed} AND j.run_at <= now()`, 'priority')}
         )`
       : sql`
         aged AS (
           ${perQueue(
             params,
-            // `priority IS NOT NULL` selects jobs_aging_idx (see its definition in schema.ts).
-            sql`${claimable} AND j.priority IS NOT NULL
+            sql`${claimable} AND ${agingIndexed}
                 AND j.run_at <= now() - ${params.agingMs} * interval '1 millisecond'`,
             'age',
           )}
@@ -56,25 +58,40 @@ export function claimJobs(params: ClaimParams) {
         fresh AS (
           ${perQueue(
             params,
-            sql`${claimable} AND j.run_at <= now() AND j.id NOT IN (SELECT id FROM aged)`,
+            sql`${claimable} AND ${claimIndexed} AND j.run_at <= now()
+                AND j.id NOT IN (SELECT id FROM aged)`,
             'priority',
             sql`${params.limit} - (SELECT count(*) FROM aged)`,
           )}
         ),
         picked AS (SELECT id FROM aged UNION ALL SELECT id FROM fresh)`;
+  // Rows come back from `id = ANY(...)` in id order; the worker starts them in the order returned,
+  // so the batch is put back in claim order: aged jobs oldest first, then priority, run_at, id.
+  const order =
+    params.agingMs === null
+      ? sql`c.priority DESC, c.run_at, c.id`
+      : sql`(c.id IN (SELECT id FROM aged)) DESC,
+            CASE WHEN c.id IN (SELECT id FROM aged) THEN 0 ELSE c.priority END DESC,
+            c.run_at, c.id`;
   return sql`
-    WITH ${picked}
-    UPDATE skiplock.jobs j
-    SET status = 'processing',
-        attempts = j.attempts + 1,
-        locked_by = ${params.workerId},
-        locked_at = now(),
-        lease_expires_at = now() + j.lease_ms * interval '1 millisecond',
-        updated_at = now()
-    FROM ${asyncCommit}
-    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING j.id::text AS id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts,
-              j.priority, j.timeout_ms, j.lease_ms, j.idempotency_key`;
+    WITH ${picked},
+    claimed AS (
+      UPDATE skiplock.jobs j
+      SET status = 'processing',
+          attempts = j.attempts + 1,
+          locked_by = ${params.workerId},
+          locked_at = now(),
+          lease_expires_at = now() + j.lease_ms * interval '1 millisecond',
+          updated_at = now()
+      FROM ${asyncCommit}
+      WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+      RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts,
+                j.priority, j.run_at, j.timeout_ms, j.lease_ms, j.idempotency_key
+    )
+    SELECT c.id::text AS id, c.queue, c.job_type, c.payload, c.attempts, c.max_attempts,
+           c.priority, c.timeout_ms, c.lease_ms, c.idempotency_key
+    FROM claimed c
+    ORDER BY ${order}`;
 }
 
 /**
