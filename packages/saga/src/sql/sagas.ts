@@ -107,9 +107,10 @@ export function lockSagaByJob(jobId: string) {
  * in one round trip. The caller checks the returned row the same way (`isCurrent`) and moves the
  * saga on, or calls the job stale; a saga that moved on has its history left untouched.
  *
- * The settle's snapshot is taken before the lock wait, which is safe: a concurrent writer of the
- * same history row would have to hold the saga lock, and a row it changed is re-checked by the
- * UPDATE (READ COMMITTED re-evaluates a row updated since the snapshot).
+ * The settle's snapshot is taken before the lock wait, which is safe: the `running` mark and the
+ * attempt-error record can change the same history row without the saga lock, but READ COMMITTED
+ * re-evaluates a row updated since the snapshot against its newest version, and the conditions
+ * on the saga row (held locked here) cannot change meanwhile.
  */
 export function lockAndComplete(p: {
   sagaId: string;
