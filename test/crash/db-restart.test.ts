@@ -10,6 +10,7 @@ import {
   enqueueCrashJobs,
   prepareWorkerScript,
   readOutcome,
+  FAULT_TEST_WORKERS,
   startWorkerFleet,
   stopWorkerProcess,
 } from './harness.js';
@@ -36,13 +37,7 @@ describe('PostgreSQL restarted under running worker processes', () => {
       await enqueueCrashJobs(pool, JOBS, (n) => (n % 2 === 0 ? 'tx' : 'plain'));
       const startedAt = Date.now();
 
-      const fleet = await startWorkerFleet(url, 'restart-w', WORKERS, {
-        concurrency: 8,
-        leaseMs: 2_000,
-        heartbeatMs: 300,
-        sweepIntervalMs: 300,
-        jobMs: '5-25',
-      });
+      const fleet = await startWorkerFleet(url, 'restart-w', WORKERS, FAULT_TEST_WORKERS);
       const { workers, unexpectedExits } = fleet;
       // While the server is down, the test's own reads fail too; that only means "not yet".
       const completed = async () => {

@@ -90,6 +90,15 @@ export interface WorkerFleet {
   assertAlive(): void;
 }
 
+/** Short leases and quick sweeps, so faults are recovered within a test's minute. */
+export const FAULT_TEST_WORKERS: WorkerProcessOptions = {
+  concurrency: 8,
+  leaseMs: 2_000,
+  heartbeatMs: 300,
+  sweepIntervalMs: 300,
+  jobMs: '5-25',
+};
+
 /** Starts `count` worker processes named `<prefix><n>` and records any exit nobody asked for. */
 export async function startWorkerFleet(
   url: string,

@@ -8,6 +8,7 @@ import {
   createCrashTables,
   enqueueCrashJobs,
   readOutcome,
+  FAULT_TEST_WORKERS,
   startWorkerFleet,
   stopWorkerProcess,
 } from './harness.js';
@@ -63,13 +64,7 @@ describe('pg_terminate_backend on worker connections', () => {
     await enqueueCrashJobs(db.pool, JOBS, (n) => (n % 2 === 0 ? 'tx' : 'plain'));
     const startedAt = Date.now();
 
-    const fleet = await startWorkerFleet(db.url, 'term-w', WORKERS, {
-      concurrency: 8,
-      leaseMs: 2_000,
-      heartbeatMs: 300,
-      sweepIntervalMs: 300,
-      jobMs: '5-25',
-    });
+    const fleet = await startWorkerFleet(db.url, 'term-w', WORKERS, FAULT_TEST_WORKERS);
     const { workers, unexpectedExits } = fleet;
 
     const terminator = new pg.Client({

@@ -107,7 +107,7 @@ export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void
     // The job stays processing under its lease; the sweeper will take it back.
     d.metrics.inc('settle_failed_total');
     d.logger.error(
-      { ...logFields(job), reason: 'settle_failed', err: errorMessage(error) },
+      { ...jobFields(job), reason: 'settle_failed', err: errorMessage(error) },
       'could not settle job',
     );
     d.events.emit('worker:error', { reason: 'settle_failed', error });
@@ -239,7 +239,7 @@ async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durati
       }
       d.metrics.inc('jobs_completed_total');
       if (d.events.listening('job:completed')) {
-        d.events.emit('job:completed', { ...jobEvent(job), durationMs });
+        d.events.emit('job:completed', { ...jobFields(job), durationMs });
       }
       return;
     }
@@ -251,8 +251,8 @@ async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durati
       );
       if (released.rowCount === 0) return lockLost(d, job);
       d.metrics.inc('jobs_released_total');
-      d.logger.info({ ...logFields(job), reason: 'shutdown' }, 'job released on shutdown');
-      d.events.emit('job:released', jobEvent(job));
+      d.logger.info({ ...jobFields(job), reason: 'shutdown' }, 'job released on shutdown');
+      d.events.emit('job:released', jobFields(job));
       return;
     }
     case 'failure':
@@ -263,10 +263,10 @@ async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durati
 function lockLost(d: ExecutorDeps, job: RunningJob): void {
   d.metrics.inc('jobs_lock_lost_total');
   d.logger.warn(
-    { ...logFields(job), reason: 'lock_lost' },
+    { ...jobFields(job), reason: 'lock_lost' },
     'job no longer owned; result discarded',
   );
-  d.events.emit('job:lock_lost', jobEvent(job));
+  d.events.emit('job:lock_lost', jobFields(job));
 }
 
 async function settleFailure(
@@ -275,8 +275,8 @@ async function settleFailure(
   decision: FailureDecision,
   error: unknown,
 ) {
-  const fields = logFields(job);
-  const event = jobEvent(job);
+  const fields = jobFields(job);
+  const event = jobFields(job);
   const message = errorMessage(error);
   if (decision.kind === 'retry') {
     const { rowCount } = await withRetry(d, () =>
@@ -340,16 +340,8 @@ async function withRetry<T>(d: ExecutorDeps, write: () => Promise<T>): Promise<T
   }
 }
 
-function jobEvent(job: RunningJob) {
-  return {
-    jobId: job.info.id,
-    jobType: job.info.type,
-    queue: job.info.queue,
-    attempt: job.info.attempt,
-  };
-}
-
-function logFields(job: RunningJob) {
+/** The job's identity, as log fields and as the payload of its events. */
+function jobFields(job: RunningJob) {
   return {
     jobId: job.info.id,
     jobType: job.info.type,

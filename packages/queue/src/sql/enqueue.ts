@@ -118,6 +118,22 @@ export function insertUniformJobs(
   };
 }
 
+/** One array per column, in the order of the bulk statements' parameters. */
+function columnArrays(rows: readonly JobRow[], withKey: boolean): unknown[] {
+  return [
+    rows.map((r) => r.queue),
+    rows.map((r) => r.jobType),
+    rows.map((r) => r.payloadJson),
+    ...(withKey ? [rows.map((r) => r.idempotencyKey)] : []),
+    rows.map((r) => r.priority),
+    rows.map((r) => r.runAt),
+    rows.map((r) => r.delayMs),
+    rows.map((r) => r.maxAttempts),
+    rows.map((r) => r.timeoutMs),
+    rows.map((r) => r.leaseMs),
+  ];
+}
+
 const INSERT_UNKEYED = `
 WITH input AS (
   SELECT nextval('skiplock.jobs_id_seq') AS id, t.*
@@ -141,17 +157,7 @@ export function insertUnkeyedJobs(rows: readonly JobRow[]): Statement {
   return {
     name: 'skiplock_insert_unkeyed_jobs_v1',
     text: INSERT_UNKEYED,
-    values: [
-      rows.map((r) => r.queue),
-      rows.map((r) => r.jobType),
-      rows.map((r) => r.payloadJson),
-      rows.map((r) => r.priority),
-      rows.map((r) => r.runAt),
-      rows.map((r) => r.delayMs),
-      rows.map((r) => r.maxAttempts),
-      rows.map((r) => r.timeoutMs),
-      rows.map((r) => r.leaseMs),
-    ],
+    values: columnArrays(rows, false),
   };
 }
 
@@ -192,18 +198,7 @@ export function insertKeyedJobs(rows: readonly JobRow[]): Statement {
   return {
     name: 'skiplock_insert_keyed_jobs_v2',
     text: INSERT_KEYED,
-    values: [
-      rows.map((r) => r.queue),
-      rows.map((r) => r.jobType),
-      rows.map((r) => r.payloadJson),
-      rows.map((r) => r.idempotencyKey),
-      rows.map((r) => r.priority),
-      rows.map((r) => r.runAt),
-      rows.map((r) => r.delayMs),
-      rows.map((r) => r.maxAttempts),
-      rows.map((r) => r.timeoutMs),
-      rows.map((r) => r.leaseMs),
-    ],
+    values: columnArrays(rows, true),
   };
 }
 
