@@ -26,11 +26,13 @@ export function selectJobs(filter: JobFilter) {
   }
   if (filter.queue) where.push(sql`queue = ${filter.queue}`);
   if (filter.jobType) where.push(sql`job_type = ${filter.jobType}`);
-  if (filter.beforeId) where.push(sql`id < ${filter.beforeId}`);
+  if (filter.beforeId) where.push(sql`jobs.id < ${filter.beforeId}::bigint`);
+  // ORDER BY names the table's column: a bare `id` would be the select list's `id::text`,
+  // which sorts '99' after '241' and makes keyset pages skip jobs.
   return sql`
     SELECT ${jobColumns} FROM skiplock.jobs
     WHERE ${sql.join(where, sql` AND `)}
-    ORDER BY id DESC LIMIT ${filter.limit}`;
+    ORDER BY jobs.id DESC LIMIT ${filter.limit}`;
 }
 
 /** Cancels a job that has not started: only pending or retry-waiting rows change. */

@@ -1,0 +1,44 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createClient, defineJob, type Job } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { quiet } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+const ping = defineJob({
+  type: 'ping',
+  payload: z.object({ n: z.number() }),
+  handler: async () => {},
+});
+
+// Enough jobs that ids cross digit boundaries (9 -> 10, 99 -> 100): as text, '99' sorts after
+// '241', which is how a text ordering hides jobs from keyset pages.
+const enqueued = await client.enqueueMany(
+  ping,
+  Array.from({ length: 241 }, (_, n) => ({ payload: { n } })),
+);
+const ids = enqueued.map((r) => BigInt(r.id));
+
+describe('listJobs', () => {
+  it('puts the newest job first, by numeric id', async () => {
+    const [first] = await client.listJobs({ limit: 1 });
+    const newest = ids.reduce((a, b) => (b > a ? b : a));
+    expect(first!.id).toBe(String(newest));
+  });
+
+  it('pages through every job exactly once, newest first, with the before-id cursor', async () => {
+    expect(String(ids[0]).length).toBeLessThan(String(ids[ids.length - 1]).length);
+    const seen: Job[] = [];
+    let beforeId: string | undefined;
+    for (let page = 0; page < 100; page++) {
+      const jobs = await client.listJobs({ limit: 7, beforeId });
+      seen.push(...jobs);
+      if (jobs.length < 7) break;
+      beforeId = jobs[jobs.length - 1]!.id;
+    }
+    const expected = [...ids].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0)).map(String);
+    expect(seen.map((j) => j.id)).toEqual(expected);
+  });
+});
