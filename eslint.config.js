@@ -2,12 +2,17 @@ import eslint from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', '**/dist/**', '.tmp/**', 'migrations/**'] },
+  { ignores: ['**/node_modules/**', '**/dist/**', '.tmp/**', '**/migrations/**'] },
   eslint.configs.recommended,
   ...tseslint.configs.recommended,
   {
     languageOptions: {
-      globals: { process: 'readonly', console: 'readonly', setTimeout: 'readonly' },
+      globals: {
+        process: 'readonly',
+        console: 'readonly',
+        setTimeout: 'readonly',
+        URL: 'readonly',
+      },
     },
     rules: {
       '@typescript-eslint/no-unused-vars': [

@@ -1,6 +1,17 @@
 import { defineConfig } from 'vitest/config';
 
+// In the workspace, `@skiplock/*` resolve to their TypeScript sources through this export
+// condition (each package.json maps it to src/), so tests need no build step; installed packages
+// never set it and get dist/. Child processes the tests start (CLI, demo, workers) inherit it.
+const sourceCondition = 'skiplock-source';
+if (!process.env.NODE_OPTIONS?.includes(`--conditions=${sourceCondition}`)) {
+  process.env.NODE_OPTIONS =
+    `${process.env.NODE_OPTIONS ?? ''} --conditions=${sourceCondition}`.trim();
+}
+
 export default defineConfig({
+  // Vite's own server conditions (`node`, `development|production`) come after ours.
+  ssr: { resolve: { conditions: [sourceCondition, 'node', 'development|production'] } },
   test: {
     include: ['packages/*/test/**/*.test.ts', 'examples/*/test/**/*.test.ts', 'test/**/*.test.ts'],
     globalSetup: ['test/support/global-setup.ts'],
@@ -10,6 +21,7 @@ export default defineConfig({
     typecheck: {
       enabled: true,
       include: ['packages/*/test/**/*.test-d.ts'],
+      tsconfig: './tsconfig.json',
     },
   },
 });

@@ -42,6 +42,8 @@ export function bundleForNode(entry: URL): Promise<string> {
         platform: 'node',
         format: 'esm',
         target: 'node20',
+        // The workspace packages' TypeScript sources (see vitest.config.ts), not their builds.
+        conditions: ['skiplock-source'],
         logLevel: 'warning',
         // pg loads its optional native binding only when asked to; it is not installed.
         external: ['pg-native'],

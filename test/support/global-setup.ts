@@ -1,5 +1,5 @@
 import type { TestProject } from 'vitest/node';
-import { migrate } from '@skiplock/queue';
+import { migrate } from '@skiplock/saga';
 import { createDatabase, dropDatabase, startDatabase, withDatabaseName } from '@skiplock/devdb';
 import { randomBytes } from 'node:crypto';
 import pino from 'pino';

@@ -1,5 +1,5 @@
-import { createWorker, migrate } from '@skiplock/queue';
-import { createSagaRuntime, defineSaga } from '@skiplock/saga';
+import { createWorker } from '@skiplock/queue';
+import { createSagaRuntime, defineSaga, migrate } from '@skiplock/saga';
 import { pino } from 'pino';
 import { z } from 'zod';
 import { afterCommit } from '../query-counter.js';

@@ -1,6 +1,4 @@
 #!/usr/bin/env node
-// Runs the TypeScript CLI directly through tsx, so the workspace needs no build step.
-import { register } from 'tsx/esm/api';
-
-register();
-await import('../src/main.ts');
+// The compiled CLI: plain Node, no loader. Job modules in TypeScript load through tsx when the
+// application has it installed (see src/typescript-loader.ts).
+import '../dist/main.js';

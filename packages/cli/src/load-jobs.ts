@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { defineJob, type AnyJobDefinition, type WorkerOptions } from '@skiplock/queue';
 import { CliError, UsageError } from './args.js';
+import { prepareImport } from './typescript-loader.js';
 
 export interface LoadedJobs {
   jobs: AnyJobDefinition[];
@@ -57,6 +58,7 @@ function fromArray(value: unknown, where: string): unknown[] {
 export async function loadJobModule(specifier: string, cwd: string): Promise<LoadedJobs> {
   const path = resolve(cwd, specifier);
   if (!existsSync(path)) throw new UsageError(`module not found: ${specifier}`);
+  await prepareImport(path);
   let exports: Record<string, unknown>;
   try {
     exports = (await import(pathToFileURL(path).href)) as Record<string, unknown>;

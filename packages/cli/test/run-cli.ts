@@ -1,10 +1,16 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll } from 'vitest';
 
-/** The real entry point, as a user runs it: `node packages/cli/bin/skiplock.js ...`. */
-export const BIN = fileURLToPath(new URL('../bin/skiplock.js', import.meta.url));
+/**
+ * The CLI's entry point from source, through tsx, with the workspace packages' sources (the
+ * `skiplock-source` condition, inherited from vitest.config.ts). The compiled `bin/skiplock.js`
+ * is run from an installed tarball by the consumer test (test/consumer).
+ */
+const MAIN = fileURLToPath(new URL('../src/main.ts', import.meta.url));
+const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
 
 export function fixture(name: string): string {
   return fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
@@ -29,7 +35,7 @@ afterAll(async () => {
 });
 
 function start(args: string[], env: Env, cwd?: string): ChildProcess {
-  const child = spawn(process.execPath, [BIN, ...args], {
+  const child = spawn(process.execPath, ['--import', TSX_LOADER, MAIN, ...args], {
     env: { ...process.env, SKIPLOCK_DEBUG: undefined, ...env },
     cwd,
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -12,13 +12,22 @@ describe('migrate', () => {
     const name = `skiplock_migrate_${randomBytes(4).toString('hex')}`;
     const url = await createDatabase(adminUrl, name);
     try {
-      await Promise.all([
+      const results = await Promise.all([
         migrate({ connectionString: url, logger: quiet }),
         migrate({ connectionString: url, logger: quiet }),
         migrate({ connectionString: url, logger: quiet }),
       ]);
+      // Exactly one caller applied the migrations, and says which; the others found none left.
+      const appliedLists = results.map((r) => r.applied).filter((list) => list.length > 0);
+      expect(appliedLists).toHaveLength(1);
+      expect(appliedLists[0]![0]).toBe('queue/0000_init_jobs');
+      expect(appliedLists[0]!.every((tag) => tag.startsWith('queue/'))).toBe(true);
       // Running again is a no-op.
-      await migrate({ connectionString: withDatabaseName(adminUrl, name), logger: quiet });
+      const again = await migrate({
+        connectionString: withDatabaseName(adminUrl, name),
+        logger: quiet,
+      });
+      expect(again.applied).toEqual([]);
       const client = new pg.Client({ connectionString: url });
       await client.connect();
       const { rows } = await client.query<{ n: number }>(
@@ -30,11 +39,35 @@ describe('migrate', () => {
       const options = await client.query<{ reloptions: string[] }>(
         `SELECT reloptions FROM pg_class WHERE oid = 'skiplock.jobs'::regclass`,
       );
+      // The queue installs its own tables only: the saga package migrates the saga tables.
+      const sagaTables = await client.query(
+        `SELECT 1 FROM information_schema.tables WHERE table_schema = 'skiplock' AND table_name LIKE 'saga%'`,
+      );
       await client.end();
-      expect(rows[0]!.n).toBeGreaterThanOrEqual(4);
+      expect(rows[0]!.n).toBe(appliedLists[0]!.length);
       expect(tables.rowCount).toBe(1);
+      expect(sagaTables.rowCount).toBe(0);
       // The queue table vacuums early (migration 0003): churn leaves dead rows behind fast.
       expect(options.rows[0]!.reloptions).toContain('autovacuum_vacuum_scale_factor=0.02');
+    } finally {
+      await dropDatabase(adminUrl, name);
+    }
+  });
+
+  it('names the folder it cannot read instead of failing inside drizzle', async () => {
+    const adminUrl = inject('adminUrl');
+    const name = `skiplock_migrate_${randomBytes(4).toString('hex')}`;
+    const url = await createDatabase(adminUrl, name);
+    try {
+      await expect(
+        migrate({
+          connectionString: url,
+          logger: quiet,
+          include: [
+            { name: 'extra', folder: '/nonexistent/migrations', table: 'extra_migrations' },
+          ],
+        }),
+      ).rejects.toThrow('migrate: cannot read the extra migrations in /nonexistent/migrations');
     } finally {
       await dropDatabase(adminUrl, name);
     }

@@ -8,14 +8,15 @@ export const migrateCommand: Command = {
   usage: [
     'usage: skiplock migrate [--database-url URL]',
     '',
-    'Creates or upgrades the skiplock schema. Concurrent runs wait on an advisory lock.',
+    'Creates or upgrades the skiplock schema: the queue tables, then the saga tables.',
+    'Concurrent runs wait on an advisory lock.',
   ].join('\n'),
   async run(args, io) {
     const { values, positionals } = parseOptions(args, databaseOption);
     positionalArgs(positionals, []);
     const url = databaseUrl(values['database-url'], io.env);
     const [{ migrate }, { pino }, { openDatabase }] = await Promise.all([
-      import('@skiplock/queue'),
+      import('@skiplock/saga'),
       import('pino'),
       import('../database.js'),
     ]);
@@ -24,14 +25,20 @@ export const migrateCommand: Command = {
       requireSchema: false,
       applicationName: 'skiplock-migrate',
     });
+    let applied: string[];
     try {
-      await migrate({ pool: db.pool, logger: pino({ level: 'silent' }) });
+      ({ applied } = await migrate({ pool: db.pool, logger: pino({ level: 'silent' }) }));
     } catch (error) {
       throw databaseError(error, url);
     } finally {
       await db.close();
     }
-    io.stdout('skiplock schema is up to date\n');
+    if (applied.length === 0) {
+      io.stdout('skiplock schema was already up to date\n');
+    } else {
+      const list = applied.map((tag) => `  ${tag}\n`).join('');
+      io.stdout(`applied ${applied.length} migration(s):\n${list}skiplock schema is up to date\n`);
+    }
     return 0;
   },
 };

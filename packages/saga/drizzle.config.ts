@@ -1,9 +1,9 @@
 import { defineConfig } from 'drizzle-kit';
 
+// The saga tables only, in the queue's `skiplock` schema but migrated by this package.
 export default defineConfig({
   dialect: 'postgresql',
-  schema: ['./packages/queue/src/schema.ts', './packages/saga/src/schema.ts'],
+  schema: ['./src/schema.ts'],
   out: './migrations',
   schemaFilter: ['skiplock'],
-  casing: undefined,
 });

@@ -1,0 +1,80 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { createDatabase, dropDatabase } from '@skiplock/devdb';
+import { migrate as migrateQueue } from '@skiplock/queue';
+import pg from 'pg';
+import { describe, expect, inject, it } from 'vitest';
+import { migrate, sagaMigrations } from '../src/index.js';
+import { silent } from './fixtures.js';
+
+async function withFreshDatabase(test: (url: string) => Promise<void>) {
+  const adminUrl = inject('adminUrl');
+  const name = `skiplock_saga_migrate_${randomBytes(4).toString('hex')}`;
+  const url = await createDatabase(adminUrl, name);
+  try {
+    await test(url);
+  } finally {
+    await dropDatabase(adminUrl, name);
+  }
+}
+
+async function sagaTables(url: string): Promise<string[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ table_name: string }>(
+      `SELECT table_name FROM information_schema.tables
+       WHERE table_schema = 'skiplock' AND table_name LIKE 'saga%' ORDER BY table_name`,
+    );
+    return rows.map((r) => r.table_name);
+  } finally {
+    await client.end();
+  }
+}
+
+describe('saga migrations', () => {
+  it('one call migrates the queue tables and then the saga tables, from the package folder', async () => {
+    await withFreshDatabase(async (url) => {
+      const { applied } = await migrate({ connectionString: url, logger: silent });
+      expect(applied[0]).toBe('queue/0000_init_jobs');
+      expect(applied.at(-1)).toBe('saga/0000_saga_tables');
+      expect(await sagaTables(url)).toEqual([
+        'saga_migrations',
+        'saga_signals',
+        'saga_steps',
+        'sagas',
+      ]);
+      expect((await migrate({ connectionString: url, logger: silent })).applied).toEqual([]);
+    });
+  });
+
+  it('adopts saga tables created by the older layout, where the queue migrated them', async () => {
+    await withFreshDatabase(async (url) => {
+      await migrateQueue({ connectionString: url, logger: silent });
+      // The older layout ran the same statements as the queue's migration 0002, unrecorded here.
+      const sql = await readFile(join(sagaMigrations.folder, '0000_saga_tables.sql'), 'utf8');
+      const client = new pg.Client({ connectionString: url });
+      await client.connect();
+      try {
+        for (const statement of sql.split('--> statement-breakpoint')) {
+          await client.query(statement);
+        }
+        await client.query(`INSERT INTO skiplock.sagas (id, name, version, input)
+                            VALUES ('kept', 'bill', 1, '{}')`);
+      } finally {
+        await client.end();
+      }
+      const { applied } = await migrate({ connectionString: url, logger: silent });
+      expect(applied).toEqual(['saga/0000_saga_tables']);
+      const check = new pg.Client({ connectionString: url });
+      await check.connect();
+      try {
+        const { rows } = await check.query<{ id: string }>('SELECT id FROM skiplock.sagas');
+        expect(rows).toEqual([{ id: 'kept' }]);
+      } finally {
+        await check.end();
+      }
+    });
+  });
+});
