@@ -23,6 +23,12 @@ export default tseslint.config(
     },
   },
   {
+    // The consumer test's CommonJS program: require() of the ES module build is what it proves.
+    files: ['**/*.cjs'],
+    languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly' } },
+    rules: { '@typescript-eslint/no-require-imports': 'off' },
+  },
+  {
     files: ['**/*.test.ts', '**/*.test-d.ts', 'test/**', 'bench/**', 'scripts/**'],
     rules: { '@typescript-eslint/no-non-null-assertion': 'off' },
   },

@@ -28,7 +28,7 @@ const sendReceipt = defineJob({
   },
 });
 
-const connectionString = process.env.DATABASE_URL;
+const connectionString = process.env['DATABASE_URL'];
 await migrate({ connectionString });
 const client = createClient({ connectionString });
 const { id } = await client.enqueue(sendReceipt, { invoiceId: 'inv_1', email: 'ada@example.com' });

@@ -41,7 +41,7 @@ const billing = defineSaga({
     run: async (ctx, input) => psp.charge(input.invoiceId, input.cents),
   });
 
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+const pool = new pg.Pool({ connectionString: process.env['DATABASE_URL'] });
 await migrate({ pool });
 const sagas = createSagaRuntime({ pool, sagas: [billing] });
 const worker = createWorker({ pool, jobs: sagas.jobs });

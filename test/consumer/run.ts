@@ -1,0 +1,191 @@
+// The consumer test: what a user outside this repository gets. Packs every package, serves the
+// tarballs from a loopback registry, installs @skiplock/saga and @skiplock/cli with npm into a
+// fresh project, type-checks the README programs there with strict compiler flags, and runs
+// them, a CommonJS program and the installed CLI with plain `node` against a real database.
+// Run: `pnpm test:consumer` (DATABASE_URL, else the same database the tests would start).
+import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { createDatabase, dropDatabase, startDatabase } from '@skiplock/devdb';
+import { startLocalRegistry } from './registry.js';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const published = ['packages/queue', 'packages/saga', 'packages/cli'];
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a command to its end; never rejects, so a check can look at a failure's output. */
+function run(
+  command: string,
+  args: string[],
+  options: { cwd: string; env?: Record<string, string | undefined>; timeoutMs?: number },
+): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, {
+      cwd: options.cwd,
+      // The workspace's source condition must not leak into the consumer: it gets dist/.
+      env: { ...process.env, NODE_OPTIONS: undefined, ...options.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? -1, stdout, stderr });
+    });
+  });
+}
+
+function check(condition: unknown, what: string, detail = ''): asserts condition {
+  if (!condition) throw new Error(`consumer test: ${what}${detail ? `\n${detail}` : ''}`);
+  console.log(`ok - ${what}`);
+}
+
+async function must(what: string, result: Promise<Run>): Promise<Run> {
+  const r = await result;
+  check(r.code === 0, what, `exit ${r.code}\n${r.stdout}\n${r.stderr}`);
+  return r;
+}
+
+const work = await mkdtemp(join(tmpdir(), 'skiplock-consumer-'));
+const db = await startDatabase();
+const dbName = `skiplock_consumer_${randomBytes(4).toString('hex')}`;
+let registry: Awaited<ReturnType<typeof startLocalRegistry>> | null = null;
+try {
+  // 1. Pack, as `npm publish` would: prepack cleans and builds each package.
+  const tarballs = join(work, 'tarballs');
+  await mkdir(tarballs);
+  for (const dir of published) {
+    await must(
+      `pnpm pack ${dir}`,
+      run('pnpm', ['pack', '--pack-destination', tarballs], { cwd: join(root, dir) }),
+    );
+  }
+  const files = (await readdir(tarballs)).map((f) => join(tarballs, f));
+  check(files.length === published.length, `packed ${files.length} tarballs`);
+  for (const file of files) {
+    const list = (await promisify(execFile)('tar', ['-tzf', file])).stdout.split('\n');
+    check(
+      !list.some((f) => /^package\/(test|bench)\//.test(f) || /\.test\.ts$/.test(f)),
+      `${file.split('/').pop()} ships no tests`,
+    );
+    check(
+      list.some((f) => /^package\/dist\/.*\.js$/.test(f)),
+      `${file.split('/').pop()} ships JavaScript`,
+    );
+  }
+
+  // 2. A fresh project outside the workspace, our packages from the loopback registry.
+  registry = await startLocalRegistry(files);
+  const app = join(work, 'app');
+  await mkdir(join(app, 'src'), { recursive: true });
+  await writeFile(
+    join(app, 'package.json'),
+    JSON.stringify({ name: 'consumer', private: true, type: 'module' }, null, 2),
+  );
+  await writeFile(join(app, '.npmrc'), `@skiplock:registry=${registry.url}\n`);
+  await must(
+    'npm install @skiplock/saga @skiplock/cli (by name and version)',
+    run(
+      'npm',
+      [
+        'install',
+        '--no-audit',
+        '--no-fund',
+        '@skiplock/saga@0.1.0',
+        '@skiplock/cli@0.1.0',
+        'zod@^4',
+        'pg@^8',
+        'typescript@5.9.3',
+        '@types/node@^20',
+        '@types/pg@^8',
+      ],
+      { cwd: app, timeoutMs: 300_000 },
+    ),
+  );
+  const queueManifest = JSON.parse(
+    await readFile(join(app, 'node_modules/@skiplock/queue/package.json'), 'utf8'),
+  ) as { version: string };
+  check(
+    registry.requested.includes('@skiplock/queue') && queueManifest.version === '0.1.0',
+    'installing @skiplock/saga pulled @skiplock/queue 0.1.0 from the registry',
+    `requested: ${registry.requested.join(', ')}`,
+  );
+
+  // 3. The README programs, type-checked with strict flags against the installed .d.ts files.
+  for (const program of ['queue.ts', 'saga.ts']) {
+    await cp(join(root, 'examples/readme/src', program), join(app, 'src', program));
+  }
+  await cp(join(root, 'test/consumer/app/tsconfig.json'), join(app, 'tsconfig.json'));
+  await cp(join(root, 'test/consumer/app/commonjs.cjs'), join(app, 'commonjs.cjs'));
+  await cp(join(root, 'test/consumer/app/jobs.ts'), join(app, 'jobs.ts'));
+  await must(
+    'tsc with strict, exactOptionalPropertyTypes, noUncheckedIndexedAccess, noPropertyAccessFromIndexSignature',
+    run(join(app, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: app }),
+  );
+
+  // 4. Run them with plain node on a database of their own.
+  const url = await createDatabase(db.url, dbName);
+  const env = { DATABASE_URL: url, SKIPLOCK_LOG_LEVEL: 'warn' };
+  const queue = await must('node dist/queue.js', run('node', ['dist/queue.js'], { cwd: app, env }));
+  check(
+    /job \d+: completed/.test(queue.stdout),
+    'the queue program completed its job',
+    queue.stdout,
+  );
+  const saga = await must('node dist/saga.js', run('node', ['dist/saga.js'], { cwd: app, env }));
+  check(
+    saga.stdout.includes('saga inv_1: completed') &&
+      saga.stdout.includes('saga inv_2: compensated (reserve → charge → undo reserve)'),
+    'the saga program completed one saga and compensated the other',
+    saga.stdout,
+  );
+  const cjs = await must('node commonjs.cjs', run('node', ['commonjs.cjs'], { cwd: app, env }));
+  check(
+    /commonjs: job \d+ inserted=true status=pending/.test(cjs.stdout),
+    'require() works',
+    cjs.stdout,
+  );
+
+  // 5. The installed CLI, on plain node.
+  const bin = join(app, 'node_modules/.bin/skiplock');
+  const migrate = await must('skiplock migrate', run(bin, ['migrate'], { cwd: app, env }));
+  check(
+    migrate.stdout === 'skiplock schema was already up to date\n',
+    'skiplock migrate finds the schema the programs migrated',
+    migrate.stdout,
+  );
+  const stats = await must(
+    'skiplock stats --json',
+    run(bin, ['stats', '--json'], { cwd: app, env }),
+  );
+  const parsed = JSON.parse(stats.stdout) as { stats: { queue: string }[] };
+  check(
+    parsed.stats.some((s) => s.queue === 'default'),
+    'skiplock stats --json prints JSON only',
+    stats.stdout,
+  );
+  const worker = await run(bin, ['worker', 'jobs.ts'], { cwd: app, env });
+  check(
+    worker.code === 1 && worker.stderr.includes('npm install --save-dev tsx'),
+    'skiplock worker on a TypeScript module without tsx says how to get it',
+    worker.stderr,
+  );
+  console.log('consumer test passed');
+} finally {
+  await registry?.close();
+  await dropDatabase(db.url, dbName).catch(() => {});
+  await db.stop();
+  await rm(work, { recursive: true, force: true });
+}
