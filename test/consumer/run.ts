@@ -47,6 +47,37 @@ function run(
   });
 }
 
+/** Starts a long-running command, sends SIGTERM once `readyLine` appears on stdout. */
+function runUntil(
+  command: string,
+  args: string[],
+  options: { cwd: string; env: Record<string, string | undefined>; readyLine: string },
+): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, {
+      cwd: options.cwd,
+      env: { ...process.env, NODE_OPTIONS: undefined, ...options.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    let signalled = false;
+    child.stdout.on('data', (c: Buffer) => {
+      stdout += c.toString();
+      if (!signalled && stdout.includes(options.readyLine)) {
+        signalled = true;
+        child.kill('SIGTERM');
+      }
+    });
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? -1, stdout, stderr });
+    });
+  });
+}
+
 function check(condition: unknown, what: string, detail = ''): asserts condition {
   if (!condition) throw new Error(`consumer test: ${what}${detail ? `\n${detail}` : ''}`);
   console.log(`ok - ${what}`);
@@ -181,6 +212,24 @@ try {
     worker.code === 1 && worker.stderr.includes('npm install --save-dev tsx'),
     'skiplock worker on a TypeScript module without tsx says how to get it',
     worker.stderr,
+  );
+  // With tsx installed beside it, the same command loads the TypeScript module and works.
+  await must(
+    'npm install tsx',
+    run('npm', ['install', '--no-audit', '--no-fund', '--save-dev', 'tsx@^4'], {
+      cwd: app,
+      timeoutMs: 300_000,
+    }),
+  );
+  const started = await runUntil(bin, ['worker', 'jobs.ts'], {
+    cwd: app,
+    env: { ...env, SKIPLOCK_LOG_LEVEL: 'info' },
+    readyLine: '"reason":"jobs_loaded"',
+  });
+  check(
+    started.code === 0 && started.stdout.includes('"jobTypes":["noop"]'),
+    'skiplock worker loads a TypeScript module through tsx, and SIGTERM stops it with exit 0',
+    `exit ${started.code}\n${started.stdout}\n${started.stderr}`,
   );
   console.log('consumer test passed');
 } finally {
