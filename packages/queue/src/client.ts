@@ -1,12 +1,14 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type pg from 'pg';
 import { z } from 'zod';
 import { parseConfig, queueName, rejectUnknownKeys, DEFAULT_MAX_PAYLOAD_BYTES } from './config.js';
 import { runSql, runStatement, type Queryable, type Statement } from './db.js';
-import { payloadIssues, type JobDefinition, type AnyJobDefinition } from './define.js';
+import type { JobDefinition, AnyJobDefinition } from './define.js';
 import { InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolvePool, type PoolSource } from './pool.js';
 import type { JobStatus } from './schema.js';
+import { isThenable, issuesAt, runValidation } from './standard.js';
 import {
   cancelJob,
   retryJob,
@@ -130,15 +132,15 @@ const clientOptionsSchema = z
 
 export interface Client {
   readonly pool: pg.Pool;
-  enqueue<S extends z.ZodType>(
+  enqueue<S extends StandardSchemaV1>(
     definition: JobDefinition<S>,
-    payload: z.input<S>,
+    payload: StandardSchemaV1.InferInput<S>,
     options?: EnqueueOptions & TransactionOption,
   ): Promise<EnqueueResult>;
   /** Enqueues many jobs of one type in a single statement; results are in input order. */
-  enqueueMany<S extends z.ZodType>(
+  enqueueMany<S extends StandardSchemaV1>(
     definition: JobDefinition<S>,
-    items: readonly BulkItem<z.input<S>>[],
+    items: readonly BulkItem<StandardSchemaV1.InferInput<S>>[],
     options?: TransactionOption,
   ): Promise<EnqueueResult[]>;
   getJob(id: string, options?: TransactionOption): Promise<Job | null>;
@@ -250,14 +252,30 @@ export function createClient(options: ClientOptions = {}): Client {
     }
   }
 
-  /** Validates a payload against its job type and returns the JSON to store, size-checked. */
-  function serialize(definition: AnyJobDefinition, payload: unknown, where: string): string {
-    const parsed = definition.payload.safeParse(payload);
-    if (!parsed.success) {
-      const issues = payloadIssues(parsed.error).map((i) => ({
-        ...i,
-        path: `${where.trim()}${where ? '.' : ''}${i.path}`,
-      }));
+  /**
+   * Validates a payload against its job type and returns the JSON to store, size-checked. Stays
+   * synchronous unless the schema's validation returns a Promise.
+   */
+  function serialize(
+    definition: AnyJobDefinition,
+    payload: unknown,
+    where: string,
+  ): string | Promise<string> {
+    const result = runValidation(definition.payload, payload);
+    if (isThenable(result)) {
+      return Promise.resolve(result).then((r) => checkedJson(definition, payload, where, r));
+    }
+    return checkedJson(definition, payload, where, result);
+  }
+
+  function checkedJson(
+    definition: AnyJobDefinition,
+    payload: unknown,
+    where: string,
+    result: StandardSchemaV1.Result<unknown>,
+  ): string {
+    if (result.issues) {
+      const issues = issuesAt(`${where.trim()}${where ? '.' : ''}payload`, result.issues);
       const error = new InvalidPayloadError(definition.type, issues);
       logger.warn(
         { reason: 'invalid_payload', jobType: definition.type, fields: issues.map((i) => i.path) },
@@ -288,12 +306,12 @@ export function createClient(options: ClientOptions = {}): Client {
     payload: unknown,
     options: Record<string, unknown>,
     where: string,
-  ): JobRow {
+  ): JobRow | Promise<JobRow> {
     const opts = readOptions(definition, options, where);
-    return {
+    const toJobRow = (payloadJson: string): JobRow => ({
       queue: opts.queue ?? definition.queue,
       jobType: definition.type,
-      payloadJson: serialize(definition, payload, where),
+      payloadJson,
       idempotencyKey: opts.idempotencyKey ?? null,
       priority: opts.priority ?? definition.priority,
       runAt: opts.runAt ?? null,
@@ -301,7 +319,9 @@ export function createClient(options: ClientOptions = {}): Client {
       maxAttempts: opts.maxAttempts ?? definition.maxAttempts,
       timeoutMs: definition.timeoutMs,
       leaseMs: definition.leaseMs,
-    };
+    });
+    const payloadJson = serialize(definition, payload, where);
+    return isThenable(payloadJson) ? payloadJson.then(toJobRow) : toJobRow(payloadJson);
   }
 
   let preparedStatements = config.preparedStatements ?? true;
@@ -378,7 +398,8 @@ export function createClient(options: ClientOptions = {}): Client {
     pool,
     async enqueue(definition, payload, opts = {}) {
       const { tx, ...rest } = opts;
-      return insertOne(toRow(definition, payload, rest, ''), tx ?? pool);
+      const row = toRow(definition, payload, rest, '');
+      return insertOne(isThenable(row) ? await row : row, tx ?? pool);
     },
     async enqueueMany(definition, items, opts = {}) {
       if (!Array.isArray(items)) throw new TypeError('enqueueMany: items must be an array');
@@ -393,7 +414,7 @@ export function createClient(options: ClientOptions = {}): Client {
       if (items.every(hasPayloadOnly)) {
         // The common bulk: no item carries options, so every column but the payload comes from
         // the definition and travels once, not once per job.
-        const payloads = items.map((item, i) =>
+        const payloads = await settleAll(items, (item, i) =>
           serialize(definition, item.payload, ` items[${i}]`),
         );
         const { rows } = await run<{ id: string }>(
@@ -414,7 +435,7 @@ export function createClient(options: ClientOptions = {}): Client {
         );
         return rows.map((r) => ({ id: r.id, inserted: true }));
       }
-      const rows = items.map((item, i) => {
+      const rows = await settleAll(items, (item, i) => {
         const { payload, ...options } = item;
         return toRow(definition, payload, options, ` items[${i}]`);
       });
@@ -465,6 +486,30 @@ function invisibleConflict(key: string): SkiplockError {
     `job with idempotency key "${key}" conflicted but is not visible; ` +
       'the conflicting transaction may use REPEATABLE READ or have rolled back — retry',
   );
+}
+
+/**
+ * Maps every item in order; the result is awaited only when some item's work returned a Promise
+ * (a schema with async validation), so a bulk of synchronous schemas costs no promise per item.
+ * Work that throws for one item leaves no other item's Promise rejected unhandled.
+ */
+function settleAll<T, R>(
+  items: readonly T[],
+  work: (item: T, index: number) => R | Promise<R>,
+): R[] | Promise<R[]> {
+  const out: (R | Promise<R>)[] = new Array(items.length);
+  let pending = false;
+  try {
+    for (let i = 0; i < items.length; i++) {
+      const value = work(items[i]!, i);
+      if (isThenable(value)) pending = true;
+      out[i] = value;
+    }
+  } catch (error) {
+    for (const value of out) if (isThenable(value)) value.then(undefined, () => {});
+    throw error;
+  }
+  return pending ? Promise.all(out) : (out as R[]);
 }
 
 /** True when a bulk item carries nothing but its payload (options left out or undefined). */

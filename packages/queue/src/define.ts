@@ -1,10 +1,11 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type pg from 'pg';
-import { z } from 'zod';
 import { jobOptionsSchema, parseConfig, queueName, DEFAULT_LEASE_MS } from './config.js';
-import { InvalidPayloadError, type PayloadIssue } from './errors.js';
+import { InvalidPayloadError } from './errors.js';
 import type { Logger } from './logger.js';
 import { defaultBackoff, type BackoffOptions } from './retry/backoff.js';
 import type { DeadReason, ErrorClass } from './retry/policy.js';
+import { issuesAt, runValidation, standardSchemaProblem } from './standard.js';
 
 /** What a handler knows about the job it runs. */
 export interface JobInfo {
@@ -61,17 +62,27 @@ export interface JobOptions {
   onDead?: (tx: pg.PoolClient, job: DeadJobInfo) => Promise<void>;
 }
 
-export interface JobDefinitionInput<S extends z.ZodType> extends JobOptions {
+export interface JobDefinitionInput<S extends StandardSchemaV1> extends JobOptions {
   /** Stable name stored with each job; keep it when renaming code so queued jobs still run. */
   type: string;
+  /**
+   * Any Standard Schema v1 validator (https://standardschema.dev): a zod 4 schema (from any copy
+   * of zod), valibot, arktype... Producers pass its input type; the handler gets its output.
+   */
   payload: S;
-  handler: (payload: z.output<S>, ctx: JobContext) => Promise<unknown> | unknown;
+  handler: (
+    payload: StandardSchemaV1.InferOutput<S>,
+    ctx: JobContext,
+  ) => Promise<unknown> | unknown;
 }
 
-export interface JobDefinition<S extends z.ZodType = z.ZodType> {
+export interface JobDefinition<S extends StandardSchemaV1 = StandardSchemaV1> {
   readonly type: string;
   readonly payload: S;
-  readonly handler: (payload: z.output<S>, ctx: JobContext) => Promise<unknown> | unknown;
+  readonly handler: (
+    payload: StandardSchemaV1.InferOutput<S>,
+    ctx: JobContext,
+  ) => Promise<unknown> | unknown;
   readonly queue: string;
   readonly priority: number;
   readonly maxAttempts: number;
@@ -83,17 +94,24 @@ export interface JobDefinition<S extends z.ZodType = z.ZodType> {
 }
 
 /** The payload type a producer must pass when enqueueing a definition. */
-export type PayloadOf<D> = D extends JobDefinition<infer S> ? z.input<S> : never;
+export type PayloadOf<D> =
+  D extends JobDefinition<infer S> ? StandardSchemaV1.InferInput<S> : never;
 
 // Any definition, whatever its payload schema; used where definitions are collected.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type AnyJobDefinition = JobDefinition<any>;
 
-export function defineJob<S extends z.ZodType>(input: JobDefinitionInput<S>): JobDefinition<S> {
+export function defineJob<S extends StandardSchemaV1>(
+  input: JobDefinitionInput<S>,
+): JobDefinition<S> {
   const type = parseConfig('job type', queueName, input.type);
   const options = parseConfig(`options of job type "${type}"`, jobOptionsSchema, input);
-  if (!(input.payload instanceof z.ZodType)) {
-    throw new TypeError(`job type "${type}": payload must be a zod schema`);
+  const problem = standardSchemaProblem(input.payload);
+  if (problem) {
+    throw new TypeError(
+      `job type "${type}": payload must be a Standard Schema v1 validator (a zod 4, valibot or ` +
+        `arktype schema, or any object with a \`~standard\` property): ${problem}`,
+    );
   }
   if (typeof input.handler !== 'function') {
     throw new TypeError(`job type "${type}": handler must be a function`);
@@ -113,19 +131,17 @@ export function defineJob<S extends z.ZodType>(input: JobDefinitionInput<S>): Jo
   });
 }
 
-export function payloadIssues(error: z.ZodError): PayloadIssue[] {
-  return error.issues.map((issue) => ({
-    path: ['payload', ...issue.path.map(String)].join('.'),
-    message: issue.message,
-  }));
-}
-
-/** Validates a payload against its definition; the error names every failing field. */
-export function validatePayload<S extends z.ZodType>(
+/**
+ * Validates a payload against its definition and resolves to the schema's output; rejects with an
+ * `InvalidPayloadError` naming every failing field. Async because a schema's validation may be.
+ */
+export async function validatePayload<S extends StandardSchemaV1>(
   definition: JobDefinition<S>,
   payload: unknown,
-): z.output<S> {
-  const result = definition.payload.safeParse(payload);
-  if (!result.success) throw new InvalidPayloadError(definition.type, payloadIssues(result.error));
-  return result.data;
+): Promise<StandardSchemaV1.InferOutput<S>> {
+  const result = await runValidation(definition.payload, payload);
+  if (result.issues) {
+    throw new InvalidPayloadError(definition.type, issuesAt('payload', result.issues));
+  }
+  return result.value;
 }

@@ -1,7 +1,6 @@
 import type pg from 'pg';
 import { runSql, withTransaction } from './db.js';
 import type { AnyJobDefinition, JobContext, JobInfo } from './define.js';
-import { payloadIssues } from './define.js';
 import {
   InvalidPayloadError,
   JobTimeoutError,
@@ -20,6 +19,7 @@ import { defaultBackoff } from './retry/backoff.js';
 import type { ClaimedRow } from './sql/claim.js';
 import { extendLease } from './sql/heartbeat.js';
 import { completeJobs, failJob, releaseJobs, type LockToken } from './sql/settle.js';
+import { isThenable, issuesAt, runValidation } from './standard.js';
 import { retryDelayMs, sleep } from './timers.js';
 
 /** A claimed job from claim to settle; the heartbeat sees it as a lease holder. */
@@ -119,32 +119,35 @@ export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void
 async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
   const definition = d.definitions.get(job.info.type);
   if (!definition) return deadOnArrival('unknown_type', new UnknownJobTypeError(job.info.type));
-  const parsed = definition.payload.safeParse(job.row.payload);
-  if (!parsed.success) {
-    return deadOnArrival(
-      'invalid_payload',
-      new InvalidPayloadError(job.info.type, payloadIssues(parsed.error)),
-    );
-  }
-  // Lost or released while it waited in the local buffer: the handler must not start at all.
-  if (job.abortReason) return abortedOutcome(job.abortReason) ?? { kind: 'lock_lost' };
-  const timeoutMs = job.row.timeout_ms ?? definition.timeoutMs;
-  const timer =
-    timeoutMs === null
-      ? null
-      : setTimeout(() => job.abort(new JobTimeoutError(timeoutMs)), timeoutMs);
-  try {
-    const result = definition.handler(parsed.data, jobContext(d, job));
-    // A handler that ignores its signal cannot hold the attempt past the timeout: the race ends it.
-    if (isThenable(result)) {
-      await new Promise<void>((resolve, reject) => {
-        if (job.abortReason) return reject(job.abortReason);
-        job.onAbort = reject;
-        result.then(() => resolve(), reject);
-      });
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  const startTimer = () => {
+    const timeoutMs = job.row.timeout_ms ?? definition.timeoutMs;
+    if (timeoutMs !== null) {
+      timer = setTimeout(() => job.abort(new JobTimeoutError(timeoutMs)), timeoutMs);
     }
+  };
+  try {
+    let validated = runValidation(definition.payload, job.row.payload);
+    if (isThenable(validated)) {
+      // A schema with async checks runs under the attempt's timeout and abort, like the handler.
+      startTimer();
+      validated = await raceAbort(job, validated);
+    }
+    if (validated.issues) {
+      return deadOnArrival(
+        'invalid_payload',
+        new InvalidPayloadError(job.info.type, issuesAt('payload', validated.issues)),
+      );
+    }
+    // Lost or released while it waited in the local buffer: the handler must not start at all.
+    if (job.abortReason) return abortedOutcome(job.abortReason) ?? { kind: 'lock_lost' };
+    if (timer === null) startTimer();
+    const result = definition.handler(validated.value, jobContext(d, job));
+    // A handler that ignores its signal cannot hold the attempt past the timeout: the race ends it.
+    if (isThenable(result)) await raceAbort(job, result);
     return { kind: 'success' };
   } catch (error) {
+    // A handler's error, or a schema whose validation threw: the attempt failed.
     const reason: unknown = job.abortReason ?? error;
     if (job.settledExplicitly) return { kind: 'success' };
     const aborted = abortedOutcome(reason);
@@ -168,16 +171,17 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
   }
 }
 
-function deadOnArrival(reason: 'unknown_type' | 'invalid_payload', error: Error): Outcome {
-  return { kind: 'failure', error, decision: { kind: 'dead', reason, attemptReason: 'error' } };
+/** Waits for `work` unless the job is aborted first (timeout, lost lock, shutdown). */
+function raceAbort<T>(job: RunningJob, work: PromiseLike<T>): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    if (job.abortReason) return reject(job.abortReason);
+    job.onAbort = reject;
+    work.then(resolve, reject);
+  });
 }
 
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return (
-    value !== null &&
-    (typeof value === 'object' || typeof value === 'function') &&
-    typeof (value as { then?: unknown }).then === 'function'
-  );
+function deadOnArrival(reason: 'unknown_type' | 'invalid_payload', error: Error): Outcome {
+  return { kind: 'failure', error, decision: { kind: 'dead', reason, attemptReason: 'error' } };
 }
 
 /**
