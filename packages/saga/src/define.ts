@@ -1,8 +1,10 @@
 import type { BackoffOptions, Logger } from '@skiplock/queue';
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type pg from 'pg';
 import { z } from 'zod';
 import { SagaDefinitionError } from './errors.js';
 import { orderProblem, roleOf, type PlannedStep, type StepRole } from './plan.js';
+import { notAStandardSchema, standardSchemaProblem } from './standard.js';
 
 /** Outputs of the steps that ran so far, by step name. */
 export type StepOutputs = Record<string, unknown>;
@@ -79,10 +81,13 @@ export interface StepOptions<I, O extends StepOutputs, R> extends RetryPolicy {
   retriable?: boolean;
 }
 
-export interface WaitOptions<S extends z.ZodType> {
+export interface WaitOptions<S extends StandardSchemaV1> {
   /** Signal name `signal(sagaId, name, payload)` delivers (default: the step's name). */
   signal?: string;
-  /** Validates the signal's payload; the step's output is the parsed payload. */
+  /**
+   * Validates the signal's payload (any Standard Schema v1 validator: zod 4, valibot, arktype...);
+   * the step's output is the schema's output.
+   */
   payload: S;
   /** Counts as a failure of the step (the saga compensates) if no signal arrives in time. */
   timeoutMs?: number;
@@ -94,16 +99,20 @@ export interface StepSpec extends PlannedStep {
   role: StepRole;
   run: ((ctx: StepContext<unknown, StepOutputs>, input: unknown) => unknown) | null;
   compensate: ((ctx: CompensationContext<unknown, StepOutputs>, output: unknown) => unknown) | null;
-  wait: { signal: string; payload: z.ZodType; timeoutMs: number | null } | null;
+  wait: { signal: string; payload: StandardSchemaV1; timeoutMs: number | null } | null;
   retry: RetryPolicy;
   compensation: RetryPolicy;
 }
 
-export interface SagaOptions<N extends string, S extends z.ZodType> {
+export interface SagaOptions<N extends string, S extends StandardSchemaV1> {
   /** Stable name; with `version` it names the saga's job types. Letters, digits, `_` and `-`. */
   name: N;
   /** Bump it when the steps change; in-flight sagas finish on the version they started with. */
   version: number;
+  /**
+   * Any Standard Schema v1 validator (zod 4 from any copy of zod, valibot, arktype...): `start`
+   * takes its input type, steps get its output.
+   */
   input: S;
   /** Queue of the saga's jobs (default `sagas`). */
   queue?: string;
@@ -119,7 +128,7 @@ type StepName<K extends string, O> = K extends keyof O ? never : K;
  */
 export interface SagaDefinition<
   N extends string = string,
-  S extends z.ZodType = z.ZodType,
+  S extends StandardSchemaV1 = StandardSchemaV1,
   O extends StepOutputs = StepOutputs,
 > {
   readonly name: N;
@@ -130,13 +139,13 @@ export interface SagaDefinition<
   readonly steps: readonly StepSpec[];
   step<K extends string, R>(
     name: StepName<K, O>,
-    options: StepOptions<z.output<S>, O, R>,
+    options: StepOptions<StandardSchemaV1.InferOutput<S>, O, R>,
   ): SagaDefinition<N, S, Simplify<O & { [P in K]: Awaited<R> }>>;
   /** A step that waits for a named signal; its output is the signal's parsed payload. */
-  waitFor<K extends string, P extends z.ZodType>(
+  waitFor<K extends string, P extends StandardSchemaV1>(
     name: StepName<K, O>,
     options: WaitOptions<P>,
-  ): SagaDefinition<N, S, Simplify<O & { [Q in K]: z.output<P> }>>;
+  ): SagaDefinition<N, S, Simplify<O & { [Q in K]: StandardSchemaV1.InferOutput<P> }>>;
 }
 
 // Any definition, whatever its input schema and outputs; used where definitions are collected.
@@ -145,9 +154,10 @@ export type AnySagaDefinition = SagaDefinition<string, any, any>;
 
 /** The input a caller passes to `start` for a definition. */
 export type SagaInput<D> =
-  D extends SagaDefinition<string, infer S, StepOutputs> ? z.input<S> : never;
+  D extends SagaDefinition<string, infer S, StepOutputs> ? StandardSchemaV1.InferInput<S> : never;
 /** The outputs of every step of a definition, by step name. */
-export type SagaOutputs<D> = D extends SagaDefinition<string, z.ZodType, infer O> ? O : never;
+export type SagaOutputs<D> =
+  D extends SagaDefinition<string, StandardSchemaV1, infer O> ? O : never;
 
 const NAME = /^[A-Za-z0-9_-]{1,48}$/;
 const retrySchema = z
@@ -233,7 +243,7 @@ function build(
         compensation: pickRetry(base.name, `step "${name}" compensation`, options.compensation),
       });
     },
-    waitFor(rawName: string, options: WaitOptions<z.ZodType>) {
+    waitFor(rawName: string, options: WaitOptions<StandardSchemaV1>) {
       const name = checkName(rawName);
       const signal = options?.signal ?? name;
       if (typeof signal !== 'string' || !NAME.test(signal)) {
@@ -242,10 +252,11 @@ function build(
           `wait step "${name}": signal name ${JSON.stringify(signal)} must be 1-48 letters, digits, _ or -`,
         );
       }
-      if (!(options.payload instanceof z.ZodType)) {
+      const problem = standardSchemaProblem(options.payload);
+      if (problem) {
         throw new SagaDefinitionError(
           base.name,
-          `wait step "${name}": payload must be a zod schema`,
+          `wait step "${name}": ${notAStandardSchema('payload', problem)}`,
         );
       }
       const taken = steps.find((s) => s.wait?.signal === signal);
@@ -288,7 +299,7 @@ function build(
  *   .step('charge', { pivot: true, run: async (ctx) => ctx.steps.reserve.reservationId });
  * ```
  */
-export function defineSaga<N extends string, S extends z.ZodType>(
+export function defineSaga<N extends string, S extends StandardSchemaV1>(
   options: SagaOptions<N, S>,
 ): SagaDefinition<N, S, NoOutputs> {
   const name = options?.name;
@@ -301,9 +312,8 @@ export function defineSaga<N extends string, S extends z.ZodType>(
   if (!Number.isInteger(options.version) || options.version < 1 || options.version > 1_000_000) {
     throw new SagaDefinitionError(name, 'version must be an integer from 1 to 1000000');
   }
-  if (!(options.input instanceof z.ZodType)) {
-    throw new SagaDefinitionError(name, 'input must be a zod schema');
-  }
+  const problem = standardSchemaProblem(options.input);
+  if (problem) throw new SagaDefinitionError(name, notAStandardSchema('input', problem));
   const queue = options.queue ?? 'sagas';
   if (typeof queue !== 'string' || !/^[A-Za-z0-9_.:-]{1,128}$/.test(queue)) {
     throw new SagaDefinitionError(name, `queue ${JSON.stringify(queue)} is not a valid queue name`);

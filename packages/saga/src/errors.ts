@@ -34,7 +34,7 @@ export interface FieldIssue {
   message: string;
 }
 
-/** A saga input or signal payload failed its zod schema; `issues` names every bad field. */
+/** A saga input or signal payload failed its schema; `issues` names every bad field. */
 export class SagaValidationError extends SagaError {
   constructor(
     code: 'invalid_input' | 'invalid_signal',

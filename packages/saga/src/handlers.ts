@@ -19,6 +19,7 @@ import type {
 } from './define.js';
 import { compensationKey, jobType, stepKey, type Engine, type SagaEntry } from './engine.js';
 import { SagaDeadlineError } from './errors.js';
+import { issuesAt, validate } from './standard.js';
 import {
   loadAttempt,
   lockAndComplete,
@@ -97,12 +98,15 @@ function outputsBefore(entry: SagaEntry, outputs: StepOutputs, index: number): S
   return Object.freeze(visible);
 }
 
-function parseInput(entry: SagaEntry, saga: SagaRow): unknown {
-  const parsed = (entry.def.input as z.ZodType).safeParse(saga.input);
-  if (!parsed.success) {
-    throw new NonRetryableError(`saga "${saga.id}": stored input no longer matches its schema`);
+async function parseInput(entry: SagaEntry, saga: SagaRow): Promise<unknown> {
+  const parsed = await validate(entry.def.input, saga.input);
+  if (parsed.issues) {
+    const found = issuesAt('input', parsed.issues).map((i) => `${i.path}: ${i.message}`);
+    throw new NonRetryableError(
+      `saga "${saga.id}": stored input no longer matches its schema: ${found.join('; ')}`,
+    );
   }
-  return parsed.data;
+  return parsed.value;
 }
 
 /** A signal that also fires at the saga's deadline (before the pivot only). */
@@ -209,7 +213,7 @@ async function runStep(
   const key = { sagaId: saga.id, step: spec.name, kind: 'step' as const };
   if (spec.wait) return runWait(e, entry, spec, saga, job);
 
-  const prepared = { saga, outputs: saga.outputs, input: parseInput(entry, saga) };
+  const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
   const completion = new Completion(job, async (tx, output) => {
     // Locks the saga and records the output in one statement, only if the saga is still here.
     const locked = (
@@ -276,8 +280,8 @@ async function runWait(
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
     const { rows } = await runSql<{ payload: unknown }>(tx, selectSignal(saga.id, wait.signal));
     if (!rows[0]) return enterWaiting(e, tx, entry, locked, spec.index);
-    const parsed = wait.payload.safeParse(rows[0].payload);
-    if (!parsed.success) {
+    const parsed = await validate(wait.payload, rows[0].payload);
+    if (parsed.issues) {
       return failStep(e, tx, entry, locked, spec.index, `signal "${wait.signal}" is invalid`);
     }
     await runSql(tx, consumeSignal(saga.id, wait.signal));
@@ -287,7 +291,7 @@ async function runWait(
       entry,
       locked,
       spec.index,
-      JSON.parse(JSON.stringify(parsed.data ?? null)),
+      JSON.parse(JSON.stringify(parsed.value ?? null)),
     );
   });
   report(e, saga, spec.name, transition);
@@ -331,7 +335,7 @@ async function runCompensation(
     return report(e, saga, spec.name, 'stale');
   }
   const key = { sagaId: saga.id, step: spec.name, kind: 'compensation' as const };
-  const prepared = { saga, outputs: saga.outputs, input: parseInput(entry, saga) };
+  const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
   const completion = new Completion(job, async (tx) => {
     const locked = (await runSql<SagaRow>(tx, lockAndComplete({ ...key, status: 'compensating' })))
       .rows[0];

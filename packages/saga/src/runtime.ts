@@ -8,18 +8,12 @@ import {
   type Logger,
   type Queryable,
 } from '@skiplock/queue';
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 import pg from 'pg';
 import { pino } from 'pino';
-import { z } from 'zod';
 import type { AnySagaDefinition, SagaDefinition, StepOutputs } from './define.js';
 import { entryKey, type Engine, type FaultHook, type SagaEntry } from './engine.js';
-import {
-  SagaError,
-  SagaNotFoundError,
-  SagaValidationError,
-  UnknownSagaError,
-  type FieldIssue,
-} from './errors.js';
+import { SagaError, SagaNotFoundError, SagaValidationError, UnknownSagaError } from './errors.js';
 import { buildEntry } from './handlers.js';
 import { createReconciler, type Reconciler, type ReconcilerOptions } from './reconciler.js';
 import { readSaga, readSagas, type SagaList, type SagaListOptions, type SagaView } from './read.js';
@@ -28,6 +22,7 @@ import { cancelQueuedJob } from './sql/jobs.js';
 import { insertSaga, lockSaga, selectSagaRow, setSagaFlags, type SagaRow } from './sql/sagas.js';
 import { consumeSignal, insertSignal } from './sql/signals.js';
 import { settleStep } from './sql/steps.js';
+import { issuesAt, validate } from './standard.js';
 import {
   advanceAfter,
   compensateNext,
@@ -88,9 +83,9 @@ export interface SagaRuntime {
   readonly reconciler: Reconciler;
   /** `saga_outcomes_total{outcome=...}` and `sagas_reconciled_total`. */
   readonly metrics: Metrics;
-  start<S extends z.ZodType, O extends StepOutputs>(
+  start<S extends StandardSchemaV1, O extends StepOutputs>(
     definition: SagaDefinition<string, S, O>,
-    options: StartOptions<z.input<S>>,
+    options: StartOptions<StandardSchemaV1.InferInput<S>>,
   ): Promise<StartResult>;
   /**
    * Delivers a named signal once (later deliveries of the name are ignored) and resumes the saga
@@ -126,13 +121,6 @@ function checkSagaId(id: unknown): string {
     );
   }
   return id;
-}
-
-function issues(prefix: string, error: z.ZodError): FieldIssue[] {
-  return error.issues.map((i) => ({
-    path: [prefix, ...i.path.map(String)].join('.'),
-    message: i.message,
-  }));
 }
 
 export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
@@ -222,9 +210,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           `saga "${definition.name}" version ${definition.version} given to start() is not the definition this runtime registered`,
         );
       }
-      const parsed = (definition.input as z.ZodType).safeParse(startOptions.input);
-      if (!parsed.success) {
-        const found = issues('input', parsed.error);
+      const parsed = await validate(definition.input, startOptions.input);
+      if (parsed.issues) {
+        const found = issuesAt('input', parsed.issues);
         logger.warn(
           { reason: 'invalid_input', saga: definition.name, fields: found.map((i) => i.path) },
           'saga start refused',
@@ -296,9 +284,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
             `saga "${saga.name}" version ${saga.version} waits for no signal "${name}" (it waits for: ${known})`,
           );
         }
-        const parsed = spec.wait!.payload.safeParse(payload);
-        if (!parsed.success) {
-          const found = issues('payload', parsed.error);
+        const parsed = await validate(spec.wait!.payload, payload);
+        if (parsed.issues) {
+          const found = issuesAt('payload', parsed.issues);
           logger.warn(
             { reason: 'invalid_signal', sagaId, signal: name, fields: found.map((i) => i.path) },
             'signal refused',
@@ -315,7 +303,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           return { delivered: true, resumed: false };
         }
         await runSql(tx, consumeSignal(sagaId, name));
-        const output = JSON.parse(JSON.stringify(parsed.data ?? null)) as unknown;
+        const output = JSON.parse(JSON.stringify(parsed.value ?? null)) as unknown;
         report(saga, await advanceAfter(engine, tx, entry, saga, spec.index, output), 'signal');
         return { delivered: true, resumed: true };
       };

@@ -1,3 +1,4 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { describe, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -92,5 +93,79 @@ describe('defineSaga type inference', () => {
     void runtime.start(saga, { id: 's', input: { orderId: 'o', cents: 1 } });
     // @ts-expect-error input must match the saga's schema
     void runtime.start(saga, { id: 's', input: { orderId: 1 } });
+  });
+});
+
+/** Hand-written Standard Schemas, no zod: the input's cents come in as digits, out as a number. */
+const orderInput: StandardSchemaV1<
+  { orderId: string; cents: string },
+  { orderId: string; cents: number }
+> = {
+  '~standard': {
+    version: 1,
+    vendor: 'hand-written',
+    validate: (value) => ({ value: value as { orderId: string; cents: number } }),
+  },
+};
+const answer: StandardSchemaV1<{ ok: 'yes' | 'no' }, { ok: boolean }> = {
+  '~standard': {
+    version: 1,
+    vendor: 'hand-written',
+    validate: (value) => ({ value: { ok: (value as { ok: string }).ok === 'yes' } }),
+  },
+};
+
+describe('defineSaga with a non-zod Standard Schema', () => {
+  it('types steps from its output, start from its input, and wait outputs from theirs', () => {
+    const saga = defineSaga({ name: 'std', version: 1, input: orderInput })
+      .step('reserve', {
+        run: (ctx, raw) => {
+          expectTypeOf(raw).toEqualTypeOf<{ orderId: string; cents: number }>();
+          expectTypeOf(ctx.input.cents).toEqualTypeOf<number>();
+          return { held: raw.cents };
+        },
+      })
+      .waitFor('answered', { payload: answer })
+      .step('after', {
+        run: (ctx) => {
+          expectTypeOf(ctx.steps.answered).toEqualTypeOf<{ ok: boolean }>();
+          expectTypeOf(ctx.steps.reserve.held).toEqualTypeOf<number>();
+        },
+      });
+    expectTypeOf<SagaInput<typeof saga>>().toEqualTypeOf<{ orderId: string; cents: string }>();
+    expectTypeOf<SagaOutputs<typeof saga>>().toEqualTypeOf<{
+      reserve: { held: number };
+      answered: { ok: boolean };
+      after: void;
+    }>();
+    const runtime = createSagaRuntime({ sagas: [saga], connectionString: 'postgres://x/y' });
+    void runtime.start(saga, { id: 's', input: { orderId: 'o', cents: '12' } });
+    // @ts-expect-error start takes the schema's input: cents is digits, not a number
+    void runtime.start(saga, { id: 's', input: { orderId: 'o', cents: 12 } });
+  });
+
+  it('infers a zod schema seen only through `~standard` (another copy of zod) like zod itself', () => {
+    const zodInput = z.object({ n: z.string().transform(Number) });
+    const saga = defineSaga({
+      name: 'foreign',
+      version: 1,
+      input: { '~standard': zodInput['~standard'] },
+    }).step('a', {
+      run: (_ctx, raw) => {
+        expectTypeOf(raw).toEqualTypeOf<{ n: number }>();
+        return raw.n;
+      },
+    });
+    expectTypeOf<SagaInput<typeof saga>>().toEqualTypeOf<{ n: string }>();
+    const runtime = createSagaRuntime({ sagas: [saga], connectionString: 'postgres://x/y' });
+    // @ts-expect-error start takes the input (a string), not the output (a number)
+    void runtime.start(saga, { id: 's', input: { n: 1 } });
+  });
+
+  it('refuses an input or wait payload that is not a Standard Schema', () => {
+    // @ts-expect-error a plain object is not a schema
+    defineSaga({ name: 'bad', version: 1, input: { parse: () => 1 } });
+    // @ts-expect-error nor is it as a wait payload
+    defineSaga({ name: 'bad', version: 1, input }).waitFor('w', { payload: { parse: () => 1 } });
   });
 });

@@ -105,7 +105,7 @@ describe('step order is checked when the saga is defined', () => {
     expect(() => defineSaga({ name: 'a b', version: 1, input })).toThrow(/name must be/);
     expect(() => defineSaga({ name: 'a', version: 0, input })).toThrow(/version must be/);
     expect(() => defineSaga({ name: 'a', version: 1, input: {} as z.ZodType })).toThrow(
-      /input must be a zod schema/,
+      /input must be a Standard Schema v1 validator .*: it has no `~standard` property/,
     );
   });
 
