@@ -17,13 +17,15 @@ const reservedOptions = ['jobs', 'pool', 'connectionString', 'logger'];
 function looksLikeJob(value: unknown): value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null) return false;
   const v = value as Record<string, unknown>;
-  const payload = v.payload as { safeParse?: unknown } | null | undefined;
+  // Any Standard Schema (zod 4 from any copy of zod, valibot, arktype): recognized by its shape.
+  const payload = v.payload as { '~standard'?: unknown } | null | undefined;
   return (
     typeof v.type === 'string' &&
     typeof v.handler === 'function' &&
-    typeof payload === 'object' &&
+    (typeof payload === 'object' || typeof payload === 'function') &&
     payload !== null &&
-    typeof payload.safeParse === 'function'
+    typeof payload['~standard'] === 'object' &&
+    payload['~standard'] !== null
   );
 }
 

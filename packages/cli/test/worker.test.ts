@@ -172,7 +172,7 @@ describe('skiplock worker', () => {
   it('loads a "jobs" array, named exports and bare definitions, each once', async () => {
     const worker = startCli(['worker', fixture('jobs-array.ts'), '--no-listen'], env);
     const loaded = await worker.waitForLine(reason('jobs_loaded'));
-    expect(loaded.jobTypes).toEqual(['first', 'second', 'third']);
+    expect(loaded.jobTypes).toEqual(['first', 'second', 'fourth', 'third']);
     const started = await worker.waitForLine(reason('started'));
     expect(started.queues).toEqual(['default', 'other']);
     worker.child.kill('SIGTERM');
