@@ -44,6 +44,34 @@ export function cancelJob(id: string) {
 }
 
 /**
+ * Cancels a job that has not started, unless another transaction holds its row: for a caller that
+ * already holds a lock a job's settle takes after the job's row (the saga's `cancel()` holds the
+ * saga row, which a completing step locks after its job row). Waiting for the row there would
+ * deadlock, so a locked job counts as running and is left alone.
+ */
+export function cancelUnlockedJob(id: string) {
+  return sql`
+    UPDATE skiplock.jobs SET status = 'cancelled', updated_at = now()
+    WHERE id = (SELECT id FROM skiplock.jobs
+                WHERE id = ${id}::bigint AND status IN ('pending', 'failed')
+                FOR UPDATE SKIP LOCKED)
+    RETURNING id::text AS id`;
+}
+
+export interface JobStatusRow {
+  id: string;
+  status: JobStatus;
+  last_error: string | null;
+}
+
+/** Status and last error of each listed job that exists, by primary key. */
+export function selectJobStatuses(ids: readonly string[]) {
+  return sql`
+    SELECT id::text AS id, status, last_error FROM skiplock.jobs
+    WHERE id = ANY(${sql.param(ids)}::bigint[])`;
+}
+
+/**
  * Puts a dead, cancelled or retry-waiting job back to pending to run now, with a fresh set of
  * attempts; its error history is kept. Notifies waiting workers.
  */

@@ -1,12 +1,15 @@
 import { sql } from 'drizzle-orm';
 
 /**
- * Advisory lock keys, one per kind of singleton work. Two ints in a private namespace so they do
- * not collide with an application's own single-key advisory locks.
+ * Advisory lock keys, one per kind of singleton work, for the queue and for the packages built on
+ * it (the saga's reconciler takes its key through `@skiplock/queue/engine`), so every skiplock
+ * lock lives in one namespace. Two ints in a private namespace so they do not collide with an
+ * application's own single-key advisory locks.
  */
 export const LOCK_NAMESPACE = 0x5c10c;
-export const LockKeys = { migrate: 1, sweep: 2, retention: 3 } as const;
+export const LockKeys = { migrate: 1, sweep: 2, retention: 3, sagaReconcile: 4 } as const;
+export type LockKey = (typeof LockKeys)[keyof typeof LockKeys];
 
-export function tryTransactionLock(key: number) {
+export function tryTransactionLock(key: LockKey) {
   return sql`SELECT pg_try_advisory_xact_lock(${LOCK_NAMESPACE}, ${key}) AS locked`;
 }
