@@ -13,7 +13,11 @@ export interface TestDatabase {
 /** A database of this test file's own, cloned from the migrated template. */
 export async function useTestDatabase(): Promise<TestDatabase> {
   const adminUrl = inject('adminUrl');
-  const { name, url } = await cloneDatabase(adminUrl, inject('templateDatabase'));
+  const { name, url } = await cloneDatabase(
+    adminUrl,
+    inject('templateDatabase'),
+    inject('runPrefix').replace(/_$/, ''),
+  );
   const pools: pg.Pool[] = [];
   const newPool = (max = 10) => {
     const pool = new pg.Pool({ connectionString: url, max });

@@ -1,13 +1,20 @@
 import type { TestProject } from 'vitest/node';
 import { migrate } from '@skiplock/saga';
-import { createDatabase, dropDatabase, startDatabase, withDatabaseName } from '@skiplock/devdb';
-import { randomBytes } from 'node:crypto';
+import { createDatabase, startDatabase, withDatabaseName } from '@skiplock/devdb';
 import pino from 'pino';
+import {
+  dropRunDatabases,
+  dropStaleRunDatabases,
+  runDatabasePrefix,
+  runStamp,
+} from './run-databases.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     adminUrl: string;
     templateDatabase: string;
+    /** Every database this run makes starts with it; the run drops them all at its end. */
+    runPrefix: string;
     databaseSource: string;
   }
 }
@@ -18,7 +25,11 @@ declare module 'vitest' {
  */
 export default async function setup(project: TestProject) {
   const db = await startDatabase();
-  const template = `skiplock_template_${randomBytes(4).toString('hex')}`;
+  // Runs killed before their teardown left databases behind; two hours is far past any run.
+  await dropStaleRunDatabases(db.url, 2 * 3_600_000);
+  const stamp = runStamp();
+  const runPrefix = runDatabasePrefix(stamp);
+  const template = `${runPrefix}template`;
   await createDatabase(db.url, template);
   await migrate({
     connectionString: withDatabaseName(db.url, template),
@@ -26,10 +37,12 @@ export default async function setup(project: TestProject) {
   });
   project.provide('adminUrl', db.url);
   project.provide('templateDatabase', template);
+  project.provide('runPrefix', runPrefix);
   project.provide('databaseSource', db.source);
   console.log(`[skiplock tests] PostgreSQL from ${db.source}`);
   return async () => {
-    await dropDatabase(db.url, template).catch(() => {});
+    // Clones of tests whose files failed or timed out before their own afterAll included.
+    await dropRunDatabases(db.url, stamp).catch(() => {});
     await db.stop();
   };
 }

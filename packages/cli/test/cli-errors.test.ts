@@ -9,7 +9,7 @@ const env = { DATABASE_URL: db.url };
 
 // A database without the skiplock schema, for `migrate` and the missing-schema message.
 const adminUrl = inject('adminUrl');
-const emptyName = `skiplock_cli_empty_${randomBytes(4).toString('hex')}`;
+const emptyName = `${inject('runPrefix')}cli_empty_${randomBytes(4).toString('hex')}`;
 await createDatabase(adminUrl, emptyName);
 const emptyUrl = withDatabaseName(adminUrl, emptyName);
 afterAll(() => dropDatabase(adminUrl, emptyName));

@@ -54,3 +54,14 @@ export async function cloneDatabase(
 export async function dropDatabase(adminUrl: string, name: string): Promise<void> {
   await admin(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${ident(name)} WITH (FORCE)`));
 }
+
+/** Names of the server's databases that start with `prefix` (matched literally). */
+export async function listDatabases(adminUrl: string, prefix: string): Promise<string[]> {
+  return admin(adminUrl, async (c) => {
+    const { rows } = await c.query<{ datname: string }>(
+      `SELECT datname FROM pg_database WHERE starts_with(datname, $1) ORDER BY datname`,
+      [prefix],
+    );
+    return rows.map((r) => r.datname);
+  });
+}

@@ -97,7 +97,7 @@ describe('claiming', () => {
     // claim sorted every runnable row (88 ms per claim at 40,000 pending jobs), and the batched
     // completion read every processing entry of the sweep index (7 ms per 100 jobs, growing).
     const adminUrl = inject('adminUrl');
-    const name = `skiplock_plan_${randomBytes(4).toString('hex')}`;
+    const name = `${inject('runPrefix')}plan_${randomBytes(4).toString('hex')}`;
     const url = await createDatabase(adminUrl, name);
     const conn = new pg.Client({ connectionString: url });
     const explain = async (query: SQL) => {

@@ -9,7 +9,7 @@ import { quiet } from './fixtures.js';
 describe('migrate', () => {
   it('two processes migrating a fresh database at once both succeed, and the schema is applied once', async () => {
     const adminUrl = inject('adminUrl');
-    const name = `skiplock_migrate_${randomBytes(4).toString('hex')}`;
+    const name = `${inject('runPrefix')}migrate_${randomBytes(4).toString('hex')}`;
     const url = await createDatabase(adminUrl, name);
     try {
       const results = await Promise.all([
@@ -56,7 +56,7 @@ describe('migrate', () => {
 
   it('names the folder it cannot read instead of failing inside drizzle', async () => {
     const adminUrl = inject('adminUrl');
-    const name = `skiplock_migrate_${randomBytes(4).toString('hex')}`;
+    const name = `${inject('runPrefix')}migrate_${randomBytes(4).toString('hex')}`;
     const url = await createDatabase(adminUrl, name);
     try {
       await expect(

@@ -10,7 +10,7 @@ import { silent } from './fixtures.js';
 
 async function withFreshDatabase(test: (url: string) => Promise<void>) {
   const adminUrl = inject('adminUrl');
-  const name = `skiplock_saga_migrate_${randomBytes(4).toString('hex')}`;
+  const name = `${inject('runPrefix')}saga_migrate_${randomBytes(4).toString('hex')}`;
   const url = await createDatabase(adminUrl, name);
   try {
     await test(url);
