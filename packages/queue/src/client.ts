@@ -29,19 +29,19 @@ import {
 } from './sql/enqueue.js';
 
 export interface EnqueueOptions {
-  queue?: string;
-  priority?: number;
+  queue?: string | undefined;
+  priority?: number | undefined;
   /** Absolute time to run at. Prefer `delayMs`, which is measured in the database's clock. */
-  runAt?: Date;
-  delayMs?: number;
+  runAt?: Date | undefined;
+  delayMs?: number | undefined;
   /** Unique per queue: a second enqueue with the same key inserts nothing and returns the first id. */
-  idempotencyKey?: string;
-  maxAttempts?: number;
+  idempotencyKey?: string | undefined;
+  maxAttempts?: number | undefined;
 }
 
 export interface TransactionOption {
   /** Join this transaction (a pg client inside BEGIN, or a drizzle transaction). */
-  tx?: Queryable;
+  tx?: Queryable | undefined;
 }
 
 export interface EnqueueResult {
@@ -89,11 +89,11 @@ export interface QueueStats {
 }
 
 export interface ClientOptions extends PoolSource {
-  logger?: Logger;
+  logger?: Logger | undefined;
   /** Largest serialized payload accepted, in bytes (default 256 KiB). */
-  maxPayloadBytes?: number;
+  maxPayloadBytes?: number | undefined;
   /** Most jobs one bulk enqueue accepts (default 10,000); bounds statement size and memory. */
-  maxBulkSize?: number;
+  maxBulkSize?: number | undefined;
   /**
    * Send enqueue statements as named prepared statements (default true): each connection parses
    * and plans them once. Turn off behind PgBouncer in transaction mode older than 1.21, or with
@@ -101,7 +101,7 @@ export interface ClientOptions extends PoolSource {
    * on there, the first enqueue that lands on another server connection turns them off (logged
    * with reason `prepared_statements_off`); it fails only if it ran in the caller's transaction.
    */
-  preparedStatements?: boolean;
+  preparedStatements?: boolean | undefined;
 }
 
 const MAX_DELAY_MS = 10 * 365 * 86_400_000;
@@ -145,11 +145,11 @@ export interface Client {
   ): Promise<EnqueueResult[]>;
   getJob(id: string, options?: TransactionOption): Promise<Job | null>;
   listJobs(filter?: {
-    statuses?: JobStatus[];
-    queue?: string;
-    jobType?: string;
-    limit?: number;
-    beforeId?: string;
+    statuses?: JobStatus[] | undefined;
+    queue?: string | undefined;
+    jobType?: string | undefined;
+    limit?: number | undefined;
+    beforeId?: string | undefined;
   }): Promise<Job[]>;
   /** Cancels a job that has not started; false when it was not pending (or does not exist). */
   cancelJob(id: string, options?: TransactionOption): Promise<boolean>;

@@ -57,8 +57,8 @@ export async function runStatement<T>(
     return { rows: result.rows, rowCount: result.rowCount ?? 0 };
   }
   const result = (await target.execute(toDrizzleSql(statement))) as {
-    rows?: T[];
-    rowCount?: number | null;
+    rows?: T[] | undefined;
+    rowCount?: number | null | undefined;
   };
   return { rows: result.rows ?? [], rowCount: result.rowCount ?? 0 };
 }

@@ -45,21 +45,21 @@ export interface DeadJobInfo extends JobInfo {
 }
 
 export interface JobOptions {
-  queue?: string;
-  priority?: number;
-  maxAttempts?: number;
-  backoff?: Partial<BackoffOptions>;
+  queue?: string | undefined;
+  priority?: number | undefined;
+  maxAttempts?: number | undefined;
+  backoff?: Partial<BackoffOptions> | undefined;
   /** Per-attempt timeout; the handler's signal fires and the attempt fails with reason `timeout`. */
-  timeoutMs?: number | null;
+  timeoutMs?: number | null | undefined;
   /** Visibility timeout of a claim; heartbeats renew it while the handler runs. */
-  leaseMs?: number;
+  leaseMs?: number | undefined;
   /** Errors of these classes send the job to dead at once. */
-  nonRetryable?: readonly ErrorClass[];
+  nonRetryable?: readonly ErrorClass[] | undefined;
   /**
    * Runs in the same transaction that marks the job dead (fenced by the lock token), so follow-up
    * work such as a saga's compensation commits together with the dead state.
    */
-  onDead?: (tx: pg.PoolClient, job: DeadJobInfo) => Promise<void>;
+  onDead?: ((tx: pg.PoolClient, job: DeadJobInfo) => Promise<void>) | undefined;
 }
 
 export interface JobDefinitionInput<S extends StandardSchemaV1> extends JobOptions {

@@ -10,7 +10,7 @@ export interface ListenerOptions {
   onNotify: (queue: string) => void;
   logger: Logger;
   /** Reconnect attempts in a row before giving up on LISTEN (polling carries on). */
-  maxReconnectAttempts?: number;
+  maxReconnectAttempts?: number | undefined;
 }
 
 /**

@@ -6,9 +6,9 @@ export interface MetricsServerOptions {
   /** In-process counters to expose (a worker's, a sweeper's). */
   metrics: readonly Metrics[];
   /** When given, queue depth and oldest runnable age are read from the database on each scrape. */
-  client?: Client;
+  client?: Client | undefined;
   port: number;
-  host?: string;
+  host?: string | undefined;
 }
 
 /**

@@ -33,11 +33,11 @@ export const queueMigrations: MigrationSet = {
 
 export interface MigrateOptions {
   /** Used when no pool is given; defaults to `$DATABASE_URL`. */
-  connectionString?: string;
-  pool?: pg.Pool;
+  connectionString?: string | undefined;
+  pool?: pg.Pool | undefined;
   /** Other packages' migrations to apply after the queue's, under the same lock (the saga's). */
-  include?: readonly MigrationSet[];
-  logger?: Logger;
+  include?: readonly MigrationSet[] | undefined;
+  logger?: Logger | undefined;
 }
 
 export interface MigrateResult {

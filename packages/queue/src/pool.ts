@@ -4,10 +4,10 @@ import type { Logger } from './logger.js';
 // int8 (ids, counts) arrives as text so no id is silently rounded by a JS number.
 
 export interface PoolSource {
-  pool?: pg.Pool;
-  connectionString?: string;
+  pool?: pg.Pool | undefined;
+  connectionString?: string | undefined;
   /** Size of a pool skiplock creates itself. */
-  maxConnections?: number;
+  maxConnections?: number | undefined;
 }
 
 export interface OwnedPool {

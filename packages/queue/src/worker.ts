@@ -42,18 +42,18 @@ const workerOptionsSchema = z.object({
 
 export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsSchema> {
   jobs: readonly AnyJobDefinition[];
-  logger?: Logger;
+  logger?: Logger | undefined;
   /** Run the stale-lease sweeper in this process (default true; one pass at a time across hosts). */
-  sweeper?: boolean | SweeperOptions;
+  sweeper?: boolean | SweeperOptions | undefined;
   /** Prune finished jobs from this process (default true; one pass at a time across hosts). */
-  retention?: boolean | RetentionOptions;
+  retention?: boolean | RetentionOptions | undefined;
 }
 
 export interface StopOptions {
   /** How long in-flight jobs may keep running before they are aborted and released. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** How long releasing jobs and closing connections may take after that (default 10 s). */
-  graceMs?: number;
+  graceMs?: number | undefined;
 }
 
 export interface Worker {

@@ -60,37 +60,39 @@ export interface CompensationContext<I, O extends StepOutputs> extends SharedCon
 /** How a step's (or compensation's) job retries. */
 export interface RetryPolicy {
   /** Attempts before failing for good (default 5; retriable steps default to 1000). */
-  maxAttempts?: number;
-  backoff?: Partial<BackoffOptions>;
+  maxAttempts?: number | undefined;
+  backoff?: Partial<BackoffOptions> | undefined;
   /** Per-attempt timeout; the attempt's signal fires and it fails with reason `timeout`. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** Visibility timeout of the job's claim; heartbeats renew it while the code runs. */
-  leaseMs?: number;
-  nonRetryable?: readonly ErrorClass[];
+  leaseMs?: number | undefined;
+  nonRetryable?: readonly ErrorClass[] | undefined;
 }
 
 export interface StepOptions<I, O extends StepOutputs, R> extends RetryPolicy {
   run: (ctx: StepContext<I, O>, input: I) => Promise<R> | R;
   /** Undoes the step; gets the step's recorded output. Runs as its own job, with its own retries. */
-  compensate?: (ctx: CompensationContext<I, O>, output: Awaited<R>) => Promise<unknown> | unknown;
+  compensate?:
+    | ((ctx: CompensationContext<I, O>, output: Awaited<R>) => Promise<unknown> | unknown)
+    | undefined;
   /** Retry policy of the compensation's job (default 10 attempts). */
-  compensation?: RetryPolicy;
+  compensation?: RetryPolicy | undefined;
   /** At most one: once it succeeds the saga can no longer compensate. */
-  pivot?: boolean;
+  pivot?: boolean | undefined;
   /** After the pivot: retried until it succeeds, never triggers compensation. */
-  retriable?: boolean;
+  retriable?: boolean | undefined;
 }
 
 export interface WaitOptions<S extends StandardSchemaV1> {
   /** Signal name `signal(sagaId, name, payload)` delivers (default: the step's name). */
-  signal?: string;
+  signal?: string | undefined;
   /**
    * Validates the signal's payload (any Standard Schema v1 validator: zod 4, valibot, arktype...);
    * the step's output is the schema's output.
    */
   payload: S;
   /** Counts as a failure of the step (the saga compensates) if no signal arrives in time. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
 }
 
 /** Internal, untyped form of a step as the runtime executes it. */
@@ -115,9 +117,9 @@ export interface SagaOptions<N extends string, S extends StandardSchemaV1> {
    */
   input: S;
   /** Queue of the saga's jobs (default `sagas`). */
-  queue?: string;
+  queue?: string | undefined;
   /** Default deadline of each saga, counted from its start; a start may override it. */
-  deadlineMs?: number;
+  deadlineMs?: number | undefined;
 }
 
 type StepName<K extends string, O> = K extends keyof O ? never : K;

@@ -51,8 +51,8 @@ export function orderProblem(before: readonly PlannedStep[], next: PlannedStep):
 /** The role a step's options give it, or why the options contradict each other. */
 export function roleOf(options: {
   name: string;
-  pivot?: boolean;
-  retriable?: boolean;
+  pivot?: boolean | undefined;
+  retriable?: boolean | undefined;
   hasCompensate: boolean;
 }): StepRole | string {
   if (options.pivot && options.retriable) {

@@ -53,12 +53,12 @@ export interface SagaView extends SagaSummary {
 }
 
 export interface SagaListOptions {
-  status?: SagaStatus | readonly SagaStatus[];
-  name?: string;
+  status?: SagaStatus | readonly SagaStatus[] | undefined;
+  name?: string | undefined;
   /** Page size, 1-1000 (default 50). */
-  limit?: number;
+  limit?: number | undefined;
   /** `nextCursor` of the previous page. */
-  cursor?: string;
+  cursor?: string | undefined;
 }
 
 export interface SagaList {

@@ -15,9 +15,9 @@ export interface ReconcileResult {
 
 export interface ReconcilerOptions {
   /** Pause between passes (default 5,000 ms). */
-  intervalMs?: number;
+  intervalMs?: number | undefined;
   /** Most sagas one pass handles (default 100). */
-  batchSize?: number;
+  batchSize?: number | undefined;
 }
 
 export interface Reconciler {

@@ -33,16 +33,16 @@ import {
 
 export interface SagaRuntimeOptions {
   /** The database; or give `connectionString` (or set DATABASE_URL). */
-  pool?: pg.Pool;
-  connectionString?: string;
+  pool?: pg.Pool | undefined;
+  connectionString?: string | undefined;
   /** The queue client to enqueue with (default: one made on the same pool). */
-  client?: Client;
+  client?: Client | undefined;
   /** Every definition this process runs, including older versions still in flight. */
   sagas: readonly AnySagaDefinition[];
-  logger?: Logger;
-  reconciler?: ReconcilerOptions;
+  logger?: Logger | undefined;
+  reconciler?: ReconcilerOptions | undefined;
   /** Crash injection for `@skiplock/saga/testing`; leave unset in production. */
-  faults?: FaultHook;
+  faults?: FaultHook | undefined;
 }
 
 export interface StartOptions<I> {
@@ -50,9 +50,9 @@ export interface StartOptions<I> {
   id: string;
   input: I;
   /** Join this transaction (a pg client inside BEGIN, or a drizzle transaction). */
-  tx?: Queryable;
+  tx?: Queryable | undefined;
   /** Overrides the definition's `deadlineMs` for this saga. */
-  deadlineMs?: number;
+  deadlineMs?: number | undefined;
 }
 
 export interface StartResult {
@@ -74,7 +74,7 @@ export interface CancelResult {
   accepted: boolean;
   status: SagaStatus;
   /** Why a cancel was not accepted: `finished`, `pivoted` or `compensating`. */
-  reason?: 'finished' | 'pivoted' | 'compensating';
+  reason?: 'finished' | 'pivoted' | 'compensating' | undefined;
 }
 
 export interface SagaRuntime {

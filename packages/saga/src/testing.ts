@@ -38,18 +38,18 @@ export interface CrashCheckOptions<D extends AnySagaDefinition> {
   saga: D;
   input: SagaInput<D>;
   /** Signals delivered right after each start (before any wait step waits). */
-  signals?: Record<string, unknown>;
+  signals?: Record<string, unknown> | undefined;
   /** Faults to inject (default all three). */
-  modes?: readonly CrashMode[];
+  modes?: readonly CrashMode[] | undefined;
   /** Jobs of your own the saga needs running beside it (webhooks and the like). */
-  jobs?: readonly AnyJobDefinition[];
+  jobs?: readonly AnyJobDefinition[] | undefined;
   /** Longest wait for all runs to end (default 60,000 ms). */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** Prefix of the saga ids the check starts (default `crash-check-<random>`). */
-  idPrefix?: string;
+  idPrefix?: string | undefined;
   /** Throw a `SagaError` (code `crash_check_failed`) listing every bad run (default true). */
-  assert?: boolean;
-  logger?: Logger;
+  assert?: boolean | undefined;
+  logger?: Logger | undefined;
 }
 
 export interface CrashRun {

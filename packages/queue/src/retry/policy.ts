@@ -19,8 +19,8 @@ export interface FailureInput {
   reason: AttemptFailureReason;
   error: unknown;
   backoff: BackoffOptions;
-  nonRetryable?: readonly ErrorClass[];
-  random?: () => number;
+  nonRetryable?: readonly ErrorClass[] | undefined;
+  random?: (() => number) | undefined;
 }
 
 export function isNonRetryable(error: unknown, classes: readonly ErrorClass[] = []): boolean {

@@ -11,12 +11,12 @@ export function selectJob(id: string) {
 }
 
 export interface JobFilter {
-  statuses?: readonly JobStatus[];
-  queue?: string;
-  jobType?: string;
+  statuses?: readonly JobStatus[] | undefined;
+  queue?: string | undefined;
+  jobType?: string | undefined;
   limit: number;
   /** Keyset pagination: only jobs with a smaller id. */
-  beforeId?: string;
+  beforeId?: string | undefined;
 }
 
 export function selectJobs(filter: JobFilter) {

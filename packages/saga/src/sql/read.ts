@@ -31,11 +31,11 @@ export function selectSaga(id: string) {
 }
 
 export interface SagaListFilter {
-  statuses?: readonly SagaStatus[];
-  name?: string;
+  statuses?: readonly SagaStatus[] | undefined;
+  name?: string | undefined;
   limit: number;
   /** Keyset: only sagas created before this (created_at, id). */
-  after?: { createdKey: string; id: string };
+  after?: { createdKey: string; id: string } | undefined;
 }
 
 /** Newest first, paged by (created_at, id) so pages stay stable while sagas are added. */

@@ -117,7 +117,7 @@ export function lockAndComplete(p: {
   step: string;
   kind: SagaStepKind;
   status: SagaStatus;
-  outputJson?: string | null;
+  outputJson?: string | null | undefined;
 }) {
   return sql`
     WITH s AS (

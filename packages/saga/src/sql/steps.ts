@@ -24,8 +24,8 @@ export interface SettleParams {
   step: string;
   kind: SagaStepKind;
   status: SagaStepStatus;
-  outputJson?: string | null;
-  error?: string | null;
+  outputJson?: string | null | undefined;
+  error?: string | null | undefined;
 }
 
 /** The SET list that settles a step row; shared with the fenced completion in `sql/sagas.ts`. */
