@@ -1,12 +1,18 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
+import { createClient } from '@skiplock/queue';
 import { describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { sendReceipt, workerOptions } from '../src/cli-jobs.js';
 
 const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
 const db = await useTestDatabase();
+// The CLI from source, as packages/cli/test runs it (the installed binary is the consumer test's).
+const cliMain = fileURLToPath(new URL('../../../packages/cli/src/main.ts', import.meta.url));
 
 /** Runs a README program as its own process, as a reader would, on this file's database. */
 async function runProgram(name: string): Promise<string> {
@@ -37,5 +43,75 @@ describe('the README programs', () => {
         'reservations still held: 1',
       ].join('\n'),
     );
+  });
+
+  it('queue-in-transaction.ts commits an invoice with its job, and rolls both back together', async () => {
+    expect(await runProgram('queue-in-transaction.ts')).toBe(
+      [
+        'invoice inv_3: rolled back (something after the enqueue failed)',
+        'inv_1: invoice charged (ch_inv_1), job completed',
+        'inv_2: invoice not charged, job dead (non_retryable: card declined)',
+        'inv_3: no invoice, no job',
+      ].join('\n'),
+    );
+  });
+
+  it('saga-order.ts delivers the approval signal; one order completes, one is compensated', async () => {
+    expect(await runProgram('saga-order.ts')).toBe(
+      [
+        'saga order-42: waiting at approved',
+        'saga order-43: waiting at approved',
+        'saga order-42: completed (reserve → record → approved → charge → ship)',
+        'saga order-43: compensated (reserve → record → approved → charge → undo record → undo reserve)',
+        'orders recorded: 42; reservations held: 1',
+      ].join('\n'),
+    );
+  });
+
+  it('cli-jobs.ts runs under skiplock worker, which exits 0 on SIGTERM', async () => {
+    expect(sendReceipt.type).toBe('send-receipt');
+    expect(workerOptions).toEqual({ concurrency: 20 });
+    const client = createClient({ pool: db.pool });
+    const { id } = await client.enqueue(sendReceipt, { invoiceId: 'inv_9' });
+
+    const worker = spawn(
+      process.execPath,
+      [
+        '--import',
+        tsxLoader,
+        cliMain,
+        'worker',
+        fileURLToPath(new URL('../src/cli-jobs.ts', import.meta.url)),
+      ],
+      { env: { ...process.env, DATABASE_URL: db.url, SKIPLOCK_LOG_LEVEL: 'info' } },
+    );
+    const exited = once(worker, 'close');
+    let stdout = '';
+    worker.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    try {
+      await waitFor(async () => (await client.getJob(id))?.status === 'completed', {
+        what: 'the worker to complete the job',
+        timeoutMs: 30_000,
+      });
+    } finally {
+      worker.kill('SIGTERM');
+      await client.close();
+    }
+    const [code] = await exited;
+    const logs = stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(logs).toContainEqual(
+      expect.objectContaining({ reason: 'jobs_loaded', jobTypes: ['send-receipt'] }),
+    );
+    expect(logs).toContainEqual(
+      expect.objectContaining({
+        reason: 'receipt_sent',
+        invoiceId: 'inv_9',
+        messageId: 'msg_inv_9',
+      }),
+    );
+    expect(code).toBe(0);
   });
 });
