@@ -1,8 +1,8 @@
 // Every TypeScript snippet in a README is a complete program kept in a file that `pnpm typecheck`
 // checks (and, where it needs a database, a test runs). A README marks each snippet with
-// `<!-- program: path/from/repo/root.ts -->` on the line before its code fence; this script fails
-// when a snippet differs from its file or a ts fence has no marker. `--write` copies the files
-// into the READMEs.
+// `<!-- program: path/from/repo/root.ts -->` before its code fence (only blank lines between, as
+// Prettier writes it); this script fails when a snippet differs from its file or a ts fence has
+// no marker. `--write` copies the files into the READMEs.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
@@ -25,7 +25,10 @@ for (const readme of readmes) {
     const line = lines[i];
     out.push(line);
     if (!/^```(ts|typescript)\s*$/.test(line)) continue;
-    const marker = /^<!-- program: (\S+) -->$/.exec(lines[i - 1] ?? '');
+    // Prettier puts a blank line between the marker (an HTML block) and the fence.
+    let before = i - 1;
+    while (before > 0 && lines[before] === '') before--;
+    const marker = /^<!-- program: (\S+) -->$/.exec(lines[before] ?? '');
     let end = i + 1;
     while (end < lines.length && lines[end] !== '```') end++;
     if (!marker) {
