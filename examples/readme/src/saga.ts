@@ -47,7 +47,7 @@ const sagas = createSagaRuntime({ pool, sagas: [billing] });
 const worker = createWorker({ pool, jobs: sagas.jobs });
 await worker.start();
 
-// In your own transaction: the invoice row and the saga's start commit or roll back together.
+// In your own transaction: your writes in it and the saga's start commit or roll back together.
 const db = await pool.connect();
 try {
   await db.query('BEGIN');
