@@ -4,14 +4,17 @@ import { defineConfig } from 'vitest/config';
 // condition (each package.json maps it to src/), so tests need no build step; installed packages
 // never set it and get dist/. Child processes the tests start (CLI, demo, workers) inherit it.
 const sourceCondition = 'skiplock-source';
+// Vite's own server conditions (`node`, `development|production`) come after ours.
+const conditions = [sourceCondition, 'node', 'development|production'];
 if (!process.env.NODE_OPTIONS?.includes(`--conditions=${sourceCondition}`)) {
   process.env.NODE_OPTIONS =
     `${process.env.NODE_OPTIONS ?? ''} --conditions=${sourceCondition}`.trim();
 }
 
 export default defineConfig({
-  // Vite's own server conditions (`node`, `development|production`) come after ours.
-  ssr: { resolve: { conditions: [sourceCondition, 'node', 'development|production'] } },
+  ssr: { resolve: { conditions } },
+  // Vitest loads the global setup in its own `__vitest__` environment, which does not read `ssr`.
+  environments: { __vitest__: { resolve: { conditions } } },
   test: {
     include: ['packages/*/test/**/*.test.ts', 'examples/*/test/**/*.test.ts', 'test/**/*.test.ts'],
     globalSetup: ['test/support/global-setup.ts'],
