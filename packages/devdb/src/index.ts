@@ -1,4 +1,11 @@
 export { startDatabase, type DevDatabase, type DatabaseSource } from './start.js';
-export { startEmbeddedPostgres, type EmbeddedServer } from './embedded.js';
+export { startEmbeddedPostgres, type EmbeddedOptions, type EmbeddedServer } from './embedded.js';
 export { dockerAvailable } from './docker.js';
-export { cloneDatabase, createDatabase, dropDatabase, withDatabaseName } from './admin.js';
+export {
+  cloneDatabase,
+  createDatabase,
+  dropDatabase,
+  listDatabases,
+  withDatabaseName,
+} from './admin.js';
+export { DevDatabaseError } from './errors.js';

@@ -15,7 +15,12 @@ export interface DevDatabase {
  * else an embedded server from npm, so a fresh machine with only Node needs nothing else.
  */
 export async function startDatabase(
-  options: { env?: NodeJS.ProcessEnv; log?: (line: string) => void } = {},
+  options: {
+    env?: NodeJS.ProcessEnv;
+    log?: (line: string) => void;
+    /** For an embedded server; see `EmbeddedOptions.handleSignals`. */
+    handleSignals?: boolean;
+  } = {},
 ): Promise<DevDatabase> {
   const env = options.env ?? process.env;
   if (env.DATABASE_URL) {
@@ -33,6 +38,9 @@ export async function startDatabase(
       },
     };
   }
-  const server = await startEmbeddedPostgres({ log: options.log });
+  const server = await startEmbeddedPostgres({
+    log: options.log,
+    handleSignals: options.handleSignals,
+  });
   return { url: server.url, source: 'embedded-postgres', stop: () => server.stop() };
 }
