@@ -11,7 +11,7 @@ describe('pnpm demo --kill-workers', () => {
       });
       expect(run.code, run.stdout + run.stderr).toBe(0);
       expect(run.stdout).toMatch(
-        /worker pid \d+ SIGKILLed after \d+ sagas finished; pid \d+ took its place/,
+        /worker pid \d+ SIGKILLed after \d+ sagas finished; pid \d+ took\s+its place/,
       );
       expect(run.stdout).toContain('PASS  every saga still ended completed or compensated');
       expect(run.stdout).toMatch(/40 of 40 finished: \d+ completed · \d+ compensated · 0 failed/);

@@ -1,3 +1,6 @@
+import { chmod, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { describe, expect, inject, it } from 'vitest';
 import { invariants } from '../src/invariants.js';
@@ -21,8 +24,16 @@ describe('pnpm demo', () => {
     'runs 40 sagas on worker processes and prints a summary whose invariants all pass',
     { timeout: 120_000 },
     async () => {
+      // A temp dir of its own, to see that the run leaves nothing there (tsx keeps its cache).
+      const temp = await mkdtemp(join(tmpdir(), 'skiplock-demo-tmp-'));
+      await chmod(temp, 0o755);
       const run = await runDemo(['--count', '40', '--decline-rate', '0.3'], {
         DATABASE_URL: adminUrl,
+        TMPDIR: temp,
+      }).finally(async () => {
+        const left = (await readdir(temp)).filter((name) => !name.startsWith('tsx-'));
+        await rm(temp, { recursive: true, force: true });
+        expect(left, 'files the demo left in its temp dir').toEqual([]);
       });
       expect(run.stderr).not.toMatch(/failed|Error/);
       expect(run.code, run.stdout).toBe(0);
@@ -44,6 +55,8 @@ describe('pnpm demo', () => {
       const name = /fresh database (skiplock_demo_[0-9a-f]+)/.exec(run.stdout)?.[1];
       expect(name).toBeDefined();
       expect(await databaseExists(name!)).toBe(false);
+      // A passing run deletes the workers' log, so the summary does not point at it.
+      expect(run.stdout).not.toContain('logs in');
     },
   );
 });

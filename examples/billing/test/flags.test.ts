@@ -92,6 +92,20 @@ describe('demo flags', () => {
     expect(run.stderr).toContain('check DATABASE_URL');
   });
 
+  it('exits 1 with one line naming a DATABASE_URL role that does not exist', async () => {
+    const url = new URL(inject('adminUrl'));
+    url.username = 'skiplock_no_such_role';
+    url.password = '';
+    const run = await runDemo(['--count', '5'], { DATABASE_URL: url.toString() });
+    expect(run.code).toBe(1);
+    const lines = run.stderr.split('\n').filter((l) => l.startsWith('pnpm demo'));
+    expect(lines).toEqual([
+      'pnpm demo failed: role "skiplock_no_such_role" does not exist; use an existing role in DATABASE_URL',
+    ]);
+    // No stack trace: no "    at f (file:line)" frames.
+    expect(run.stderr).not.toMatch(/^\s+at /m);
+  });
+
   it(
     'exits 1 and says so when sagas are still unfinished at the deadline',
     { timeout: 90_000 },

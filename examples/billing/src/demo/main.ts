@@ -3,7 +3,7 @@
  * transient faults, late confirmations and (with --kill-workers) a worker killed mid-run; ends with
  * a summary and exits 0 only when every saga ended completed or compensated and the money adds up.
  */
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, openSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -13,7 +13,9 @@ import { migrateBilling } from '../migrate.js';
 import { createBillingSystem, type BillingSystem } from '../system.js';
 import type { WorkerConfig } from '../worker/config.js';
 import { openDemoDatabase } from './database.js';
+import { describeFailure } from './failure.js';
 import { FlagError, parseDemoFlags, usage, type DemoFlags } from './flags.js';
+import { formatHeader } from './header.js';
 import { produceInvoices } from './produce.js';
 import { createProgress } from './progress.js';
 import { collectReport, countSagas } from './report.js';
@@ -22,16 +24,26 @@ import { busiestWorkerPid } from './busiest.js';
 import { createFleet, type WorkerFleet } from './workers.js';
 
 const POLL_MS = 200;
+// Once interrupted, the demo's database is thrown away: a worker's drain buys nothing, and with
+// the whole process group interrupted (Ctrl-C) PostgreSQL is gone and a drain would only wait.
+const INTERRUPTED_STOP_MS = 3_000;
 
 async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> {
+  const cleanup: { error?: unknown } = {};
+  const code = await runAndCleanUp(flags, interrupted, cleanup);
+  // A failed clean-up fails a run that went well; an interrupted run expected it.
+  if (cleanup.error !== undefined && !interrupted.aborted) throw cleanup.error;
+  return code;
+}
+
+async function runAndCleanUp(
+  flags: DemoFlags,
+  interrupted: AbortSignal,
+  cleanup: { error?: unknown },
+): Promise<number> {
   const out = process.stdout;
   const say = (line: string) => out.write(`${line}\n`);
-  const pct = (r: number) => `${Math.round(r * 100)}%`;
-  say(
-    `Billing demo: ${flags.count} sagas on ${flags.workers} worker processes ` +
-      `(declines ${pct(flags['decline-rate'])}, transient faults ${pct(flags['transient-rate'])}, ` +
-      `late confirmations ${pct(flags['late-confirm-rate'])}${flags['kill-workers'] ? ', one worker killed with SIGKILL mid-run' : ''})`,
-  );
+  for (const line of formatHeader(flags)) say(line);
   say(
     process.env.DATABASE_URL
       ? 'Using the PostgreSQL server in DATABASE_URL…'
@@ -51,8 +63,12 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
   let fleet: WorkerFleet | null = null;
   let system: BillingSystem | null = null;
   const stopProducing = new AbortController();
+  // The workers' log is for looking into a failed run; a passing or interrupted one deletes it.
+  let keepLog = true;
+  const stopFleet = () => fleet?.stop(interrupted.aborted ? INTERRUPTED_STOP_MS : undefined);
   try {
     say(`PostgreSQL from ${db.source}; fresh database ${db.name}`);
+    if (interrupted.aborted) return 0;
     await migrateBilling(pool, logger);
     const customers = await seedCustomers(pool, { count: flags.customers, maxCreditCents: 20_000 });
     const config: WorkerConfig = {
@@ -72,6 +88,7 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
       rates: { declineRate: 0, transientRate: 0, lateConfirmRate: 0 },
       confirmTimeoutMs: config.confirmTimeoutMs,
     });
+    if (interrupted.aborted) return 0;
     fleet = createFleet({ databaseUrl: db.url, config, logFd, logPath });
     say(`Starting ${flags.workers} worker processes…`);
     await fleet.start(flags.workers);
@@ -91,6 +108,7 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
     let killing: Promise<void> | null = null;
     let deadlineHit = false;
     for (;;) {
+      if (interrupted.aborted) break;
       const counts = await countSagas(pool);
       const finished = counts.completed + counts.compensated + counts.failed + counts.cancelled;
       progress.update({
@@ -104,7 +122,6 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
       });
       if (producerError) throw producerError;
       if (produced && counts.unfinished === 0 && finished >= flags.count) break;
-      if (interrupted.aborted) break;
       if (Date.now() > deadline) {
         deadlineHit = true;
         break;
@@ -114,7 +131,9 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
         const currentFleet = fleet;
         killing = busiestWorkerPid(pool)
           .then((pid) => currentFleet.killOneAndReplace(pid ?? undefined))
-          .then((kill) => void kills.push({ ...kill, atFinished }));
+          .then((kill) => void kills.push({ ...kill, atFinished }))
+          // Reported on the next tick, as a producer's failure is; never left unhandled.
+          .catch((error: unknown) => void (producerError ??= error));
       }
       await new Promise((resolve) => setTimeout(resolve, POLL_MS));
     }
@@ -122,11 +141,8 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
     stopProducing.abort();
     await production.catch(() => {});
     await killing;
-    await fleet.stop();
-    if (interrupted.aborted) {
-      say('Interrupted; cleaning up.');
-      return 130;
-    }
+    await stopFleet();
+    if (interrupted.aborted) return 0;
     const report = await collectReport(pool, system.runtime);
     const facts: RunFacts = {
       workers: flags.workers,
@@ -137,30 +153,46 @@ async function run(flags: DemoFlags, interrupted: AbortSignal): Promise<number> 
       workerLog: logPath,
     };
     const verdict = judge(report, facts, flags.count);
+    keepLog = !verdict.ok;
+    if (!keepLog) facts.workerLog = null;
     out.write(
       formatSummary(report, facts, verdict, { color: Boolean(out.isTTY) && !process.env.NO_COLOR }),
     );
     return verdict.ok ? 0 : 1;
   } finally {
-    stopProducing.abort();
-    await fleet?.stop();
-    await system?.runtime.close();
-    await pool.end();
-    await db.close();
+    // Every step runs even when one before it fails: an interrupted run may find PostgreSQL gone.
+    for (const step of [
+      () => stopProducing.abort(),
+      stopFleet,
+      () => system?.runtime.close(),
+      () => pool.end(),
+      () => db.close(),
+    ]) {
+      try {
+        await step();
+      } catch (error) {
+        cleanup.error ??= error;
+      }
+    }
     // Last: once closed, the fd number is free for the next socket, and a late line from the
     // logger would be written into that socket (PostgreSQL saw it as "invalid frontend message
     // type 123", the `{` of a JSON log line, when the number went to the DROP DATABASE connection).
     logger.level = 'silent';
     closeSync(logFd);
+    // Asked only now: PostgreSQL gets a Ctrl-C too, and its dropped connections can fail the run
+    // before the demo's own SIGINT handler has run.
+    if (!keepLog || interrupted.aborted) rmSync(logPath, { force: true });
     if (flags.keep) {
       say(
         db.source === 'DATABASE_URL'
           ? `Kept database ${db.name} on the DATABASE_URL server.`
-          : '--keep only keeps a database on your own server (DATABASE_URL); the throwaway one is gone.',
+          : '--keep keeps a database only on your own server (DATABASE_URL).',
       );
     }
   }
 }
+
+const SIGNAL_EXIT_CODES = { SIGINT: 130, SIGTERM: 143 } as const;
 
 async function main(): Promise<number> {
   let flags: DemoFlags | null;
@@ -175,21 +207,29 @@ async function main(): Promise<number> {
     process.stdout.write(`${usage}\n`);
     return 0;
   }
+  // The first signal starts the clean-up; later ones (a second Ctrl-C) are ignored rather than
+  // ending the process half-way, which would leave workers, a server and its files behind.
+  // `pnpm demo` runs this file with `node --import tsx`, not the tsx CLI: the CLI relays a
+  // Ctrl-C and SIGKILLs its child unless the child acknowledges within about 60 ms, which a
+  // busy demo on 2 cores missed in 1 of 3 early interrupts (no clean-up ran at all).
   const interrupt = new AbortController();
-  process.once('SIGINT', () => interrupt.abort());
-  process.once('SIGTERM', () => interrupt.abort());
-  return run(flags, interrupt.signal);
-}
-
-function describeFailure(error: unknown): string {
-  const code = (error as { code?: string }).code;
-  const message = error instanceof Error ? error.message : String(error);
-  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === '28P01' || code === '3D000') {
-    return `cannot use the database (${message}); check DATABASE_URL, or unset it to use a throwaway PostgreSQL`;
+  let exitCode = 0;
+  const onSignal = (signal: keyof typeof SIGNAL_EXIT_CODES) => {
+    if (interrupt.signal.aborted) return;
+    exitCode = SIGNAL_EXIT_CODES[signal];
+    process.stdout.write('\nInterrupted; stopping the workers and cleaning up…\n');
+    interrupt.abort();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    const code = await run(flags, interrupt.signal);
+    return interrupt.signal.aborted ? exitCode : code;
+  } catch (error) {
+    // What broke was the interruption's doing (PostgreSQL got the Ctrl-C too); it is cleaned up.
+    if (interrupt.signal.aborted) return exitCode;
+    throw error;
   }
-  if (code === '42501')
-    return `${message}; the DATABASE_URL user must be allowed to create databases`;
-  return error instanceof Error ? (error.stack ?? message) : message;
 }
 
 main().then(

@@ -1,5 +1,6 @@
 import type { SagaView } from '@skiplock/saga';
 import type { DemoReport } from './report.js';
+import { COLUMNS, truncate, wrapParts } from './wrap.js';
 
 export interface RunFacts {
   workers: number;
@@ -9,7 +10,8 @@ export interface RunFacts {
   /** Worker processes that died without being asked to. */
   unexpectedExits: number;
   deadlineHit: boolean;
-  workerLog: string;
+  /** The workers' log, when it is kept (a failed run); a passing run deletes it. */
+  workerLog: string | null;
 }
 
 export interface Verdict {
@@ -60,8 +62,9 @@ export function formatSummary(
   report: DemoReport,
   facts: RunFacts,
   verdict: Verdict,
-  style: { color: boolean },
+  style: { color: boolean; width?: number },
 ): string {
+  const width = style.width ?? COLUMNS;
   const paint = (code: string, text: string) =>
     style.color ? `\x1b[${code}m${text}\x1b[0m` : text;
   const bold = (t: string) => paint('1', t);
@@ -71,91 +74,113 @@ export function formatSummary(
   const finished = c.completed + c.compensated + c.failed + c.cancelled;
   const seconds = report.elapsedMs / 1000;
   const throughput = seconds > 0 ? (finished / seconds).toFixed(1) : 'n/a';
-  const charges = Object.entries(report.charges)
-    .map(([status, n]) => `${n} ${status}`)
-    .join(' · ');
+  const charges = Object.entries(report.charges).map(([status, n]) => `${n} ${status}`);
   const lines: string[] = [];
+  // A label, then its parts wrapped under the value column.
+  const field = (label: string, parts: string[], separator?: string) =>
+    lines.push(...wrapParts(`  ${label.padEnd(12)}`, parts, width, separator));
   lines.push('', bold('skiplock billing demo: summary'), '');
-  lines.push(
-    `  Sagas       ${finished} of ${c.total} finished: ${paint('32', `${c.completed} completed`)} · ` +
-      `${paint('33', `${c.compensated} compensated`)} · ${c.failed > 0 ? paint('31', `${c.failed} failed`) : '0 failed'}` +
-      (c.unfinished > 0 ? ` · ${paint('31', `${c.unfinished} unfinished`)}` : ''),
+  field('Sagas', [
+    `${finished} of ${c.total} finished: ${paint('32', `${c.completed} completed`)}`,
+    paint('33', `${c.compensated} compensated`),
+    c.failed > 0 ? paint('31', `${c.failed} failed`) : '0 failed',
+    ...(c.unfinished > 0 ? [paint('31', `${c.unfinished} unfinished`)] : []),
+  ]);
+  const why = Object.entries(report.compensatedBy).map(
+    ([step, n]) => `${n} ${STEP_FAILURES[step] ?? `failed at ${step}`}`,
   );
-  const why = Object.entries(report.compensatedBy)
-    .map(([step, n]) => `${n} ${STEP_FAILURES[step] ?? `failed at ${step}`}`)
-    .join(' · ');
-  if (why) lines.push(`  Why         ${why}`);
-  lines.push(
-    `  Retries     ${report.retries} step retries · ${report.replayedCharges} charge retries answered from the provider's record (no double charge)`,
+  if (why.length > 0) field('Why', why);
+  field('Retries', [
+    `${report.retries} step retries`,
+    `${report.replayedCharges} retried charges found in the provider's record`,
+    'no double charge',
+  ]);
+  field(
+    'Throughput',
+    [`${throughput} sagas/s`, `(${seconds.toFixed(1)} s from first start to last finish)`],
+    ' ',
   );
-  lines.push(
-    `  Throughput  ${throughput} sagas/s (${seconds.toFixed(1)} s from first start to last finish)`,
-  );
-  lines.push(
-    `  Latency     p50 ${ms(report.p50Ms)} · p95 ${ms(report.p95Ms)} (saga start → finish)`,
-  );
-  lines.push(
-    `  Provider    ${charges || 'no card charges'}; ${report.webhooks} confirmed later by webhook`,
-  );
-  lines.push(
-    `  Workers     ${facts.workers} processes on ${facts.databaseSource}; logs in ${facts.workerLog}`,
+  field('Latency', [`p50 ${ms(report.p50Ms)}`, `p95 ${ms(report.p95Ms)} (saga start → finish)`]);
+  field('Provider', [
+    ...(charges.length > 0 ? charges : ['no card charges']),
+    `${report.webhooks} confirmed later by webhook`,
+  ]);
+  field(
+    'Workers',
+    [
+      `${facts.workers} processes on ${facts.databaseSource}`,
+      ...(facts.workerLog ? [`logs in ${facts.workerLog}`] : []),
+    ],
+    '; ',
   );
   for (const kill of facts.kills) {
-    lines.push(
-      `  Kill -9     worker pid ${kill.killedPid} SIGKILLed after ${kill.atFinished} sagas finished; pid ${kill.replacementPid} took its place`,
-    );
+    field('Kill -9', [
+      `worker pid ${kill.killedPid} SIGKILLed after ${kill.atFinished} sagas finished; ` +
+        `pid ${kill.replacementPid} took its place`,
+    ]);
   }
   if (facts.kills.length > 0) {
     const allEnded = c.unfinished === 0 && c.failed === 0 && c.total > 0;
-    lines.push(
-      `              ${allEnded ? pass : fail}  every saga still ended completed or compensated`,
-    );
+    field('', [`${allEnded ? pass : fail}  every saga still ended completed or compensated`]);
   }
   lines.push('', bold('Money invariants'));
-  const width = Math.max(...report.invariants.map((i) => i.name.length));
+  // The rule goes under the name: next to it, it would leave a column too narrow to read.
   for (const inv of report.invariants) {
-    lines.push(
-      `  ${inv.ok ? pass : fail}  ${inv.name.padEnd(width)}  ${inv.ok ? inv.rule : `${inv.violationCount} violations: ${inv.sample.join(', ')}`}`,
-    );
+    lines.push(`  ${inv.ok ? pass : fail}  ${inv.name}`);
+    const detail = inv.ok ? inv.rule : `${inv.violationCount} violations: ${inv.sample.join(', ')}`;
+    lines.push(...wrapParts('        ', [detail], width));
   }
-  if (report.example) lines.push('', ...formatTimeline(report.example, bold));
+  if (report.example) lines.push('', ...formatTimeline(report.example, bold, width));
   lines.push('');
   lines.push(
-    verdict.ok
-      ? `${pass}  every saga completed or compensated, and the money adds up`
-      : `${fail}  ${verdict.problems.join('; ')}`,
+    ...(verdict.ok
+      ? [`${pass}  every saga completed or compensated, and the money adds up`]
+      : wrapParts(`${fail}  `, verdict.problems, width, '; ')),
   );
   return lines.join('\n') + '\n';
 }
 
-/** The history of one saga as offsets from its start, steps and compensations interleaved. */
-export function formatTimeline(saga: SagaView, bold: (t: string) => string = (t) => t): string[] {
+/**
+ * The history of one saga as offsets from its start, steps and compensations interleaved; an
+ * error goes on a line of its own under its step, cut to the width.
+ */
+export function formatTimeline(
+  saga: SagaView,
+  bold: (t: string) => string = (t) => t,
+  width: number = COLUMNS,
+): string[] {
   const start = saga.createdAt.getTime();
-  const lines = [bold(`Timeline of compensated saga ${saga.id}`)];
-  lines.push(`  ${'+0 ms'.padStart(9)}  saga started (${describeInput(saga.input)})`);
+  const under = ' '.repeat(13);
+  const lines = [bold(truncate(`Timeline of compensated saga ${saga.id}`, width))];
+  lines.push(
+    truncate(`  ${'+0 ms'.padStart(9)}  saga started (${describeInput(saga.input)})`, width),
+  );
   const events = saga.history
     .map((h) => ({ h, at: (h.finishedAt ?? h.startedAt ?? h.createdAt).getTime() }))
     .sort((a, b) => a.at - b.at);
   for (const { h, at } of events) {
     const what = h.kind === 'compensation' ? `undo ${h.step}` : h.step;
     const attempts = h.attempts === 1 ? '1 attempt' : `${h.attempts} attempts`;
-    const detail = h.error ? `  ${truncate(h.error, 70)}` : '';
     lines.push(
-      `  ${`+${ms(at - start)}`.padStart(9)}  ${what.padEnd(22)} ${h.status.padEnd(9)} ${attempts.padEnd(10)}${detail}`,
+      truncate(
+        `  ${`+${ms(at - start)}`.padStart(9)}  ${what.padEnd(22)} ${h.status.padEnd(9)} ${attempts}`,
+        width,
+      ),
     );
+    if (h.error) lines.push(`${under}${truncate(oneLine(h.error), width - under.length)}`);
   }
   const end = saga.finishedAt ? `+${ms(saga.finishedAt.getTime() - start)}` : '';
-  lines.push(
-    `  ${end.padStart(9)}  saga ${saga.status}${saga.error ? `: ${truncate(saga.error, 70)}` : ''}`,
-  );
+  lines.push(truncate(`  ${end.padStart(9)}  saga ${saga.status}`, width));
+  if (saga.error) lines.push(`${under}${truncate(oneLine(saga.error), width - under.length)}`);
   return lines;
+}
+
+/** An error message on one line: a stack or a multi-line message would break the layout. */
+function oneLine(text: string): string {
+  return text.replace(/\s+/g, ' ').trim();
 }
 
 function describeInput(input: unknown): string {
   const i = input as { customerId?: string; amountCents?: number };
   return `${i.customerId ?? '?'} owes $${((i.amountCents ?? 0) / 100).toFixed(2)}`;
-}
-
-function truncate(text: string, max: number): string {
-  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }
