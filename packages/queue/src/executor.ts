@@ -14,6 +14,7 @@ import type { LeaseHolder } from './heartbeat.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import type { Completer } from './completer.js';
+import { failureRecord, markDead } from './dead.js';
 import { decideFailure, type FailureDecision } from './retry/policy.js';
 import { defaultBackoff } from './retry/backoff.js';
 import type { ClaimedRow } from './sql/claim.js';
@@ -282,20 +283,13 @@ async function settleFailure(
   const fields = jobFields(job);
   const event = jobFields(job);
   const message = errorMessage(error);
+  const write = failJob({
+    workerId: d.workerId,
+    token: job.token,
+    ...failureRecord(decision, message),
+  });
   if (decision.kind === 'retry') {
-    const { rowCount } = await withRetry(d, () =>
-      runSql(
-        d.pool,
-        failJob({
-          workerId: d.workerId,
-          token: job.token,
-          status: 'failed',
-          delayMs: decision.delayMs,
-          reason: decision.reason,
-          message,
-        }),
-      ),
-    );
+    const { rowCount } = await withRetry(d, () => runSql(d.pool, write));
     if (rowCount === 0) return lockLost(d, job);
     d.metrics.inc(`jobs_retried_total{reason="${decision.reason}"}`);
     d.logger.info(
@@ -306,21 +300,11 @@ async function settleFailure(
     return;
   }
   const definition = d.definitions.get(job.info.type);
-  const write = failJob({
-    workerId: d.workerId,
-    token: job.token,
-    status: 'dead',
-    delayMs: 0,
-    reason: decision.reason === 'max_attempts' ? decision.attemptReason : decision.reason,
-    message: decision.reason === 'max_attempts' ? message : `${decision.reason}: ${message}`,
-  });
   const owned = await withRetry(d, async () => {
     if (!definition?.onDead) return (await runSql(d.pool, write)).rowCount === 1;
-    return withTransaction(d.pool, async (tx) => {
-      if ((await runSql(tx, write)).rowCount !== 1) return false;
-      await definition.onDead!(tx, { ...job.info, reason: decision.reason, error: message });
-      return true;
-    });
+    return withTransaction(d.pool, (tx) =>
+      markDead(tx, write, definition, { ...job.info, reason: decision.reason, error: message }),
+    );
   });
   if (!owned) return lockLost(d, job);
   d.metrics.inc(`jobs_dead_total{reason="${decision.reason}"}`);

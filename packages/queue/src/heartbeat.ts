@@ -6,6 +6,15 @@ import { extendLeases } from './sql/heartbeat.js';
 import type { LockToken } from './sql/settle.js';
 import { sleep, withJitter } from './timers.js';
 
+export interface HeartbeatResult {
+  /** Leases extended by this tick. */
+  renewed: number;
+  /** Jobs no longer this worker's (taken back by the sweeper); their handlers were aborted. */
+  lost: number;
+  /** Jobs still this worker's whose row another transaction holds locked: skipped this tick. */
+  locked: number;
+}
+
 export interface LeaseHolder {
   token: LockToken;
   leaseMs: number;
@@ -21,6 +30,13 @@ export interface LeaseHolder {
  * was taken back by the sweeper; one this worker could not renew for a whole lease (the database is
  * unreachable) is presumed lost too. Either way its handler is aborted with `lock_lost`, and the
  * fenced settle guarantees nothing it writes for that job commits.
+ *
+ * A job whose row another transaction holds locked (most often its own `completeWith` or saga
+ * `ctx.transaction`, which settles it) is skipped, never waited on, so it costs no other job its
+ * lease. It keeps running, since the database showed it is still this worker's; its lease is not
+ * extended while the lock lasts, and the next tick after the lock is released renews it (or finds
+ * it settled). The sweeper skips locked rows too, so the lease can lapse only once the lock is
+ * gone; then the sweeper may take the job back before that tick, and its fenced writes match 0 rows.
  */
 export class Heartbeat {
   private readonly stopper = new AbortController();
@@ -46,32 +62,45 @@ export class Heartbeat {
     await this.loop;
   }
 
-  /** One renewal; returns how many leases were renewed and how many were found lost. */
-  async beat(): Promise<{ renewed: number; lost: number }> {
+  /**
+   * One renewal; returns how many leases were renewed, how many were found lost, and how many
+   * were skipped because another transaction holds their row locked (still this worker's).
+   */
+  async beat(): Promise<HeartbeatResult> {
     const running = [...this.holders()].filter((h) => h.isRunning());
-    if (running.length === 0) return { renewed: 0, lost: 0 };
+    if (running.length === 0) return { renewed: 0, lost: 0, locked: 0 };
     const started = performance.now();
-    let lost = 0;
+    const result: HeartbeatResult = { renewed: 0, lost: 0, locked: 0 };
     try {
-      const { rows } = await runSql<{ id: string }>(
+      const { rows } = await runSql<{ id: string; renewed: boolean }>(
         this.pool,
         extendLeases(
           this.workerId,
           running.map((h) => h.token),
         ),
       );
-      const renewed = new Set(rows.map((r) => r.id));
+      const ours = new Map(rows.map((r) => [r.id, r.renewed]));
       for (const holder of running) {
-        if (renewed.has(holder.token.id)) {
-          holder.renewedAt = started;
-        } else if (holder.isRunning() && this.lose(holder)) {
-          lost += 1;
+        const renewed = ours.get(holder.token.id);
+        if (renewed === undefined) {
+          if (holder.isRunning() && this.lose(holder)) result.lost += 1;
+          continue;
+        }
+        holder.renewedAt = started;
+        if (renewed) {
+          result.renewed += 1;
+        } else {
+          result.locked += 1;
+          this.logger.debug(
+            { reason: 'lease_row_locked', jobId: holder.token.id },
+            'lease not renewed this tick: another transaction holds the job row',
+          );
         }
       }
-      return { renewed: renewed.size, lost };
+      return result;
     } catch (error) {
       this.logger.warn({ reason: 'heartbeat_failed', err: String(error) }, 'lease renewal failed');
-      return { renewed: 0, lost: this.abortOverdue(running) };
+      return { renewed: 0, lost: this.abortOverdue(running), locked: 0 };
     }
   }
 

@@ -2,13 +2,21 @@ import type pg from 'pg';
 import { z } from 'zod';
 import { backoffSchema, parseConfig } from './config.js';
 import { runSql, withTransaction } from './db.js';
-import type { AnyJobDefinition } from './define.js';
+import type { AnyJobDefinition, DeadJobInfo } from './define.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { Metrics } from './metrics.js';
-import { defaultBackoff, type BackoffOptions } from './retry/backoff.js';
+import { failureRecord, markDead } from './dead.js';
+import { errorMessage } from './errors.js';
+import { defaultBackoff } from './retry/backoff.js';
+import { decideFailure, type FailureDecision } from './retry/policy.js';
 import { IntervalService } from './service.js';
 import { LockKeys, tryTransactionLock } from './sql/lock.js';
-import { sweepExpiredLeases, type SweptRow } from './sql/sweep.js';
+import {
+  failExpiredJobs,
+  selectExpiredLeases,
+  type ExpiredFailure,
+  type ExpiredRow,
+} from './sql/sweep.js';
 
 export interface SweepResult {
   /** False when another host held the sweep lock, so this pass did nothing. */
@@ -39,6 +47,12 @@ export interface Sweeper {
 /**
  * Takes back jobs whose lease expired (their worker died or was cut off). Any number of hosts may
  * run it; a transaction-scoped advisory lock lets one pass run at a time, and the others skip.
+ *
+ * An expired lease is a failed attempt with reason `lease_expired`, and it goes through the same
+ * decision as a handler's failure (`decideFailure`): retried with the job type's backoff, or dead
+ * once its attempts are spent. A job that goes dead here runs its type's `onDead` hook in the
+ * transaction that kills it, as it would on its worker, when this process defines the type
+ * (`jobs`); a hook that throws leaves that job processing for the next pass to try again.
  */
 export function createSweeper(
   options: SweeperOptions & {
@@ -46,9 +60,9 @@ export function createSweeper(
     logger?: Logger;
     metrics?: Metrics;
     /**
-     * Job definitions whose own backoff applies to their expired jobs (a worker passes its own).
-     * Jobs of other types retry with `backoff`: a sweeper on one host may take back jobs of a
-     * type only another host defines.
+     * Job definitions whose retry policy, backoff and `onDead` hook apply to their expired jobs (a
+     * worker passes its own). Jobs of other types retry with `backoff` and go dead without a hook:
+     * a sweeper on one host may take back jobs of a type only another host defines.
      */
     jobs?: readonly AnyJobDefinition[];
   },
@@ -62,25 +76,97 @@ export function createSweeper(
   } = options;
   const config = parseConfig('sweeper options', sweeperOptionsSchema, rest);
   const backoff = { ...defaultBackoff, ...config.backoff };
-  const byType = new Map<string, BackoffOptions>(jobs.map((d) => [d.type, d.backoff]));
+  const definitions = new Map(jobs.map((d) => [d.type, d]));
+
+  interface Swept {
+    row: ExpiredRow;
+    decision: FailureDecision;
+  }
+
+  /** Settles one batch of expired jobs in `tx`; returns the ones it settled. */
+  async function settle(tx: pg.PoolClient, rows: ExpiredRow[], held: string[]) {
+    const plain: (Swept & { failure: ExpiredFailure })[] = [];
+    const hooked: (Swept & { failure: ExpiredFailure; info: DeadJobInfo })[] = [];
+    for (const row of rows) {
+      const definition = definitions.get(row.job_type);
+      const decision = decideFailure({
+        attempt: row.attempts,
+        maxAttempts: row.max_attempts,
+        reason: 'lease_expired',
+        error: null,
+        backoff: definition?.backoff ?? backoff,
+      });
+      const message = `lease expired: worker ${row.locked_by ?? '?'} stopped heartbeating`;
+      const { status, delayMs } = failureRecord(decision, message);
+      const swept = { row, decision, failure: { id: row.id, status, delayMs, message } };
+      if (decision.kind === 'retry' || !definition?.onDead) {
+        plain.push(swept);
+        continue;
+      }
+      hooked.push({
+        ...swept,
+        info: {
+          id: row.id,
+          type: row.job_type,
+          queue: row.queue,
+          attempt: row.attempts,
+          maxAttempts: row.max_attempts,
+          priority: row.priority,
+          idempotencyKey: row.idempotency_key,
+          reason: decision.reason,
+          error: message,
+        },
+      });
+    }
+    const settled: Swept[] = [];
+    if (plain.length > 0) {
+      await runSql(tx, failExpiredJobs(plain.map((s) => s.failure)));
+      settled.push(...plain);
+    }
+    for (const swept of hooked) {
+      const { row, failure, info } = swept;
+      // A savepoint per hook: one that throws undoes its own job's kill, not the whole pass.
+      await tx.query('SAVEPOINT skiplock_on_dead');
+      try {
+        await markDead(tx, failExpiredJobs([failure]), definitions.get(row.job_type), info);
+        await tx.query('RELEASE SAVEPOINT skiplock_on_dead');
+        settled.push(swept);
+      } catch (error) {
+        await tx.query('ROLLBACK TO SAVEPOINT skiplock_on_dead');
+        held.push(row.id);
+        metrics.inc('dead_hook_failed_total');
+        logger.error(
+          {
+            reason: 'dead_hook_failed',
+            jobId: row.id,
+            jobType: row.job_type,
+            queue: row.queue,
+            attempt: row.attempts,
+            err: errorMessage(error),
+          },
+          'onDead hook failed; the job stays processing until the next sweep',
+        );
+      }
+    }
+    return settled;
+  }
 
   async function pass(): Promise<SweepResult> {
     const swept = await withTransaction(pool, async (tx) => {
       const { rows } = await runSql<{ locked: boolean }>(tx, tryTransactionLock(LockKeys.sweep));
       if (!rows[0]?.locked) return null;
-      const all: SweptRow[] = [];
+      const all: Swept[] = [];
+      // Jobs whose hook failed in this pass: still locked by it, so the next batch must skip them.
+      const held: string[] = [];
       for (let i = 0; i < config.maxBatches; i++) {
-        const batch = await runSql<SweptRow>(
-          tx,
-          sweepExpiredLeases(config.batchSize, backoff, byType),
-        );
-        all.push(...batch.rows);
+        const batch = await runSql<ExpiredRow>(tx, selectExpiredLeases(config.batchSize, held));
+        all.push(...(await settle(tx, batch.rows, held)));
         if (batch.rows.length < config.batchSize) break;
       }
       return all;
     });
     if (swept === null) return { ran: false, recovered: 0, retried: 0, dead: 0, jobIds: [] };
-    for (const row of swept) {
+    for (const { row, decision } of swept) {
       logger.warn(
         {
           reason: 'lease_expired',
@@ -89,12 +175,13 @@ export function createSweeper(
           queue: row.queue,
           attempt: row.attempts,
           worker: row.locked_by,
-          outcome: row.status === 'dead' ? 'dead' : 'retry',
+          outcome: decision.kind,
+          ...(decision.kind === 'retry' ? { delayMs: decision.delayMs } : {}),
         },
         'lease expired; job taken back',
       );
     }
-    const dead = swept.filter((r) => r.status === 'dead').length;
+    const dead = swept.filter((s) => s.decision.kind === 'dead').length;
     metrics.inc('stale_recovered_total', swept.length);
     metrics.inc('stale_dead_total', dead);
     metrics.set('stale_recovered_last', swept.length);
@@ -103,7 +190,7 @@ export function createSweeper(
       recovered: swept.length,
       retried: swept.length - dead,
       dead,
-      jobIds: swept.map((r) => r.id),
+      jobIds: swept.map((s) => s.row.id),
     };
   }
 

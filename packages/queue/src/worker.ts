@@ -9,7 +9,7 @@ import type { AnyJobDefinition } from './define.js';
 import { ConfigError, ShutdownError, errorMessage } from './errors.js';
 import { SafeEmitter, type WorkerEvents } from './events.js';
 import { executeJob, RunningJob, type ExecutorDeps } from './executor.js';
-import { Heartbeat } from './heartbeat.js';
+import { Heartbeat, type HeartbeatResult } from './heartbeat.js';
 import { Listener } from './listener.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { Metrics } from './metrics.js';
@@ -72,7 +72,7 @@ export interface Worker {
   /** Claims one batch and runs it to its settle, without starting the loop. Returns the count. */
   runOnce(): Promise<number>;
   /** Renews the leases of running jobs now (normally done on an interval). */
-  heartbeat(): Promise<{ renewed: number; lost: number }>;
+  heartbeat(): Promise<HeartbeatResult>;
   on: SafeEmitter<WorkerEvents>['on'];
   once: SafeEmitter<WorkerEvents>['once'];
   /** Number of jobs currently claimed by this worker. */

@@ -5,11 +5,11 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
-import { createClient, defaultBackoff, defineJob, migrate, runSql } from '../src/index.js';
+import { createClient, defineJob, migrate, runSql } from '../src/index.js';
 import { claimJobs } from '../src/sql/claim.js';
 import { extendLeases } from '../src/sql/heartbeat.js';
 import { completeJobs, releaseJobs } from '../src/sql/settle.js';
-import { sweepExpiredLeases } from '../src/sql/sweep.js';
+import { failExpiredJobs, selectExpiredLeases } from '../src/sql/sweep.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { countByStatus, quiet, testWorker } from './fixtures.js';
@@ -155,7 +155,15 @@ describe('claiming', () => {
         expect(plan).not.toContain('jobs_sweep_idx');
         expect(plan).not.toMatch(/Function Scan|Seq Scan/);
       }
-      expect(await explain(sweepExpiredLeases(500, defaultBackoff))).toContain('jobs_sweep_idx');
+      expect(await explain(selectExpiredLeases(500, ['7']))).toContain('jobs_sweep_idx');
+      // The sweep's settle walks its failures and finds each job by primary key.
+      const swept = await explain(
+        failExpiredJobs(
+          tokens.map((t) => ({ id: t.id, status: 'failed', delayMs: 1_000, message: 'gone' })),
+        ),
+      );
+      expect(swept).toContain('jobs_pkey');
+      expect(swept).not.toMatch(/Seq Scan|jobs_sweep_idx/);
     } finally {
       await conn.end();
       await dropDatabase(adminUrl, name);

@@ -1,10 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createClient, createSweeper, defineJob, LockLostError, runSql } from '../src/index.js';
+import {
+  createClient,
+  createSweeper,
+  defineJob,
+  LockLostError,
+  runSql,
+  type DeadJobInfo,
+} from '../src/index.js';
 import { failJob } from '../src/sql/settle.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { jobRow, quiet, testWorker } from './fixtures.js';
+import { fastBackoff, jobRow, quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
@@ -97,7 +104,7 @@ describe('leases, fencing and the sweeper', () => {
       `SELECT id::text, lease_expires_at AS lease FROM skiplock.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
       [[a.id, b.id]],
     );
-    expect(await worker.heartbeat()).toEqual({ renewed: 2, lost: 0 });
+    expect(await worker.heartbeat()).toEqual({ renewed: 2, lost: 0, locked: 0 });
     const after = await db.pool.query<{ lease: Date }>(
       `SELECT lease_expires_at AS lease FROM skiplock.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
       [[a.id, b.id]],
@@ -109,7 +116,7 @@ describe('leases, fencing and the sweeper', () => {
     // The sweeper takes b back behind the worker's back; the next heartbeat finds it missing.
     await expireLease(b.id);
     await createSweeper({ pool: db.pool, logger: quiet }).runOnce();
-    expect(await worker.heartbeat()).toEqual({ renewed: 1, lost: 1 });
+    expect(await worker.heartbeat()).toEqual({ renewed: 1, lost: 1, locked: 0 });
     const lostSignal = signals[started.indexOf(b.id)]!;
     expect(lostSignal.aborted).toBe(true);
     expect(lostSignal.reason).toBeInstanceOf(LockLostError);
@@ -118,6 +125,67 @@ describe('leases, fencing and the sweeper', () => {
     expect((await jobRow(db.pool, a.id)).status).toBe('completed');
     expect((await jobRow(db.pool, b.id)).status).toBe('failed');
     expect(logs.reasons()).toContain('lock_lost');
+  });
+
+  it('one job row locked for 3x the lease costs no other job on the worker its lease', async () => {
+    const leaseMs = 1_000;
+    const starts = new Map<string, number>();
+    const long = defineJob({
+      type: 'long-beside-locked',
+      payload: z.object({}),
+      leaseMs,
+      backoff: fastBackoff,
+      handler: async (_p, ctx) => {
+        starts.set(ctx.job.id, (starts.get(ctx.job.id) ?? 0) + 1);
+        await new Promise((r) => setTimeout(r, 3.5 * leaseMs));
+      },
+    });
+    const ids = (
+      await client.enqueueMany(
+        long,
+        Array.from({ length: 21 }, () => ({ payload: {} })),
+      )
+    ).map((j) => j.id);
+    const [locked, ...others] = ids as [string, ...string[]];
+    const logs = captureLogs();
+    // The real sweeper, every 100 ms: any lease that lapsed would be taken back at once.
+    const worker = testWorker(db.pool, [long], {
+      logger: logs.logger,
+      concurrency: 21,
+      sweeper: { intervalMs: 100 },
+    });
+    await worker.start();
+    await waitFor(() => starts.size === 21);
+    // Another transaction holds one running job's row for three leases.
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM skiplock.jobs WHERE id = $1 FOR UPDATE', [locked]);
+      await new Promise((r) => setTimeout(r, 3 * leaseMs));
+      await holder.query('COMMIT');
+    } finally {
+      holder.release();
+    }
+    const completed = async () =>
+      (
+        await db.pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM skiplock.jobs WHERE id = ANY($1::bigint[]) AND status = 'completed'`,
+          [ids],
+        )
+      ).rows[0]!.n;
+    await waitFor(async () => (await completed()) === 21, { timeoutMs: 20_000 });
+    await worker.stop();
+    expect(others.map((id) => starts.get(id))).toEqual(others.map(() => 1));
+    const attempts = await db.pool.query<{ attempts: number }>(
+      'SELECT attempts FROM skiplock.jobs WHERE id = ANY($1::bigint[])',
+      [others],
+    );
+    expect(attempts.rows.map((r) => r.attempts)).toEqual(others.map(() => 1));
+    // The heartbeat skipped the locked row instead of waiting on it, and said so.
+    expect(logs.lines.filter((l) => l.reason === 'lease_row_locked').length).toBeGreaterThan(0);
+    expect(logs.lines.filter((l) => l.reason === 'lease_row_locked').map((l) => l.jobId)).toEqual(
+      expect.arrayContaining([locked]),
+    );
   });
 
   it('lets a handler extend its own lease (the seed extend_lock)', async () => {
@@ -216,6 +284,116 @@ describe('leases, fencing and the sweeper', () => {
     expect(ahead[own.id]).toBeGreaterThan(110_000);
     expect(ahead[fallback.id]).toBeGreaterThan(1_000);
     expect(ahead[fallback.id]).toBeLessThan(2_500);
+  });
+
+  it("kills a job whose last lease expired through the job type's onDead, once, in the kill's transaction", async () => {
+    const calls: { info: DeadJobInfo; inside: string; outside: string }[] = [];
+    const hooked = defineJob({
+      type: 'swept.hooked',
+      payload: z.object({}),
+      maxAttempts: 2,
+      handler: () => {},
+      onDead: async (tx, info) => {
+        const status = `SELECT status::text FROM skiplock.jobs WHERE id = $1`;
+        calls.push({
+          info,
+          inside: (await tx.query(status, [info.id])).rows[0].status,
+          outside: (await db.pool.query(status, [info.id])).rows[0].status,
+        });
+      },
+    });
+    const { id } = await client.enqueue(hooked, {}, { idempotencyKey: 'hooked-1' });
+    // Its worker died holding the last attempt: processing, lease already expired.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 2, locked_by = 'gone',
+              locked_at = now(), lease_expires_at = now() - interval '1 second' WHERE id = $1`,
+      [id],
+    );
+    // The sweeper of a worker that defines the type: the worker hands it its job definitions.
+    const worker = testWorker(db.pool, [hooked], { sweeper: {} });
+    expect(await worker.sweeper!.runOnce()).toMatchObject({ recovered: 1, dead: 1, jobIds: [id] });
+    expect(calls).toHaveLength(1);
+    expect(calls[0]!.info).toEqual({
+      id,
+      type: 'swept.hooked',
+      queue: 'default',
+      attempt: 2,
+      maxAttempts: 2,
+      priority: 0,
+      idempotencyKey: 'hooked-1',
+      reason: 'max_attempts',
+      error: 'lease expired: worker gone stopped heartbeating',
+    });
+    // The hook ran after the kill, inside its still uncommitted transaction.
+    expect(calls[0]).toMatchObject({ inside: 'dead', outside: 'processing' });
+    const row = await jobRow(db.pool, id);
+    expect(row.status).toBe('dead');
+    expect(row.last_error).toBe('lease expired: worker gone stopped heartbeating');
+    expect(row.errors).toEqual([
+      expect.objectContaining({ attempt: 2, reason: 'lease_expired', message: row.last_error }),
+    ]);
+    // Neither a second pass nor the old owner's late failure write runs the hook again.
+    expect((await worker.sweeper!.runOnce()).recovered).toBe(0);
+    const late = await runSql(
+      db.pool,
+      failJob({
+        workerId: 'gone',
+        token: { id, attempt: 2 },
+        status: 'dead',
+        delayMs: 0,
+        reason: 'error',
+        message: 'late',
+      }),
+    );
+    expect(late.rowCount).toBe(0);
+    expect(calls).toHaveLength(1);
+  });
+
+  it('rolls back the kill with an onDead hook that throws, sweeps the other jobs, and tries the hook again next pass', async () => {
+    await db.pool.query('CREATE TABLE dead_letters (job_id text PRIMARY KEY)');
+    let hookDown = true;
+    const hooked = defineJob({
+      type: 'swept.hook-down',
+      payload: z.object({}),
+      maxAttempts: 1,
+      handler: () => {},
+      onDead: async (tx, info) => {
+        await tx.query('INSERT INTO dead_letters VALUES ($1)', [info.id]);
+        if (hookDown) throw new Error('dead-letter store is down');
+      },
+    });
+    const plain = defineJob({ type: 'swept.plain', payload: z.object({}), handler: () => {} });
+    const a = await client.enqueue(hooked, {});
+    const b = await client.enqueue(plain, {}, { maxAttempts: 1 });
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
+              locked_at = now(), lease_expires_at = now() - interval '1 second'
+       WHERE id IN ($1, $2)`,
+      [a.id, b.id],
+    );
+    const logs = captureLogs();
+    const sweeper = createSweeper({
+      pool: db.pool,
+      logger: logs.logger,
+      jobs: [hooked, plain],
+      batchSize: 1,
+    });
+    expect(await sweeper.runOnce()).toMatchObject({ recovered: 1, dead: 1, jobIds: [b.id] });
+    expect((await jobRow(db.pool, a.id)).status).toBe('processing');
+    expect((await jobRow(db.pool, b.id)).status).toBe('dead');
+    expect((await db.pool.query('SELECT job_id FROM dead_letters')).rows).toEqual([]);
+    expect(logs.lines.find((l) => l.reason === 'dead_hook_failed')).toMatchObject({
+      jobId: a.id,
+      err: 'dead-letter store is down',
+    });
+    expect(sweeper.metrics.counter('dead_hook_failed_total')).toBe(1);
+
+    hookDown = false;
+    expect(await sweeper.runOnce()).toMatchObject({ recovered: 1, dead: 1, jobIds: [a.id] });
+    expect((await jobRow(db.pool, a.id)).status).toBe('dead');
+    expect((await db.pool.query('SELECT job_id FROM dead_letters')).rows).toEqual([
+      { job_id: a.id },
+    ]);
   });
 
   it('runs one sweep at a time across hosts (advisory lock)', async () => {

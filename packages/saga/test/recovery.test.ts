@@ -76,8 +76,53 @@ describe('versions', () => {
   });
 });
 
+describe('stale leases', () => {
+  it("compensates a saga whose step's last lease expired through the sweeper alone, with no reconciler", async () => {
+    const undone: string[] = [];
+    const saga = defineSaga({ name: 'expired', version: 1, input })
+      .step('a', { ...fast, run: () => 1, compensate: (ctx) => void undone.push(ctx.sagaId) })
+      .step('b', { ...fast, maxAttempts: 2, run: () => 2 });
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger: silent });
+    // Never started here, and stopped for good: nothing but the sweeper may move the saga.
+    await runtime.reconciler.stop();
+    await runtime.start(saga, { id: 'ex', input: {} });
+    // The worker's own sweeper, which knows the saga's job types (not started: driven by hand).
+    const worker = createWorker({
+      pool: db.pool,
+      jobs: runtime.jobs,
+      logger: silent,
+      sweeper: {},
+      retention: false,
+      listen: false,
+    });
+    await waitFor(async () => (await worker.runOnce()) === 1);
+    const b = (await runtime.getSaga('ex'))!;
+    expect(b.currentStep).toBe('b');
+    // Its worker died holding b's last attempt: the lease ran out and nobody settled it.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = max_attempts, locked_by = 'gone',
+              locked_at = now(), lease_expires_at = now() - interval '1 second' WHERE id = $1`,
+      [b.currentJobId],
+    );
+    expect(await worker.sweeper!.runOnce()).toMatchObject({ dead: 1, jobIds: [b.currentJobId] });
+    // The step's dead-letter hook ran in the sweep's transaction: the saga already compensates.
+    const swept = (await runtime.getSaga('ex'))!;
+    expect([swept.status, swept.currentStep]).toEqual(['compensating', 'a']);
+    await waitFor(async () => (await worker.runOnce()) === 1);
+    const done = (await runtime.getSaga('ex'))!;
+    expect(done.status).toBe('compensated');
+    expect(timeline(done)).toEqual(['a:completed', 'b:failed', 'undo a:completed']);
+    expect(done.history[1]?.error).toBe(
+      'max_attempts: lease expired: worker gone stopped heartbeating',
+    );
+    expect(undone).toEqual(['ex']);
+    await worker.stop();
+    await runtime.close();
+  });
+});
+
 describe('the reconciler', () => {
-  it('compensates a saga whose step job the sweeper killed after its last lease expired', async () => {
+  it("compensates a saga whose step job a sweeper killed without the saga's dead-letter hook", async () => {
     const undone: string[] = [];
     const saga = defineSaga({ name: 'swept', version: 1, input })
       .step('a', { ...fast, run: () => 1, compensate: (ctx) => void undone.push(ctx.sagaId) })
@@ -100,6 +145,7 @@ describe('the reconciler', () => {
               locked_at = now(), lease_expires_at = now() - interval '1 second' WHERE id = $1`,
       [b.currentJobId],
     );
+    // A sweeper on a host that does not define the saga kills the job without its hook.
     expect((await createSweeper({ pool: db.pool, logger: silent }).runOnce()).dead).toBe(1);
     expect((await runtime.getSaga('sw'))?.status).toBe('running');
 

@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import { asyncCommit } from './commit.js';
 import { ownsToken, ownsTokens, type LockToken } from './fence.js';
 
@@ -38,22 +38,38 @@ export interface FailParams {
 
 /** Records a failed attempt: retry later (in the database clock) or dead, fenced by the token. */
 export function failJob(p: FailParams) {
-  const message = p.message.slice(0, MAX_ERROR_LENGTH);
   return sql`
     UPDATE skiplock.jobs j
-    SET status = ${p.status}::skiplock.job_status,
-        run_at = CASE WHEN ${p.status} = 'failed'
-                      THEN now() + ${p.delayMs} * interval '1 millisecond' ELSE j.run_at END,
-        last_error = ${message},
+    SET ${failedAttempt({
+      status: sql`${p.status}::skiplock.job_status`,
+      delayMs: sql`${p.delayMs}::float8`,
+      reason: sql`${p.reason}::text`,
+      message: sql`${p.message.slice(0, MAX_ERROR_LENGTH)}::text`,
+    })}
+    WHERE ${ownsToken(p.workerId, p.token)}
+    RETURNING j.id::text AS id`;
+}
+
+/**
+ * What every failed attempt writes, whoever noticed the failure (the worker that ran it, or the
+ * sweeper after its lease expired), from one row's expressions: the status (`failed` for a retry,
+ * or `dead`), the retry delay, the reason and the message, already cut to `MAX_ERROR_LENGTH`. The
+ * retry time is `now()` plus the delay, in the database clock; the history keeps the newest
+ * `MAX_ERROR_HISTORY` entries.
+ */
+export function failedAttempt(f: { status: SQL; delayMs: SQL; reason: SQL; message: SQL }) {
+  return sql`
+        status = ${f.status},
+        run_at = CASE WHEN ${f.status} = 'failed'
+                      THEN now() + ${f.delayMs} * interval '1 millisecond' ELSE j.run_at END,
+        last_error = ${f.message},
         errors = (CASE WHEN jsonb_array_length(j.errors) >= ${MAX_ERROR_HISTORY}
                        THEN j.errors - 0 ELSE j.errors END)
                  || jsonb_build_array(jsonb_build_object(
-                      'attempt', j.attempts, 'reason', ${p.reason}::text,
-                      'message', ${message}::text, 'at', now())),
+                      'attempt', j.attempts, 'reason', ${f.reason},
+                      'message', ${f.message}, 'at', now())),
         lease_expires_at = NULL,
-        updated_at = now()
-    WHERE ${ownsToken(p.workerId, p.token)}
-    RETURNING j.id::text AS id`;
+        updated_at = now()`;
 }
 
 /**
