@@ -1,4 +1,5 @@
-import { jobStatus, type Job } from '@skiplock/queue';
+import type { Job } from '@skiplock/queue';
+import { jobStatus } from '@skiplock/queue/engine';
 import { describe, expect, it } from 'vitest';
 import { jobStatuses } from '../src/commands/jobs-list.js';
 import { jobTimeline } from '../src/format/job.js';

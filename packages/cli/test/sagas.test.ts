@@ -1,5 +1,5 @@
 import { createWorker, NonRetryableError } from '@skiplock/queue';
-import { createSagaRuntime, defineSaga, sagaStatus } from '@skiplock/saga';
+import { createSagaRuntime, defineSaga } from '@skiplock/saga';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -58,8 +58,11 @@ await waitFor(
 );
 
 describe('skiplock sagas', () => {
-  it('knows every saga status of the schema', () => {
-    expect([...sagaStatuses]).toEqual([...sagaStatus.enumValues]);
+  it('knows every saga status of the schema', async () => {
+    const { rows } = await db.pool.query<{ status: string }>(
+      'SELECT unnest(enum_range(NULL::skiplock.saga_status))::text AS status',
+    );
+    expect([...sagaStatuses]).toEqual(rows.map((r) => r.status));
   });
 
   it('lists sagas as a table and as JSON with stable keys, filtered by status', async () => {

@@ -21,6 +21,9 @@ export { createDefaultLogger } from './logger.js';
 export { queueMigrations, type MigrationSet } from './migrate.js';
 export { resolvePool, type OwnedPool, type PoolSource } from './pool.js';
 export { LockKeys, type LockKey } from './sql/lock.js';
+export { IntervalService } from './service.js';
+/** The job status enum, for tools that list or filter by status (the CLI). */
+export { jobStatus } from './schema.js';
 
 /**
  * Cancels a queued job (pending, or waiting for its retry) unless a transaction holds its row,

@@ -30,8 +30,7 @@ export { migrate, queueMigrations } from './migrate.js';
 export type { MigrateOptions, MigrateResult, MigrationSet } from './migrate.js';
 export { computeBackoffMs, defaultBackoff } from './retry/backoff.js';
 export type { BackoffOptions } from './retry/backoff.js';
-export { decideFailure } from './retry/policy.js';
-export type { DeadReason, FailureDecision, AttemptFailureReason } from './retry/policy.js';
+export type { DeadReason, AttemptFailureReason } from './retry/policy.js';
 export {
   ConfigError,
   InvalidPayloadError,
@@ -45,11 +44,7 @@ export {
 } from './errors.js';
 export { Metrics } from './metrics.js';
 export type { WorkerEvents, JobEvent } from './events.js';
-export { runSql, withTransaction } from './db.js';
-export type { Queryable } from './db.js';
-export { jobs, jobStatus, skiplockSchema } from './schema.js';
 export type { JobStatus } from './schema.js';
 export type { Logger } from './logger.js';
-export { NOTIFY_CHANNEL } from './listener.js';
 export { serveMetrics } from './metrics-server.js';
 export type { MetricsServerOptions } from './metrics-server.js';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { computeBackoffMs, decideFailure, NonRetryableError } from '../src/index.js';
+import { computeBackoffMs, NonRetryableError } from '../src/index.js';
+import { decideFailure } from '../src/retry/policy.js';
 
 const opts = { baseMs: 100, factor: 2, maxMs: 5_000, jitter: 0.5 };
 

@@ -5,9 +5,9 @@ import {
   createSweeper,
   defineJob,
   LockLostError,
-  runSql,
   type DeadJobInfo,
 } from '../src/index.js';
+import { runSql } from '../src/db.js';
 import { failJob } from '../src/sql/settle.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';

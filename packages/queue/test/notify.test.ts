@@ -1,7 +1,8 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createClient, defineJob, NOTIFY_CHANNEL } from '../src/index.js';
+import { createClient, defineJob } from '../src/index.js';
+import { NOTIFY_CHANNEL } from '../src/listener.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { quiet, testWorker } from './fixtures.js';

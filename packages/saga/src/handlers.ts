@@ -1,11 +1,11 @@
 import {
   defineJob,
   NonRetryableError,
-  runSql,
   type AnyJobDefinition,
   type DeadJobInfo,
   type JobContext,
 } from '@skiplock/queue';
+import { runSql } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { z } from 'zod';
 import { Completion } from './completion.js';

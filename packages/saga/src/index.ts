@@ -36,8 +36,6 @@ export type {
   StepRecord,
 } from './read.js';
 export type { FaultHook, FaultPoint } from './engine.js';
-export { nextCompensation, orderProblem } from './plan.js';
-export type { StepRole } from './plan.js';
 export {
   SagaDeadlineError,
   SagaDefinitionError,
@@ -46,12 +44,4 @@ export {
   SagaValidationError,
   UnknownSagaError,
 } from './errors.js';
-export {
-  sagas,
-  sagaSignals,
-  sagaSteps,
-  sagaStatus,
-  sagaStepKind,
-  sagaStepStatus,
-} from './schema.js';
 export type { SagaStatus, SagaStepKind, SagaStepStatus } from './schema.js';

@@ -1,4 +1,4 @@
-import { runSql } from '@skiplock/queue';
+import { runSql } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { SagaError } from './errors.js';
 import { sagaStatus, type SagaStatus, type SagaStepKind, type SagaStepStatus } from './schema.js';

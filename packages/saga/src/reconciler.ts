@@ -1,7 +1,15 @@
-import { runSql, withTransaction } from '@skiplock/queue';
+import {
+  IntervalService,
+  jobStates,
+  LockKeys,
+  runSql,
+  tryAdvisoryLock,
+  withTransaction,
+  type JobState,
+} from '@skiplock/queue/engine';
 import { entryKey, type Engine } from './engine.js';
 import { lockSaga, type SagaRow } from './sql/sagas.js';
-import { selectStranded, tryReconcileLock, type StrandedRow } from './sql/reconcile.js';
+import { selectLiveSagas, type LiveSagaRow } from './sql/reconcile.js';
 import { settleStep } from './sql/steps.js';
 import { failSaga, failStep, type Transition } from './transitions.js';
 
@@ -27,10 +35,16 @@ export interface Reconciler {
 }
 
 /**
- * Moves on live sagas whose current job died without its dead-letter hook running: when the
- * sweeper kills a job whose last lease expired, or a worker that does not know the saga's version
- * kills it as `unknown_type`. A step is treated as failed for good (compensate, or `failed` past
- * the pivot); a compensation makes the saga `failed`. One pass at a time across all hosts.
+ * Moves on live sagas whose current job can no longer move them. A job that dies runs its saga's
+ * dead-letter hook in the transaction that kills it, on the worker that ran it and in the sweeper
+ * of a worker that defines its type, and that moves the saga; what is left for this pass is what
+ * no hook can see: a job killed by a sweeper or worker that does not define the saga's version
+ * (`unknown_type`, or an expired lease swept on such a host), a job an operator cancelled, and a
+ * job deleted by hand. A step is then treated as failed for good (compensate, or `failed` past
+ * the pivot); a compensation makes the saga `failed`. One pass at a time across all hosts (the
+ * `sagaReconcile` advisory lock); each pass reads one page of live sagas, least recently moved
+ * first, and the next pass goes on after it, so sagas that are merely slow never hide a stranded
+ * one for more than one round.
  */
 export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Reconciler {
   const intervalMs = options.intervalMs ?? 5_000;
@@ -42,10 +56,14 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     throw new TypeError('reconciler batchSize must be an integer from 1 to 10000');
   }
 
-  async function reconcileOne(tx: Parameters<typeof failSaga>[0], row: StrandedRow) {
+  async function reconcileOne(
+    tx: Parameters<typeof failSaga>[0],
+    row: LiveSagaRow,
+    job: JobState | undefined,
+  ) {
     const saga = (await runSql<SagaRow>(tx, lockSaga(row.id))).rows[0]!;
-    const why = row.job_status
-      ? `job ${saga.current_job_id} is ${row.job_status}: ${row.last_error ?? 'no error recorded'}`
+    const why = job
+      ? `job ${saga.current_job_id} is ${job.status}: ${job.lastError ?? 'no error recorded'}`
       : `job ${saga.current_job_id} no longer exists`;
     const entry = e.entries.get(entryKey(saga.name, saga.version));
     const step = saga.current_step!;
@@ -72,56 +90,42 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     );
   }
 
+  // Where the next pass goes on: after the last saga this one read, or from the start.
+  let cursor: { updatedAt: string; id: string } | null = null;
+
   async function runOnce(): Promise<ReconcileResult> {
     return withTransaction(e.pool, async (tx) => {
-      const { rows } = await runSql<{ locked: boolean }>(tx, tryReconcileLock());
-      if (!rows[0]?.locked) return { ran: false, reconciled: 0, sagaIds: [] };
-      const stranded = (await runSql<StrandedRow>(tx, selectStranded(batchSize))).rows;
-      for (const row of stranded) await reconcileOne(tx, row);
+      if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) {
+        return { ran: false, reconciled: 0, sagaIds: [] };
+      }
+      const live = (await runSql<LiveSagaRow>(tx, selectLiveSagas(batchSize, cursor))).rows;
+      const last = live.at(-1);
+      cursor =
+        live.length === batchSize && last ? { updatedAt: last.updated_at, id: last.id } : null;
+      const jobs = await jobStates(
+        tx,
+        live.map((r) => r.current_job_id),
+      );
+      const stranded: string[] = [];
+      for (const row of live) {
+        const job = jobs.get(row.current_job_id);
+        if (job && job.status !== 'dead' && job.status !== 'cancelled') continue;
+        await reconcileOne(tx, row, job);
+        stranded.push(row.id);
+      }
       if (stranded.length > 0) e.metrics.inc('sagas_reconciled_total', stranded.length);
-      return { ran: true, reconciled: stranded.length, sagaIds: stranded.map((r) => r.id) };
+      return { ran: true, reconciled: stranded.length, sagaIds: stranded };
     });
   }
 
-  const stopper = new AbortController();
-  let loop: Promise<void> | null = null;
-
-  async function run() {
-    let failures = 0;
-    while (!stopper.signal.aborted) {
-      try {
-        await runOnce();
-        failures = 0;
-      } catch (error) {
-        failures = Math.min(failures + 1, 10);
-        e.logger.warn(
-          { reason: 'db_error', service: 'saga-reconciler', err: String(error) },
-          'reconcile pass failed',
-        );
-      }
-      const pause = intervalMs * (failures === 0 ? 0.8 + Math.random() * 0.4 : 2 ** failures);
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, Math.min(pause, 60_000));
-        stopper.signal.addEventListener(
-          'abort',
-          () => {
-            clearTimeout(timer);
-            resolve();
-          },
-          { once: true },
-        );
-      });
-    }
-  }
+  // The queue's own loop for singleton passes: one abort listener per sleep, removed when the
+  // sleep ends. The hand-written loop here added one per pass and never removed it (about 2 MiB
+  // of heap in 40 s at a 10 ms interval, and MaxListenersExceededWarning).
+  const service = new IntervalService('saga-reconciler', intervalMs, runOnce, e.logger);
 
   return {
     runOnce,
-    start() {
-      loop ??= run();
-    },
-    async stop() {
-      stopper.abort();
-      await loop;
-    },
+    start: () => service.start(),
+    stop: () => service.stop(),
   };
 }

@@ -1,13 +1,11 @@
 import {
   createClient,
   Metrics,
-  runSql,
-  withTransaction,
   type AnyJobDefinition,
   type Client,
   type Logger,
-  type Queryable,
 } from '@skiplock/queue';
+import { cancelQueuedJob, runSql, withTransaction, type Queryable } from '@skiplock/queue/engine';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import pg from 'pg';
 import { pino } from 'pino';
@@ -18,7 +16,6 @@ import { buildEntry } from './handlers.js';
 import { createReconciler, type Reconciler, type ReconcilerOptions } from './reconciler.js';
 import { readSaga, readSagas, type SagaList, type SagaListOptions, type SagaView } from './read.js';
 import type { SagaStatus } from './schema.js';
-import { cancelQueuedJob } from './sql/jobs.js';
 import { insertSaga, lockSaga, selectSagaRow, setSagaFlags, type SagaRow } from './sql/sagas.js';
 import { consumeSignal, insertSignal } from './sql/signals.js';
 import { settleStep } from './sql/steps.js';
@@ -328,8 +325,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         await runSql(tx, setSagaFlags(sagaId, { cancelRequested: true, error: 'cancelled' }));
         const stopped =
           saga.status === 'waiting' ||
-          (saga.current_job_id !== null &&
-            (await runSql(tx, cancelQueuedJob(saga.current_job_id))).rowCount === 1);
+          (saga.current_job_id !== null && (await cancelQueuedJob(tx, saga.current_job_id)));
         if (!stopped) {
           // The step is running: it settles first, then the saga compensates (or, past a pivot
           // that just finished, goes on).

@@ -1,4 +1,5 @@
-import { runSql, type AnyJobDefinition, type Queryable } from '@skiplock/queue';
+import type { AnyJobDefinition } from '@skiplock/queue';
+import { runSql, type Queryable } from '@skiplock/queue/engine';
 import { stepKey, compensationKey, timeoutKey, type Engine, type SagaEntry } from './engine.js';
 import { nextCompensation } from './plan.js';
 import type { SagaStepKind, SagaStatus } from './schema.js';

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineSaga, nextCompensation, SagaDefinitionError } from '../src/index.js';
+import { defineSaga, SagaDefinitionError } from '../src/index.js';
+import { nextCompensation } from '../src/plan.js';
 import type { PlannedStep } from '../src/plan.js';
 
 const input = z.object({});

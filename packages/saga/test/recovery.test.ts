@@ -1,4 +1,5 @@
 import { createSweeper, createWorker } from '@skiplock/queue';
+import { LockKeys, tryAdvisoryLock } from '@skiplock/queue/engine';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createSagaRuntime, defineSaga } from '../src/index.js';
@@ -160,12 +161,35 @@ describe('the reconciler', () => {
     await runtime.close();
   });
 
+  it('pages through live sagas, so slow healthy ones never hide a stranded one for long', async () => {
+    const saga = defineSaga({ name: 'paged', version: 1, input }).step('a', {
+      ...fast,
+      run: () => 1,
+    });
+    const runtime = createSagaRuntime({
+      pool: db.pool,
+      sagas: [saga],
+      logger: silent,
+      reconciler: { batchSize: 2 },
+    });
+    // No worker runs: every saga waits on its pending first job, the oldest two healthy.
+    for (const id of ['p1', 'p2', 'p3']) await runtime.start(saga, { id, input: {} });
+    const stranded = (await runtime.getSaga('p3'))!.currentJobId;
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'cancelled' WHERE id = $1`, [stranded]);
+    expect(await runtime.reconciler.runOnce()).toMatchObject({ ran: true, reconciled: 0 });
+    expect(await runtime.reconciler.runOnce()).toMatchObject({ reconciled: 1, sagaIds: ['p3'] });
+    expect((await runtime.getSaga('p3'))!.status).toBe('compensated');
+    expect((await runtime.getSaga('p1'))!.status).toBe('running');
+    await runtime.close();
+  });
+
   it('runs one pass at a time across processes', async () => {
     const runtime = createSagaRuntime({ pool: db.pool, sagas: [v1], logger: silent });
     const client = await db.pool.connect();
     try {
       await client.query('BEGIN');
-      await client.query(`SELECT pg_advisory_xact_lock(${0x5a6a}, 1)`);
+      // The queue's lock namespace, the reconciler's key (`LockKeys.sagaReconcile`).
+      expect(await tryAdvisoryLock(client, LockKeys.sagaReconcile)).toBe(true);
       expect(await runtime.reconciler.runOnce()).toEqual({
         ran: false,
         reconciled: 0,

@@ -1,31 +1,25 @@
 import { sql } from 'drizzle-orm';
 
-/** Advisory lock of the saga reconciler: two ints, apart from the queue's own namespace. */
-export const RECONCILE_LOCK = { namespace: 0x5a6a, key: 1 } as const;
-
-export function tryReconcileLock() {
-  return sql`SELECT pg_try_advisory_xact_lock(${RECONCILE_LOCK.namespace}, ${RECONCILE_LOCK.key}) AS locked`;
-}
-
-export interface StrandedRow {
+export interface LiveSagaRow {
   id: string;
-  job_status: string | null;
-  last_error: string | null;
+  current_job_id: string;
+  /** Position for the next page: `updated_at` as text, exact to the microsecond. */
+  updated_at: string;
 }
 
 /**
- * Live sagas whose current job can no longer move them: dead without its dead-letter hook (the
- * sweeper killed it after its last lease expired, or no worker knew its type), cancelled by hand,
- * or gone. Locked so that one pass handles each once.
+ * A page of live sagas that wait on a job, least recently moved first (a stranded saga never moves
+ * again, so it comes early), after the cursor `after` when given. Locked, skipping sagas a worker
+ * is moving right now, so that one pass handles each once. Reads the saga table only: whether the
+ * job can still move the saga is the queue's to say (`jobStates` of `@skiplock/queue/engine`).
  */
-export function selectStranded(limit: number) {
+export function selectLiveSagas(limit: number, after: { updatedAt: string; id: string } | null) {
   return sql`
-    SELECT s.id, j.status::text AS job_status, j.last_error
-    FROM skiplock.sagas s
-    LEFT JOIN skiplock.jobs j ON j.id = s.current_job_id
-    WHERE s.status IN ('running', 'compensating') AND s.current_job_id IS NOT NULL
-      AND (j.id IS NULL OR j.status IN ('dead', 'cancelled'))
-    ORDER BY s.updated_at
+    SELECT id, current_job_id::text AS current_job_id, updated_at::text AS updated_at
+    FROM skiplock.sagas
+    WHERE status IN ('running', 'compensating') AND current_job_id IS NOT NULL
+      ${after ? sql`AND (updated_at, id) > (${after.updatedAt}::timestamptz, ${after.id})` : sql``}
+    ORDER BY updated_at, id
     LIMIT ${limit}
-    FOR UPDATE OF s SKIP LOCKED`;
+    FOR UPDATE SKIP LOCKED`;
 }
