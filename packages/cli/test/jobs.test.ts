@@ -51,7 +51,7 @@ await db.pool.query(
   [ids.completed],
 );
 await db.pool.query(
-  `UPDATE skiplock.jobs SET status = 'failed', attempts = 1, last_error = 'flaky',
+  `UPDATE skiplock.jobs SET status = 'retryable', attempts = 1, last_error = 'flaky',
      run_at = now() + interval '2 minutes',
      errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'reason', 'timeout',
                                 'message', 'flaky', 'at', now()))
@@ -110,7 +110,7 @@ describe('skiplock jobs', () => {
       /^dead\s+2\/2\s+1[01]m ago\s+[12]m ago\s+-\s+smtp said no$/,
     );
     const waitingLine = lines.find((l) => l.trim().startsWith(`${ids.waiting} `))!;
-    expect(waitingLine).toMatch(/failed\s+1\/5 .* in (1m|\d+s)\s+flaky$/);
+    expect(waitingLine).toMatch(/retryable\s+1\/5 .* in (1m|\d+s)\s+flaky$/);
   });
 
   it('lists as JSON with stable keys, filters and keyset pages', async () => {
@@ -125,7 +125,7 @@ describe('skiplock jobs', () => {
     type Listing = { jobs: { id: string; jobType: string }[]; nextBeforeId: string };
     const [dead, some, media, emails, page1] = (await Promise.all([
       json(['jobs', 'list', '--status', 'dead']),
-      json(['jobs', 'list', '--status', 'dead,completed', '--status', 'failed']),
+      json(['jobs', 'list', '--status', 'dead,completed', '--status', 'retryable']),
       json(['jobs', 'list', '--queue', 'media']),
       json(['jobs', 'list', '--type', 'send-email']),
       json(['jobs', 'list', '--limit', '4']),
@@ -208,7 +208,7 @@ describe('skiplock jobs', () => {
     const refused = await runInProcess(['jobs', 'retry', ids.completed], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(
-      `job ${ids.completed} is completed; only dead, cancelled, failed jobs can be retried`,
+      `job ${ids.completed} is completed; only dead, cancelled, retryable jobs can be retried`,
     );
     expect(await statusOf(ids.completed)).toEqual({ status: 'completed', attempts: 1 });
   });
@@ -224,7 +224,7 @@ describe('skiplock jobs', () => {
     const refused = await runCli(['jobs', 'cancel', ids.processing], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(
-      `job ${ids.processing} is processing; only pending, failed jobs can be cancelled`,
+      `job ${ids.processing} is processing; only pending, retryable jobs can be cancelled`,
     );
     expect((await statusOf(ids.processing))!.status).toBe('processing');
   });

@@ -6,7 +6,7 @@ import type { FailureDecision } from './retry/policy.js';
 
 /** What a failed attempt writes, whoever noticed the failure: see `failedAttempt`. */
 export interface FailureRecord {
-  status: 'failed' | 'dead';
+  status: 'retryable' | 'dead';
   delayMs: number;
   /** The reason in the job's error history. */
   reason: string;
@@ -20,7 +20,7 @@ export interface FailureRecord {
  */
 export function failureRecord(decision: FailureDecision, message: string): FailureRecord {
   if (decision.kind === 'retry') {
-    return { status: 'failed', delayMs: decision.delayMs, reason: decision.reason, message };
+    return { status: 'retryable', delayMs: decision.delayMs, reason: decision.reason, message };
   }
   if (decision.reason === 'max_attempts') {
     return { status: 'dead', delayMs: 0, reason: decision.attemptReason, message };

@@ -18,7 +18,8 @@ export const skiplockSchema = pgSchema('skiplock');
  * Job lifecycle:
  * - `pending`    waiting to be claimed once `run_at` has passed (new jobs, released jobs)
  * - `processing` claimed by `locked_by` under a lease that expires at `lease_expires_at`
- * - `failed`     an attempt failed; the job waits for its retry at `run_at` (claimable like pending)
+ * - `retryable`  an attempt failed; the job waits for its retry at `run_at` (claimable like
+ *                pending). Named apart from a saga's terminal `failed`; it was `failed` before 0.1
  * - `completed`  the handler succeeded (terminal)
  * - `dead`       will never run again: attempts exhausted, invalid payload, unknown type, or a
  *                non-retryable error; `last_error` and `errors` say why (terminal, retry by hand)
@@ -27,7 +28,7 @@ export const skiplockSchema = pgSchema('skiplock');
 export const jobStatus = skiplockSchema.enum('job_status', [
   'pending',
   'processing',
-  'failed',
+  'retryable',
   'completed',
   'dead',
   'cancelled',
@@ -77,11 +78,11 @@ export const jobs = skiplockSchema.table(
     // matching partial indexes, so an always-true test on such a column would match nothing.
     index('jobs_claim_idx')
       .on(t.queue, t.priority.desc(), t.runAt, t.id)
-      .where(sql`status IN ('pending', 'failed') AND lease_expires_at IS NULL`),
+      .where(sql`status IN ('pending', 'retryable') AND lease_expires_at IS NULL`),
     // Aging path: the oldest claimable rows regardless of priority.
     index('jobs_aging_idx')
       .on(t.queue, t.runAt, t.id)
-      .where(sql`status IN ('pending', 'failed') AND completed_at IS NULL`),
+      .where(sql`status IN ('pending', 'retryable') AND completed_at IS NULL`),
     // Sweep path: processing rows by lease expiry. `lease_expires_at IS NOT NULL` holds for every
     // processing row and follows from the sweep's `lease_expires_at < now()`; it keeps the fenced
     // settles (which say `status = 'processing'` but nothing about the lease) off this index. On a
@@ -95,7 +96,7 @@ export const jobs = skiplockSchema.table(
       .where(sql`status IN ('completed', 'dead', 'cancelled')`),
     check(
       'jobs_claimable_unleased_check',
-      sql`status NOT IN ('pending', 'failed') OR (lease_expires_at IS NULL AND completed_at IS NULL)`,
+      sql`status NOT IN ('pending', 'retryable') OR (lease_expires_at IS NULL AND completed_at IS NULL)`,
     ),
     check('jobs_attempts_check', sql`attempts >= 0 AND max_attempts >= 1`),
     check('jobs_lease_ms_check', sql`lease_ms >= 1000`),

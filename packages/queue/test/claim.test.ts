@@ -160,7 +160,7 @@ describe('claiming', () => {
       // The sweep's settle walks its failures and finds each job by primary key.
       const swept = await explain(
         failExpiredJobs(
-          tokens.map((t) => ({ id: t.id, status: 'failed', delayMs: 1_000, message: 'gone' })),
+          tokens.map((t) => ({ id: t.id, status: 'retryable', delayMs: 1_000, message: 'gone' })),
         ),
       );
       expect(swept).toContain('jobs_pkey');

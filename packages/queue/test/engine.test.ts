@@ -27,7 +27,7 @@ async function jobIn(status: string, extra = '') {
 describe('@skiplock/queue/engine', () => {
   it('cancelQueuedJob cancels pending and retry-waiting jobs, and no job that started or ended', async () => {
     const pending = await jobIn('pending');
-    const waiting = await jobIn('failed', `, attempts = 1, last_error = 'flaky'`);
+    const waiting = await jobIn('retryable', `, attempts = 1, last_error = 'flaky'`);
     const running = await jobIn(
       'processing',
       `, attempts = 1, locked_by = 'w', lease_expires_at = now() + interval '1 minute'`,

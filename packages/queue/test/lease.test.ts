@@ -82,7 +82,7 @@ describe('leases, fencing and the sweeper', () => {
       failJob({
         workerId: 'first',
         token: { id, attempt: 1 },
-        status: 'failed',
+        status: 'retryable',
         delayMs: 0,
         reason: 'error',
         message: 'late',
@@ -123,7 +123,7 @@ describe('leases, fencing and the sweeper', () => {
     release();
     await run;
     expect((await jobRow(db.pool, a.id)).status).toBe('completed');
-    expect((await jobRow(db.pool, b.id)).status).toBe('failed');
+    expect((await jobRow(db.pool, b.id)).status).toBe('retryable');
     expect(logs.reasons()).toContain('lock_lost');
   });
 
@@ -237,7 +237,7 @@ describe('leases, fencing and the sweeper', () => {
         .sort(),
     ).toEqual([retry.id, exhaust.id].sort());
     const retried = await jobRow(db.pool, retry.id);
-    expect(retried.status).toBe('failed');
+    expect(retried.status).toBe('retryable');
     expect(retried.errors[0]).toMatchObject({ reason: 'lease_expired', attempt: 1 });
     const { rows } = await db.pool.query<{ ahead: number }>(
       `SELECT (extract(epoch FROM run_at - now()) * 1000)::float8 AS ahead FROM skiplock.jobs WHERE id = $1`,

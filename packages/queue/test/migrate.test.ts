@@ -1,9 +1,14 @@
 import { createDatabase, dropDatabase, withDatabaseName } from '@skiplock/devdb';
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { migrate as drizzleMigrate } from 'drizzle-orm/node-postgres/migrator';
 import { describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
-import { migrate } from '../src/index.js';
+import { migrate, queueMigrations } from '../src/index.js';
 import { quiet } from './fixtures.js';
 
 describe('migrate', () => {
@@ -50,6 +55,53 @@ describe('migrate', () => {
       // The queue table vacuums early (migration 0003): churn leaves dead rows behind fast.
       expect(options.rows[0]!.reloptions).toContain('autovacuum_vacuum_scale_factor=0.02');
     } finally {
+      await dropDatabase(adminUrl, name);
+    }
+  });
+
+  it('renames the retry-waiting status from failed to retryable in place, keeping such jobs claimable', async () => {
+    const adminUrl = inject('adminUrl');
+    const name = `${inject('runPrefix')}migrate_${randomBytes(4).toString('hex')}`;
+    const url = await createDatabase(adminUrl, name);
+    // The queue's migrations as they were before 0008, applied as a 0.0 install had them.
+    const before = await mkdtemp(join(tmpdir(), 'skiplock-migrations-'));
+    await cp(queueMigrations.folder, before, { recursive: true });
+    const journalPath = join(before, 'meta', '_journal.json');
+    const journal = JSON.parse(await readFile(journalPath, 'utf8')) as {
+      entries: { tag: string }[];
+    };
+    journal.entries = journal.entries.filter((e) => e.tag < '0008');
+    await writeFile(journalPath, JSON.stringify(journal));
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      await drizzleMigrate(drizzle(client), {
+        migrationsFolder: before,
+        migrationsSchema: 'skiplock',
+        migrationsTable: 'migrations',
+      });
+      await client.query(
+        `INSERT INTO skiplock.jobs (queue, job_type, payload, status, attempts, run_at)
+         VALUES ('default', 'old', '{}', 'failed', 1, now())`,
+      );
+      expect((await migrate({ connectionString: url, logger: quiet })).applied).toEqual([
+        'queue/0008_retryable_status',
+      ]);
+      const { rows } = await client.query<{ status: string }>(
+        'SELECT status::text FROM skiplock.jobs',
+      );
+      expect(rows).toEqual([{ status: 'retryable' }]);
+      // Still claimable: the claim index's predicate follows the renamed value (usable at all,
+      // since a one-row table would be scanned anyway).
+      await client.query('SET enable_seqscan = off');
+      const plan = await client.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN SELECT id FROM skiplock.jobs WHERE status IN ('pending', 'retryable')
+           AND lease_expires_at IS NULL AND queue = 'default' ORDER BY priority DESC, run_at, id`,
+      );
+      expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).not.toContain('Seq Scan');
+    } finally {
+      await client.end();
+      await rm(before, { recursive: true, force: true });
       await dropDatabase(adminUrl, name);
     }
   });

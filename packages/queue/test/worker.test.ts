@@ -33,7 +33,7 @@ describe('worker outcomes', () => {
 
     expect(await worker.runOnce()).toBe(1);
     let row = await jobRow(db.pool, id);
-    expect(row.status).toBe('failed');
+    expect(row.status).toBe('retryable');
     const { rows } = await db.pool.query<{ ahead: number }>(
       'SELECT (extract(epoch FROM run_at - now()) * 1000)::float8 AS ahead FROM skiplock.jobs WHERE id = $1',
       [id],
@@ -157,7 +157,7 @@ describe('worker outcomes', () => {
     await testWorker(db.pool, [slow, stubborn]).runOnce();
     expect(seenReason).toBeInstanceOf(JobTimeoutError);
     const rowA = await jobRow(db.pool, a.id);
-    expect(rowA.status).toBe('failed');
+    expect(rowA.status).toBe('retryable');
     expect(rowA.errors[0]).toMatchObject({ reason: 'timeout' });
     const rowB = await jobRow(db.pool, b.id);
     expect(rowB.status).toBe('dead');
@@ -179,7 +179,7 @@ describe('worker outcomes', () => {
     const { id: id2 } = await client.enqueue(keyed, {}, { idempotencyKey: 'order-7' });
     const worker = testWorker(db.pool, [keyed]);
     await worker.runOnce();
-    await db.pool.query(`UPDATE skiplock.jobs SET run_at = now() WHERE status = 'failed'`);
+    await db.pool.query(`UPDATE skiplock.jobs SET run_at = now() WHERE status = 'retryable'`);
     await worker.runOnce();
     expect(keys.filter((k) => k === `job:${id}`)).toHaveLength(2);
     expect(keys.filter((k) => k === 'order-7')).toHaveLength(2);

@@ -4,11 +4,11 @@ export const jobsCancelCommand = jobActionCommand({
   action: 'cancel',
   summary: 'cancel a job that is not running: pending or waiting for a retry',
   help: [
-    'Only pending and failed (waiting for a retry) jobs can be cancelled; a running job cannot.',
+    'Only pending and retryable (waiting for a retry) jobs can be cancelled; a running job cannot.',
     'Exits 1 when the job does not exist or is in another status.',
   ],
   verb: 'cancelled',
-  allowed: ['pending', 'failed'],
+  allowed: ['pending', 'retryable'],
   apply: (client, id) => client.cancelJob(id),
   outcome: 'it is cancelled',
 });

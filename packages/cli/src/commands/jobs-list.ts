@@ -19,7 +19,7 @@ import { printJson, type Command } from '../io.js';
 export const jobStatuses: readonly JobStatus[] = [
   'pending',
   'processing',
-  'failed',
+  'retryable',
   'completed',
   'dead',
   'cancelled',
@@ -104,7 +104,7 @@ export const jobsListCommand: Command = {
           `${j.attempts}/${j.maxAttempts}`,
           relativeTime(j.createdAt, now),
           relativeTime(j.updatedAt, now),
-          j.status === 'pending' || j.status === 'failed' ? relativeTime(j.runAt, now) : '-',
+          j.status === 'pending' || j.status === 'retryable' ? relativeTime(j.runAt, now) : '-',
           cell(j.lastError, 50),
         ]),
       ),

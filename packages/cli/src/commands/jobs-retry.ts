@@ -8,7 +8,7 @@ export const jobsRetryCommand = jobActionCommand({
     'its error history. Exits 1 when the job does not exist or is in another status.',
   ],
   verb: 'retried',
-  allowed: ['dead', 'cancelled', 'failed'],
+  allowed: ['dead', 'cancelled', 'retryable'],
   apply: (client, id) => client.retryJob(id),
   outcome: 'it is pending and runs now',
 });

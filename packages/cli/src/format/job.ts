@@ -79,7 +79,7 @@ export function jobTimeline(job: Job): TimelineEntry[] {
       if (job.lockedAt) entries.push(entry(job.lockedAt, 'claimed', { attempt: job.attempts }));
       break;
     case 'pending':
-    case 'failed':
+    case 'retryable':
       entries.push(entry(job.runAt, 'next_run', { attempt: job.attempts + 1 }));
       break;
     case 'completed':

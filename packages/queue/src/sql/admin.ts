@@ -39,7 +39,7 @@ export function selectJobs(filter: JobFilter) {
 export function cancelJob(id: string) {
   return sql`
     UPDATE skiplock.jobs SET status = 'cancelled', updated_at = now()
-    WHERE id = ${id} AND status IN ('pending', 'failed')
+    WHERE id = ${id} AND status IN ('pending', 'retryable')
     RETURNING id::text AS id`;
 }
 
@@ -53,7 +53,7 @@ export function cancelUnlockedJob(id: string) {
   return sql`
     UPDATE skiplock.jobs SET status = 'cancelled', updated_at = now()
     WHERE id = (SELECT id FROM skiplock.jobs
-                WHERE id = ${id}::bigint AND status IN ('pending', 'failed')
+                WHERE id = ${id}::bigint AND status IN ('pending', 'retryable')
                 FOR UPDATE SKIP LOCKED)
     RETURNING id::text AS id`;
 }
@@ -81,7 +81,7 @@ export function retryJob(id: string) {
       UPDATE skiplock.jobs
       SET status = 'pending', run_at = now(), attempts = 0, lease_expires_at = NULL,
           locked_by = NULL, locked_at = NULL, updated_at = now()
-      WHERE id = ${id} AND status IN ('dead', 'cancelled', 'failed')
+      WHERE id = ${id} AND status IN ('dead', 'cancelled', 'retryable')
       RETURNING id, queue
     )
     SELECT id::text AS id, pg_notify('skiplock_jobs', queue) IS NULL AS notified FROM retried`;
@@ -104,7 +104,7 @@ export function selectQueueStats() {
   return sql`
     SELECT queue, status, count(*)::text AS count,
            (extract(epoch FROM now() - min(run_at) FILTER (
-              WHERE status IN ('pending', 'failed') AND run_at <= now())) * 1000)::float8
+              WHERE status IN ('pending', 'retryable') AND run_at <= now())) * 1000)::float8
              AS oldest_runnable_age_ms,
            count(*) FILTER (WHERE status = 'processing' AND lease_expires_at < now())::int
              AS expired_leases,

@@ -36,7 +36,7 @@ export interface ClaimParams {
  * statistics, hashed a sequential scan of the whole table on every claim (15 ms at 20,000 jobs).
  */
 export function claimJobs(params: ClaimParams) {
-  const claimable = sql`j.status IN ('pending', 'failed')`;
+  const claimable = sql`j.status IN ('pending', 'retryable')`;
   // Each marker selects one index, and only it (see jobs_claim_idx in schema.ts).
   const claimIndexed = sql`j.lease_expires_at IS NULL`;
   const agingIndexed = sql`j.completed_at IS NULL`;

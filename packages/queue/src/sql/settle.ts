@@ -29,8 +29,8 @@ export function completeJobs(
 export interface FailParams {
   workerId: string;
   token: LockToken;
-  /** `failed` schedules a retry after `delayMs`; `dead` ends the job. */
-  status: 'failed' | 'dead';
+  /** `retryable` schedules a retry after `delayMs`; `dead` ends the job. */
+  status: 'retryable' | 'dead';
   delayMs: number;
   reason: string;
   message: string;
@@ -52,7 +52,7 @@ export function failJob(p: FailParams) {
 
 /**
  * What every failed attempt writes, whoever noticed the failure (the worker that ran it, or the
- * sweeper after its lease expired), from one row's expressions: the status (`failed` for a retry,
+ * sweeper after its lease expired), from one row's expressions: the status (`retryable` for a retry,
  * or `dead`), the retry delay, the reason and the message, already cut to `MAX_ERROR_LENGTH`. The
  * retry time is `now()` plus the delay, in the database clock; the history keeps the newest
  * `MAX_ERROR_HISTORY` entries.
@@ -60,7 +60,7 @@ export function failJob(p: FailParams) {
 export function failedAttempt(f: { status: SQL; delayMs: SQL; reason: SQL; message: SQL }) {
   return sql`
         status = ${f.status},
-        run_at = CASE WHEN ${f.status} = 'failed'
+        run_at = CASE WHEN ${f.status} = 'retryable'
                       THEN now() + ${f.delayMs} * interval '1 millisecond' ELSE j.run_at END,
         last_error = ${f.message},
         errors = (CASE WHEN jsonb_array_length(j.errors) >= ${MAX_ERROR_HISTORY}

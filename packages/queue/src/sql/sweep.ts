@@ -33,8 +33,8 @@ export function selectExpiredLeases(limit: number, skip: readonly string[] = [])
 /** The settle the failure decision chose for one expired job. */
 export interface ExpiredFailure {
   id: string;
-  /** `failed` schedules a retry after `delayMs`; `dead` ends the job. */
-  status: 'failed' | 'dead';
+  /** `retryable` schedules a retry after `delayMs`; `dead` ends the job. */
+  status: 'retryable' | 'dead';
   delayMs: number;
   message: string;
 }
