@@ -5,7 +5,7 @@ import {
   type DeadJobInfo,
   type JobContext,
 } from '@skiplock/queue';
-import { runSql } from '@skiplock/queue/engine';
+import { errorMessage, runSql } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { z } from 'zod';
 import { Completion } from './completion.js';
@@ -57,11 +57,6 @@ function jobOptions(policy: RetryPolicy, defaultAttempts: number) {
     ...(policy.leaseMs ? { leaseMs: policy.leaseMs } : {}),
     ...(policy.nonRetryable ? { nonRetryable: policy.nonRetryable } : {}),
   };
-}
-
-function errorText(error: unknown): string {
-  if (error instanceof Error) return error.message || error.name;
-  return String(error);
 }
 
 /**
@@ -240,7 +235,9 @@ async function runStep(
     if (deadline.signal.reason instanceof SagaDeadlineError && !job.signal.aborted) {
       return endBeforeRun(e, entry, spec, saga, job, false);
     }
-    await runSql(e.pool, recordAttemptError({ ...key, message: errorText(error) })).catch(() => {});
+    await runSql(e.pool, recordAttemptError({ ...key, message: errorMessage(error) })).catch(
+      () => {},
+    );
     throw error;
   } finally {
     deadline.clear();
@@ -354,7 +351,9 @@ async function runCompensation(
     report(e, saga, spec.name, await completion.finish(null));
   } catch (error) {
     completion.abandon(error);
-    await runSql(e.pool, recordAttemptError({ ...key, message: errorText(error) })).catch(() => {});
+    await runSql(e.pool, recordAttemptError({ ...key, message: errorMessage(error) })).catch(
+      () => {},
+    );
     throw error;
   }
 }

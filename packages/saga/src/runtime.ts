@@ -5,10 +5,16 @@ import {
   type Client,
   type Logger,
 } from '@skiplock/queue';
-import { cancelQueuedJob, runSql, withTransaction, type Queryable } from '@skiplock/queue/engine';
+import {
+  cancelQueuedJob,
+  createDefaultLogger,
+  resolvePool,
+  runSql,
+  withTransaction,
+  type Queryable,
+} from '@skiplock/queue/engine';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
-import pg from 'pg';
-import { pino } from 'pino';
+import type pg from 'pg';
 import type { AnySagaDefinition, SagaDefinition, StepOutputs } from './define.js';
 import { entryKey, type Engine, type FaultHook, type SagaEntry } from './engine.js';
 import { SagaError, SagaNotFoundError, SagaValidationError, UnknownSagaError } from './errors.js';
@@ -124,23 +130,18 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
   if (!Array.isArray(options?.sagas) || options.sagas.length === 0) {
     throw new TypeError('createSagaRuntime: `sagas` must list at least one saga definition');
   }
-  const logger = options.logger ?? pino({ name: 'skiplock-saga' });
-  let ownPool: pg.Pool | null = null;
-  const pool =
-    options.pool ??
-    options.client?.pool ??
-    (ownPool = new pg.Pool({
-      connectionString: options.connectionString ?? process.env.DATABASE_URL,
-      application_name: 'skiplock-saga',
-    }));
-  if (ownPool) {
-    if (!options.connectionString && !process.env.DATABASE_URL) {
-      throw new TypeError('createSagaRuntime: pass a pool, a client or a connectionString');
-    }
-    ownPool.on('error', (error) =>
-      logger.warn({ reason: 'db_error', err: error.message }, 'idle connection error'),
-    );
+  const logger = options.logger ?? createDefaultLogger('skiplock-saga');
+  const given = options.pool ?? options.client?.pool;
+  if (!given && !options.connectionString && !process.env.DATABASE_URL) {
+    throw new TypeError('createSagaRuntime: pass a pool, a client or a connectionString');
   }
+  // The queue's own pool set-up: error listeners on the pool and on every client it hands out.
+  const owned = resolvePool(
+    { pool: given, connectionString: options.connectionString },
+    logger,
+    'saga',
+  );
+  const pool = owned.pool;
   const client = options.client ?? createClient({ pool, logger });
   const entries = new Map<string, SagaEntry>();
   const engine: Engine = {
@@ -352,7 +353,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     async close() {
       await reconciler.stop();
       if (!options.client) await client.close();
-      if (ownPool) await ownPool.end();
+      await owned.release();
     },
   };
 }
