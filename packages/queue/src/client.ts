@@ -148,6 +148,11 @@ export interface Client {
     statuses?: JobStatus[] | undefined;
     queue?: string | undefined;
     jobType?: string | undefined;
+    /**
+     * Jobs whose current attempt runs on this worker (`Worker.id`; with `statuses: ['processing']`,
+     * what it holds right now), or whose last attempt ran there.
+     */
+    workerId?: string | undefined;
     limit?: number | undefined;
     beforeId?: string | undefined;
   }): Promise<Job[]>;

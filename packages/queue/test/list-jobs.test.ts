@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, defineJob, type Job } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { quiet } from './fixtures.js';
+import { quiet, testWorker } from './fixtures.js';
+import { waitFor } from '../../../test/support/wait.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
@@ -40,5 +41,34 @@ describe('listJobs', () => {
     }
     const expected = [...ids].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0)).map(String);
     expect(seen.map((j) => j.id)).toEqual(expected);
+  });
+});
+
+describe('listJobs by worker', () => {
+  it('finds the jobs a worker holds now, and those whose last attempt it ran', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const started: string[] = [];
+    const held = defineJob({
+      type: 'held-by-worker',
+      queue: 'held',
+      payload: z.object({}),
+      handler: async (_p, ctx) => {
+        started.push(ctx.job.id);
+        await gate;
+      },
+    });
+    const { id } = await client.enqueue(held, {});
+    const a = testWorker(db.pool, [held], { workerId: 'host-a:1' });
+    const running = a.runOnce();
+    await waitFor(() => started.length === 1);
+    const holding = await client.listJobs({ workerId: 'host-a:1', statuses: ['processing'] });
+    expect(holding.map((j) => [j.id, j.lockedBy])).toEqual([[id, 'host-a:1']]);
+    expect(await client.listJobs({ workerId: 'host-b:2' })).toEqual([]);
+    release();
+    await running;
+    expect(await client.listJobs({ workerId: 'host-a:1', statuses: ['processing'] })).toEqual([]);
+    const ran = await client.listJobs({ workerId: 'host-a:1' });
+    expect(ran.map((j) => [j.id, j.status])).toEqual([[id, 'completed']]);
   });
 });

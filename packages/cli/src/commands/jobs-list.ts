@@ -28,12 +28,13 @@ const statuses: readonly string[] = jobStatuses;
 
 export const jobsListCommand: Command = {
   name: 'jobs list',
-  summary: 'list jobs, newest first, filtered by status, queue or type',
+  summary: 'list jobs, newest first, filtered by status, queue, type or worker',
   usage: [
-    'usage: skiplock jobs list [--status S]... [--queue Q] [--type T] [--limit N] [--before-id ID]',
-    '                          [--json] [--database-url URL]',
+    'usage: skiplock jobs list [--status S]... [--queue Q] [--type T] [--worker ID] [--limit N]',
+    '                          [--before-id ID] [--json] [--database-url URL]',
     '',
     `  --status S      ${statuses.join(', ')} (repeat or comma-separate)`,
+    '  --worker ID     jobs the worker holds (with --status processing) or last ran',
     '  --limit N       at most N jobs, 1 to 1000 (default 50)',
     '  --before-id ID  only jobs older than ID: pass the last id shown to see the next page',
   ].join('\n'),
@@ -44,6 +45,7 @@ export const jobsListCommand: Command = {
       status: { type: 'string', multiple: true },
       queue: { type: 'string' },
       type: { type: 'string' },
+      worker: { type: 'string' },
       limit: { type: 'string' },
       'before-id': { type: 'string' },
     });
@@ -69,6 +71,7 @@ export const jobsListCommand: Command = {
         statuses: wanted as JobStatus[],
         queue: values.queue,
         jobType: values.type,
+        workerId: values.worker,
         limit,
         beforeId,
       }),

@@ -14,6 +14,8 @@ export interface JobFilter {
   statuses?: readonly JobStatus[] | undefined;
   queue?: string | undefined;
   jobType?: string | undefined;
+  /** Jobs whose current (or, once settled, last) attempt ran on this worker: `locked_by`. */
+  workerId?: string | undefined;
   limit: number;
   /** Keyset pagination: only jobs with a smaller id. */
   beforeId?: string | undefined;
@@ -26,6 +28,7 @@ export function selectJobs(filter: JobFilter) {
   }
   if (filter.queue) where.push(sql`queue = ${filter.queue}`);
   if (filter.jobType) where.push(sql`job_type = ${filter.jobType}`);
+  if (filter.workerId) where.push(sql`locked_by = ${filter.workerId}`);
   if (filter.beforeId) where.push(sql`jobs.id < ${filter.beforeId}::bigint`);
   // ORDER BY names the table's column: a bare `id` would be the select list's `id::text`,
   // which sorts '99' after '241' and makes keyset pages skip jobs.
