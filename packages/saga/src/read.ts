@@ -4,7 +4,7 @@ import { SagaError } from './errors.js';
 import { sagaStatus, type SagaStatus, type SagaStepKind, type SagaStepStatus } from './schema.js';
 import { selectSaga, selectSagas, type SagaReadRow } from './sql/read.js';
 import { selectSignals, type SignalRow } from './sql/signals.js';
-import { selectHistory, type HistoryRow } from './sql/steps.js';
+import { selectHistories, selectHistory, type HistoryRow } from './sql/steps.js';
 
 /** One step or compensation in a saga's history. */
 export interface StepRecord {
@@ -43,6 +43,8 @@ export interface SagaSummary {
   createdAt: Date;
   updatedAt: Date;
   finishedAt: Date | null;
+  /** Steps and compensations in the order the saga reached them: `listSagas({ history: true })`. */
+  history?: StepRecord[];
 }
 
 export interface SagaView extends SagaSummary {
@@ -59,6 +61,11 @@ export interface SagaListOptions {
   limit?: number | undefined;
   /** `nextCursor` of the previous page. */
   cursor?: string | undefined;
+  /**
+   * Also each saga's step history (statuses, attempts, times, errors; outputs too), read for the
+   * whole page in one more statement instead of one `getSaga` per saga.
+   */
+  history?: boolean | undefined;
 }
 
 export interface SagaList {
@@ -88,6 +95,21 @@ function toSummary(row: SagaReadRow): SagaSummary {
   };
 }
 
+function toStepRecord(h: HistoryRow): StepRecord {
+  return {
+    step: h.step,
+    kind: h.kind,
+    status: h.status,
+    attempts: h.attempts,
+    jobId: h.job_id,
+    output: h.output,
+    error: h.error,
+    createdAt: new Date(h.created_at),
+    startedAt: date(h.started_at),
+    finishedAt: date(h.finished_at),
+  };
+}
+
 export async function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
   const row = (await runSql<SagaReadRow>(pool, selectSaga(id))).rows[0];
   if (!row) return null;
@@ -98,18 +120,7 @@ export async function readSaga(pool: pg.Pool, id: string): Promise<SagaView | nu
   return {
     ...toSummary(row),
     input: row.input,
-    history: history.rows.map((h) => ({
-      step: h.step,
-      kind: h.kind,
-      status: h.status,
-      attempts: h.attempts,
-      jobId: h.job_id,
-      output: h.output,
-      error: h.error,
-      createdAt: new Date(h.created_at),
-      startedAt: date(h.started_at),
-      finishedAt: date(h.finished_at),
-    })),
+    history: history.rows.map(toStepRecord),
     signals: signals.rows.map((s) => ({
       name: s.name,
       payload: s.payload,
@@ -167,5 +178,15 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
     rows.length > limit && last
       ? Buffer.from(JSON.stringify([last.created_key, last.id]), 'utf8').toString('base64url')
       : null;
-  return { sagas: page.map(toSummary), nextCursor };
+  const sagas = page.map(toSummary);
+  if (options.history && sagas.length > 0) {
+    const { rows: steps } = await runSql<HistoryRow & { saga_id: string }>(
+      pool,
+      selectHistories(sagas.map((s) => s.id)),
+    );
+    const bySaga = new Map<string, StepRecord[]>(sagas.map((s) => [s.id, []]));
+    for (const row of steps) bySaga.get(row.saga_id)?.push(toStepRecord(row));
+    for (const saga of sagas) saga.history = bySaga.get(saga.id)!;
+  }
+  return { sagas, nextCursor };
 }

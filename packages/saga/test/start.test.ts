@@ -4,6 +4,7 @@ import { z } from 'zod';
 import {
   createSagaRuntime,
   defineSaga,
+  readSagas,
   SagaValidationError,
   UnknownSagaError,
 } from '../src/index.js';
@@ -141,5 +142,44 @@ describe('reading sagas', () => {
     await expect(runtime.listSagas({ limit: 0 })).rejects.toThrow(/limit must be/);
     expect(await runtime.getSaga('list-nope')).toBeNull();
     await runtime.close();
+  });
+
+  it('lists a page of sagas with their step histories in two statements, not one per saga', async () => {
+    const hist = defineSaga({ name: 'hist', version: 1, input: z.object({ fail: z.boolean() }) })
+      .step('a', { ...fast, run: () => 'a', compensate: () => {} })
+      .step('b', {
+        ...fast,
+        maxAttempts: 1,
+        run: (ctx) => {
+          if (ctx.input.fail) throw new Error('b broke');
+          return 'b';
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [hist]);
+    const ids = ['h-ok-1', 'h-bad', 'h-ok-2'];
+    for (const id of ids) await runtime.start(hist, { id, input: { fail: id === 'h-bad' } });
+    const views = await Promise.all(ids.map((id) => settled(runtime, id)));
+    let statements = 0;
+    const query = db.pool.query.bind(db.pool);
+    const counted = Object.assign(Object.create(db.pool) as typeof db.pool, {
+      query: (...args: Parameters<typeof query>) => {
+        statements += 1;
+        return query(...args);
+      },
+    });
+    const { sagas } = await readSagas(counted, { name: 'hist', history: true });
+    expect(statements).toBe(2);
+    expect(sagas.map((s) => s.id).sort()).toEqual([...ids].sort());
+    for (const saga of sagas) {
+      expect(saga.history).toEqual(views.find((v) => v.id === saga.id)!.history);
+    }
+    const bad = sagas.find((s) => s.id === 'h-bad')!;
+    expect(bad.history!.map((h) => `${h.kind}:${h.step}:${h.status}`)).toEqual([
+      'step:a:completed',
+      'step:b:failed',
+      'compensation:a:completed',
+    ]);
+    // Without the option, summaries carry no history.
+    expect((await runtime.listSagas({ name: 'hist' })).sagas[0]).not.toHaveProperty('history');
   });
 });

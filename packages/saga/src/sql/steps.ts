@@ -71,3 +71,11 @@ export function selectHistory(sagaId: string) {
            started_at, finished_at
     FROM skiplock.saga_steps WHERE saga_id = ${sagaId} ORDER BY id`;
 }
+
+/** The histories of many sagas in one statement, for a page of `listSagas({ history: true })`. */
+export function selectHistories(sagaIds: readonly string[]) {
+  return sql`
+    SELECT saga_id, step, kind, status, attempts, job_id::text AS job_id, output, error,
+           created_at, started_at, finished_at
+    FROM skiplock.saga_steps WHERE saga_id = ANY(${sql.param(sagaIds)}::text[]) ORDER BY saga_id, id`;
+}
