@@ -105,14 +105,27 @@ export interface ClientOptions extends PoolSource {
 }
 
 const MAX_DELAY_MS = 10 * 365 * 86_400_000;
+// runAt as PostgreSQL and every clock here read it the same way; found by the property test (a
+// year -4713 date reached the server and failed there, unnamed).
+const MIN_RUN_AT = Date.UTC(1970, 0, 1);
+const MAX_RUN_AT = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+const runAtInRange = (d: Date) => d.getTime() >= MIN_RUN_AT && d.getTime() <= MAX_RUN_AT;
+// PostgreSQL text holds no NUL, and a lone surrogate would be stored as U+FFFD: another key.
+const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+const storableText = (s: string) => !s.includes('\u0000') && !loneSurrogate.test(s);
 
 export const enqueueOptionsSchema = z
   .object({
     queue: queueName.optional(),
     priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
-    runAt: z.date().optional(),
+    runAt: z.date().refine(runAtInRange, 'must be a date from 1970 to 9999').optional(),
     delayMs: z.number().int().min(0).max(MAX_DELAY_MS).optional(),
-    idempotencyKey: z.string().min(1).max(512).optional(),
+    idempotencyKey: z
+      .string()
+      .min(1)
+      .max(512)
+      .refine(storableText, 'must be well-formed text without NUL characters')
+      .optional(),
     maxAttempts: z.number().int().min(1).max(1_000).optional(),
   })
   .strict();
@@ -553,13 +566,14 @@ export function checkEnqueueOptions(options: Record<string, unknown>): EnqueueOp
         if (!isIntIn(value, -1_000_000, 1_000_000)) return null;
         break;
       case 'runAt':
-        if (!(value instanceof Date) || Number.isNaN(value.getTime())) return null;
+        if (!(value instanceof Date) || !runAtInRange(value)) return null;
         break;
       case 'delayMs':
         if (!isIntIn(value, 0, MAX_DELAY_MS)) return null;
         break;
       case 'idempotencyKey':
         if (typeof value !== 'string' || value.length < 1 || value.length > 512) return null;
+        if (!storableText(value)) return null;
         break;
       case 'maxAttempts':
         if (!isIntIn(value, 1, 1_000)) return null;
