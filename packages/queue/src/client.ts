@@ -8,6 +8,8 @@ import { InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './erro
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolvePool, type PoolSource } from './pool.js';
 import type { JobStatus } from './schema.js';
+import { ENQUEUE_LEASED, type LeasedInsert } from './handoff.js';
+import type { ClaimedRow } from './sql/claim.js';
 import { isThenable, issuesAt, runValidation } from './standard.js';
 import {
   cancelJob,
@@ -22,6 +24,7 @@ import {
   findJobsByKeys,
   insertJob,
   insertKeyedJobs,
+  insertLeasedJob,
   insertUniformJobs,
   insertUnkeyedJobs,
   type InsertedRow,
@@ -366,14 +369,27 @@ export function createClient(options: ClientOptions = {}): Client {
     }
   }
 
-  async function insertOne(row: JobRow, target: Queryable): Promise<EnqueueResult> {
+  /**
+   * With `leasedTo`, the job is inserted already claimed by that worker (a hand-off) and the
+   * result carries the claimed row; without a conflict either way this is one statement.
+   */
+  async function insertOne(
+    row: JobRow,
+    target: Queryable,
+    leasedTo: string | null = null,
+  ): Promise<EnqueueResult & { claimed?: ClaimedRow }> {
     // Without a conflict this is the only statement. With one, the id is read in a fresh statement,
     // whose snapshot sees the conflicting job even when its transaction committed while the insert
     // waited for it. Should that job be gone by then (pruned, or deleted by hand), the key is free
     // again and the insert is tried once more.
     for (let attempt = 1; ; attempt++) {
-      const { rows } = await run<{ id: string }>(target, insertJob(row));
-      if (rows[0]) return { id: rows[0].id, inserted: true };
+      if (leasedTo !== null) {
+        const { rows } = await run<ClaimedRow>(target, insertLeasedJob(row, leasedTo));
+        if (rows[0]) return { id: rows[0].id, inserted: true, claimed: rows[0] };
+      } else {
+        const { rows } = await run<{ id: string }>(target, insertJob(row));
+        if (rows[0]) return { id: rows[0].id, inserted: true };
+      }
       if (row.idempotencyKey === null) {
         throw new SkiplockError('enqueue_failed', 'insert of a job without a key returned no row');
       }
@@ -412,7 +428,7 @@ export function createClient(options: ClientOptions = {}): Client {
     return results as EnqueueResult[];
   }
 
-  return {
+  const client: Client = {
     pool,
     async enqueue(definition, payload, opts = {}) {
       const { tx, ...rest } = opts;
@@ -490,6 +506,13 @@ export function createClient(options: ClientOptions = {}): Client {
     },
     close: owned.release,
   };
+  const leased: LeasedInsert = async (definition, payload, opts, tx, workerId) => {
+    const { tx: _ignored, ...rest } = opts;
+    const row = toRow(definition, payload, rest, '');
+    return insertOne(isThenable(row) ? await row : row, tx, workerId);
+  };
+  Object.defineProperty(client, ENQUEUE_LEASED, { value: leased });
+  return client;
 }
 
 /** invalid_sql_statement_name (26000) or duplicate_prepared_statement (42P05). */

@@ -8,7 +8,10 @@
  * Not for applications: it is versioned with the queue but carries no compatibility promise of
  * its own. Applications use the package's main entry.
  */
+import type { Client } from './client.js';
 import { runSql, type Queryable } from './db.js';
+import type { AnyJobDefinition, JobContext } from './define.js';
+import { ENQUEUE_LEASED, handOffSlotOf, type LeasedInsert } from './handoff.js';
 import type { JobStatus } from './schema.js';
 import { cancelUnlockedJob, selectJobStatuses, type JobStatusRow } from './sql/admin.js';
 import { tryTransactionLock, type LockKey } from './sql/lock.js';
@@ -64,4 +67,48 @@ export async function jobStates(
 export async function tryAdvisoryLock(tx: Queryable, key: LockKey): Promise<boolean> {
   const { rows } = await runSql<{ locked: boolean }>(tx, tryTransactionLock(key));
   return rows[0]?.locked === true;
+}
+
+/** What `enqueueHandedOff` did. */
+export interface HandOffResult {
+  id: string;
+  /** False when a job with the idempotency key already existed; `id` is then that job's. */
+  inserted: boolean;
+  /** True when the job was inserted leased to the running job's worker, which runs it next. */
+  handedOff: boolean;
+}
+
+/**
+ * Enqueues the successor of the running job `ctx` in the transaction `tx` of its
+ * `ctx.completeWith`. When the job's worker can take it (it runs that type and queue, is started,
+ * and the chain of hand-offs is shorter than its `maxHandOffs`), the job is inserted already
+ * claimed by that worker, which starts it as soon as `tx` commits, without a NOTIFY, a poll or a
+ * claim; otherwise, or with `delayMs`, it is enqueued like any job. Either way it is one row with
+ * its key, its lease and its fencing: a worker that dies before it ran leaves an ordinary expired
+ * lease for the sweeper.
+ */
+export async function enqueueHandedOff(
+  client: Client,
+  tx: Queryable,
+  ctx: JobContext,
+  definition: AnyJobDefinition,
+  payload: unknown,
+  options: { idempotencyKey?: string | undefined; delayMs?: number | undefined } = {},
+): Promise<HandOffResult> {
+  const slot = handOffSlotOf(ctx);
+  const insertLeased = (client as { [ENQUEUE_LEASED]?: LeasedInsert })[ENQUEUE_LEASED];
+  if (
+    !slot?.open ||
+    !insertLeased ||
+    options.delayMs !== undefined ||
+    slot.depth >= slot.limit ||
+    !slot.accepts(definition.type, definition.queue)
+  ) {
+    const { id, inserted } = await client.enqueue(definition, payload, { ...options, tx });
+    return { id, inserted, handedOff: false };
+  }
+  const result = await insertLeased(definition, payload, options, tx, slot.workerId);
+  if (!result.claimed) return { id: result.id, inserted: result.inserted, handedOff: false };
+  slot.pending.push(result.claimed);
+  return { id: result.id, inserted: true, handedOff: true };
 }

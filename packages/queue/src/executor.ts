@@ -15,6 +15,7 @@ import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import type { Completer } from './completer.js';
 import { failureRecord, markDead } from './dead.js';
+import { HAND_OFF, type HandOffSlot } from './handoff.js';
 import { decideFailure, type FailureDecision } from './retry/policy.js';
 import { defaultBackoff } from './retry/backoff.js';
 import type { ClaimedRow } from './sql/claim.js';
@@ -32,6 +33,8 @@ export class RunningJob implements LeaseHolder {
   /** queued: claimed, waiting in the worker's local buffer; running: handler executing. */
   state: 'queued' | 'running' | 'settling' | 'done' = 'queued';
   settledExplicitly = false;
+  /** How many hand-offs in a row led to this job; 0 for a job the worker claimed. */
+  handOffDepth = 0;
   /** Why the job was aborted (lock lost, timeout, shutdown); null while it may run on. */
   abortReason: Error | null = null;
   /** Called once on abort, while a handler runs: ends the race in `run`. */
@@ -87,6 +90,13 @@ export interface ExecutorDeps {
   settleAttempts: number;
   /** Called when the handler has finished (before the settle write), freeing its slot. */
   handlerDone(job: RunningJob, durationMs: number): void;
+  /** Hand-offs of successor jobs to this worker (see `HandOffSlot`); null: none. */
+  handOff: {
+    limit: number;
+    accepts(jobType: string, queue: string): boolean;
+    /** Starts a job this worker inserted leased to itself, once its insert committed. */
+    adopt(row: ClaimedRow, depth: number): void;
+  } | null;
 }
 
 type Outcome =
@@ -191,7 +201,15 @@ function deadOnArrival(reason: 'unknown_type' | 'invalid_payload', error: Error)
  */
 function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
   let logger: Logger | undefined;
-  return {
+  const slot: HandOffSlot | null = d.handOff && {
+    workerId: d.workerId,
+    depth: job.handOffDepth,
+    limit: d.handOff.limit,
+    accepts: d.handOff.accepts,
+    open: false,
+    pending: [],
+  };
+  const ctx: JobContext & { [HAND_OFF]?: HandOffSlot } = {
     job: job.info,
     get signal() {
       return job.signal;
@@ -216,15 +234,30 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
     },
     completeWith: async (work) => {
       if (job.abortReason) throw job.abortReason;
-      const value = await withTransaction(d.pool, async (tx) => {
-        const { rowCount } = await runSql(tx, completeJobs(d.workerId, [job.token]));
-        if (rowCount !== 1) throw new LockLostError(job.info.id);
-        return work(tx);
-      });
-      job.settledExplicitly = true;
-      return value;
+      if (slot) {
+        slot.open = true;
+        slot.pending = [];
+      }
+      try {
+        const value = await withTransaction(d.pool, async (tx) => {
+          const { rowCount } = await runSql(tx, completeJobs(d.workerId, [job.token]));
+          if (rowCount !== 1) throw new LockLostError(job.info.id);
+          return work(tx);
+        });
+        job.settledExplicitly = true;
+        // Committed: the successors inserted leased to this worker exist now; run them here.
+        for (const row of slot?.pending ?? []) d.handOff!.adopt(row, job.handOffDepth + 1);
+        return value;
+      } finally {
+        if (slot) {
+          slot.open = false;
+          slot.pending = [];
+        }
+      }
     },
   };
+  if (slot) ctx[HAND_OFF] = slot;
+  return ctx;
 }
 
 function abortedOutcome(reason: unknown): Outcome | null {

@@ -38,6 +38,11 @@ const workerOptionsSchema = z.object({
   shutdownTimeoutMs: z.number().int().min(0).max(3_600_000).default(30_000),
   settleAttempts: z.number().int().min(1).max(100).default(8),
   workerId: z.string().min(1).max(200).optional(),
+  /**
+   * Longest chain of jobs handed to this worker by the jobs before them (a saga's steps) before the
+   * next one goes through the queue for any worker; 0 turns hand-offs off. See `HandOffSlot`.
+   */
+  maxHandOffs: z.number().int().min(0).max(1_000).default(16),
 });
 
 export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsSchema> {
@@ -121,6 +126,7 @@ export function createWorker(options: WorkerOptions): Worker {
     shutdownTimeoutMs: options.shutdownTimeoutMs,
     settleAttempts: options.settleAttempts,
     workerId: options.workerId,
+    maxHandOffs: options.maxHandOffs,
   });
   if (!Array.isArray(jobs) || jobs.length === 0) {
     throw new ConfigError('invalid worker options: jobs: give at least one job definition');
@@ -181,6 +187,22 @@ export function createWorker(options: WorkerOptions): Worker {
       pump();
       wake('slot');
     },
+    handOff:
+      config.maxHandOffs === 0
+        ? null
+        : {
+            limit: config.maxHandOffs,
+            // Only a started worker: `runOnce()` runs what one claim took, nothing more.
+            accepts: (jobType, queue) =>
+              state === 'running' && definitions.has(jobType) && queues.includes(queue),
+            adopt: (row, depth) => {
+              metrics.inc('jobs_handed_off_total');
+              void accept(row, depth);
+              // Stopping began after the insert: hand it back with the rest of the buffer.
+              if (state !== 'running') void releaseBuffered();
+              else pump();
+            },
+          },
   };
   const heartbeat = new Heartbeat(
     pool,
@@ -287,8 +309,13 @@ export function createWorker(options: WorkerOptions): Worker {
     return Math.min(room, unsettledRoom, batchSize);
   }
 
-  function accept(row: ClaimedRow): Promise<void> {
+  /**
+   * Takes a claimed job into the buffer: at the back for a claim, at the front for a hand-off, so
+   * that it runs in the slot its predecessor frees.
+   */
+  function accept(row: ClaimedRow, handOffDepth = 0): Promise<void> {
     const job = new RunningJob(row);
+    job.handOffDepth = handOffDepth;
     running.set(row.id, job);
     if (events.listening('job:claimed')) {
       events.emit('job:claimed', {
@@ -309,7 +336,8 @@ export function createWorker(options: WorkerOptions): Worker {
       });
     inflight.add(task);
     turns.set(job, started);
-    buffered.push(job);
+    if (handOffDepth > 0) buffered.unshift(job);
+    else buffered.push(job);
     return task;
   }
 

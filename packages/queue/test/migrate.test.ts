@@ -84,9 +84,8 @@ describe('migrate', () => {
         `INSERT INTO skiplock.jobs (queue, job_type, payload, status, attempts, run_at)
          VALUES ('default', 'old', '{}', 'failed', 1, now())`,
       );
-      expect((await migrate({ connectionString: url, logger: quiet })).applied).toEqual([
-        'queue/0008_retryable_status',
-      ]);
+      const { applied } = await migrate({ connectionString: url, logger: quiet });
+      expect(applied[0]).toBe('queue/0008_retryable_status');
       const { rows } = await client.query<{ status: string }>(
         'SELECT status::text FROM skiplock.jobs',
       );

@@ -216,3 +216,37 @@ export function findJobsByKeys(pairs: readonly { queue: string; key: string }[])
     values: [pairs.map((p) => p.queue), pairs.map((p) => p.key)],
   };
 }
+
+const INSERT_LEASED = `
+INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
+                           max_attempts, timeout_ms, lease_ms, status, attempts, locked_by,
+                           locked_at, lease_expires_at)
+VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, now(), $6::int, $7::int, $8::int,
+        'processing', 1, $9::text, now(), now() + $8::int * interval '1 millisecond')
+ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id::text AS id, queue, job_type, payload, attempts, max_attempts, priority, timeout_ms,
+          lease_ms, idempotency_key`;
+
+/**
+ * Inserts one job already claimed by `workerId` (attempt 1, under a lease), for a worker that
+ * runs it next itself: a hand-off. The row is exactly what a claim would have made of a pending
+ * one, so heartbeats, fenced settles and the sweeper treat it like any claimed job; the NOTIFY
+ * trigger skips it (it is not pending). No row when the idempotency key is taken.
+ */
+export function insertLeasedJob(row: JobRow, workerId: string): Statement {
+  return {
+    name: 'skiplock_insert_leased_job_v1',
+    text: INSERT_LEASED,
+    values: [
+      row.queue,
+      row.jobType,
+      row.payloadJson,
+      row.idempotencyKey,
+      row.priority,
+      row.maxAttempts,
+      row.timeoutMs,
+      row.leaseMs,
+      workerId,
+    ],
+  };
+}

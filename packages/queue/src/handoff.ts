@@ -1,0 +1,50 @@
+import type { Queryable } from './db.js';
+import type { AnyJobDefinition } from './define.js';
+import type { ClaimedRow } from './sql/claim.js';
+
+/**
+ * What a running job's context knows about handing its successor to its own worker: the worker
+ * inserts the next job already leased to itself inside the job's completing transaction
+ * (`ctx.completeWith`) and starts it as soon as that commits, with no NOTIFY, poll or claim in
+ * between. Used by `@skiplock/saga` for the next step of a saga, through
+ * `enqueueHandedOff` in `@skiplock/queue/engine`.
+ *
+ * Fairness: a chain of hand-offs keeps one slot of its worker for at most `limit` jobs in a row
+ * (the worker's `maxHandOffs`, default 16); the next job after that is enqueued like any other,
+ * for whichever worker claims it first. A handed-off job starts ahead of jobs buffered by claims,
+ * in the slot its predecessor frees, so buffered jobs wait at most that chain.
+ */
+export interface HandOffSlot {
+  workerId: string;
+  /** How many hand-offs led to the running job (0 for a claimed one). */
+  depth: number;
+  limit: number;
+  /** Whether this worker runs jobs of this type and queue, and still takes work. */
+  accepts(jobType: string, queue: string): boolean;
+  /** Open while the job's completing transaction runs: hand-offs can join only that one. */
+  open: boolean;
+  /** Rows inserted leased in the open transaction, started once it commits. */
+  pending: ClaimedRow[];
+}
+
+/** Where a job's context keeps its slot; a symbol keeps it out of the public `JobContext`. */
+export const HAND_OFF = Symbol('skiplock.handOff');
+
+export function handOffSlotOf(ctx: object): HandOffSlot | undefined {
+  return (ctx as { [HAND_OFF]?: HandOffSlot })[HAND_OFF];
+}
+
+/**
+ * The client's insert of one job already claimed by `workerId`, validated and serialized like any
+ * enqueue; `claimed` is missing when the idempotency key was taken (`id` is then that job's).
+ * Reached through a symbol, so it is not part of the public `Client`.
+ */
+export type LeasedInsert = (
+  definition: AnyJobDefinition,
+  payload: unknown,
+  options: { idempotencyKey?: string | undefined; priority?: number | undefined; tx?: unknown },
+  tx: Queryable,
+  workerId: string,
+) => Promise<{ id: string; inserted: boolean; claimed?: ClaimedRow }>;
+
+export const ENQUEUE_LEASED = Symbol('skiplock.enqueueLeased');

@@ -1,0 +1,159 @@
+import { enqueueHandedOff, type HandOffResult } from '@skiplock/queue/engine';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createClient, defineJob, type Worker } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { quiet, testWorker } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+/**
+ * A job type whose job `n` enqueues job `n + 1` (until `last`) in its completing transaction, as
+ * a saga step enqueues the next step; every hand-off decision is recorded by `n`.
+ */
+function chain(name: string, last: number, fail?: (n: number) => boolean) {
+  const decisions = new Map<number, HandOffResult>();
+  const ran: number[] = [];
+  const def = defineJob({
+    type: name,
+    queue: name,
+    payload: z.object({ n: z.number() }),
+    backoff: { baseMs: 1, maxMs: 5, jitter: 0 },
+    handler: async ({ n }, ctx) => {
+      ran.push(n);
+      await ctx.completeWith(async (tx) => {
+        if (n === last) return;
+        const result = await enqueueHandedOff(
+          client,
+          tx,
+          ctx,
+          def,
+          { n: n + 1 },
+          {
+            idempotencyKey: `${name}:${n + 1}`,
+          },
+        );
+        decisions.set(n + 1, result);
+        if (fail?.(n)) throw new Error(`job ${n} fails after its successor's insert`);
+      });
+    },
+  });
+  return { def, decisions, ran };
+}
+
+/** A started worker that would find new work only after a minute without its hand-offs. */
+async function slowPolling(jobs: Parameters<typeof testWorker>[1], maxHandOffs?: number) {
+  const worker = testWorker(db.pool, jobs, {
+    pollIntervalMs: 60_000,
+    listen: true,
+    concurrency: 2,
+    ...(maxHandOffs === undefined ? {} : { maxHandOffs }),
+  });
+  await worker.start();
+  return worker;
+}
+
+async function rows(queue: string) {
+  const { rows } = await db.pool.query<{
+    n: number;
+    status: string;
+    attempts: number;
+    locked_by: string | null;
+  }>(
+    `SELECT (payload->>'n')::int AS n, status::text, attempts, locked_by
+     FROM skiplock.jobs WHERE queue = $1 ORDER BY id`,
+    [queue],
+  );
+  return rows;
+}
+
+async function stop(worker: Worker) {
+  await worker.stop({ timeoutMs: 5_000 });
+}
+
+describe('hand-off of a successor job to the worker that finished its predecessor', () => {
+  it('runs a chain on one worker with no claim or poll between its jobs', async () => {
+    const { def, decisions, ran } = chain('handoff-chain', 6);
+    const worker = await slowPolling([def]);
+    const claimsBefore = worker.metrics.counter('claims_total');
+    const listener = await db.pool.connect();
+    const notified: string[] = [];
+    listener.on('notification', (m) => notified.push(m.payload ?? ''));
+    await listener.query('LISTEN skiplock_jobs');
+    await client.enqueue(def, { n: 0 });
+    // LISTEN wakes the worker for job 0; nothing would wake it for the others for a minute.
+    await waitFor(
+      async () =>
+        (await rows('handoff-chain')).every((r) => r.status === 'completed') && ran.length === 7,
+      { timeoutMs: 10_000 },
+    );
+    await stop(worker);
+    await listener.query('UNLISTEN skiplock_jobs');
+    listener.release();
+    expect(ran).toEqual([0, 1, 2, 3, 4, 5, 6]);
+    // One wake-up, for the enqueued job 0; jobs inserted leased send none.
+    expect(notified).toEqual(['handoff-chain']);
+    expect([...decisions.values()].every((d) => d.handedOff && d.inserted)).toBe(true);
+    expect(worker.metrics.counter('jobs_handed_off_total')).toBe(6);
+    // One claim took job 0 (wake-ups may add empty ones); none took the six handed-off jobs.
+    expect(worker.metrics.counter('jobs_claimed_total')).toBe(1);
+    expect(worker.metrics.counter('claims_total') - claimsBefore).toBeLessThan(7);
+    for (const row of await rows('handoff-chain')) {
+      expect(row).toMatchObject({ status: 'completed', attempts: 1, locked_by: worker.id });
+    }
+  });
+
+  it('keeps a worker for at most maxHandOffs jobs in a row, then queues the next for anyone', async () => {
+    const { def, decisions, ran } = chain('handoff-fair', 9);
+    const worker = testWorker(db.pool, [def], {
+      maxHandOffs: 3,
+      concurrency: 2,
+      pollIntervalMs: 20,
+    });
+    await worker.start();
+    await client.enqueue(def, { n: 0 });
+    await waitFor(() => ran.length === 10, { timeoutMs: 10_000 });
+    await stop(worker);
+    // Depth 0 (claimed) hands off 1, 2, 3; job 3 is at the limit, so 4 is queued and claimed.
+    const handed = [...Array(9).keys()].map((i) => decisions.get(i + 1)!.handedOff);
+    expect(handed).toEqual([true, true, true, false, true, true, true, false, true]);
+    expect(worker.metrics.counter('jobs_handed_off_total')).toBe(7);
+  });
+
+  it('inserts nothing and starts nothing when the completing transaction rolls back', async () => {
+    const { def, decisions } = chain('handoff-rollback', 1, (n) => n === 0);
+    const worker = await slowPolling([def]);
+    const { id } = await client.enqueue(def, { n: 0 }, { maxAttempts: 1 });
+    await waitFor(async () => (await client.getJob(id))?.status === 'dead', { timeoutMs: 10_000 });
+    await stop(worker);
+    expect(decisions.get(1)?.handedOff).toBe(true);
+    expect((await rows('handoff-rollback')).map((r) => r.n)).toEqual([0]);
+    expect(worker.metrics.counter('jobs_handed_off_total')).toBe(0);
+  });
+
+  it('enqueues like any job when the key is taken, from runOnce, or with hand-offs off', async () => {
+    const taken = chain('handoff-taken', 1);
+    await client.enqueue(taken.def, { n: 1 }, { idempotencyKey: 'handoff-taken:1' });
+    const existing = (await rows('handoff-taken'))[0]!;
+    const once = chain('handoff-once', 1);
+    const off = chain('handoff-off', 1);
+    const worker = await slowPolling([taken.def]);
+    await client.enqueue(taken.def, { n: 0 });
+    await waitFor(() => taken.decisions.size === 1, { timeoutMs: 10_000 });
+    await stop(worker);
+    expect(taken.decisions.get(1)).toMatchObject({ inserted: false, handedOff: false });
+    expect(existing.n).toBe(1);
+
+    await client.enqueue(once.def, { n: 0 });
+    await testWorker(db.pool, [once.def]).runOnce();
+    expect(once.decisions.get(1)).toMatchObject({ inserted: true, handedOff: false });
+
+    const noHandOff = await slowPolling([off.def], 0);
+    await client.enqueue(off.def, { n: 0 });
+    await waitFor(() => off.ran.length === 2, { timeoutMs: 10_000 });
+    await stop(noHandOff);
+    expect(off.decisions.get(1)).toMatchObject({ inserted: true, handedOff: false });
+  });
+});
