@@ -39,10 +39,31 @@ export interface Engine {
 
 export const entryKey = (name: string, version: number) => `${name}@${version}`;
 
-export const stepKey = (sagaId: string, step: string) => `saga:${sagaId}:${step}`;
+/**
+ * A saga id as it appears in its jobs' idempotency keys. Ordinary characters (printable ASCII
+ * other than `%` and `:`) stay as they are; `%`, `:` and every other character are percent-encoded
+ * as UTF-8 (`%3A`, `%25`, `%C3%BC`). So a key never holds a `:` of the id, `%` only starts an
+ * escape, and the encoding is one-to-one: two ids never share a key.
+ */
+export const keyId = (sagaId: string): string =>
+  sagaId.replace(/[^\x21-\x24\x26-\x39\x3b-\x7e]/gu, (c) =>
+    [...Buffer.from(c, 'utf8')]
+      .map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`)
+      .join(''),
+  );
+
+/**
+ * The longest encoded id: with `saga:`, `:compensate:` and a 48-character step name a key stays
+ * within the queue's 512-character idempotency keys.
+ */
+export const MAX_KEY_ID_LENGTH = 400;
+
+// Step names are letters, digits, `_` and `-` (checked by `defineSaga`), so after `saga:<id>:`
+// one segment is a step, and two are a compensation or a wait's timeout, told apart by the word.
+export const stepKey = (sagaId: string, step: string) => `saga:${keyId(sagaId)}:${step}`;
 export const compensationKey = (sagaId: string, step: string) =>
-  `saga:${sagaId}:compensate:${step}`;
-export const timeoutKey = (sagaId: string, step: string) => `saga:${sagaId}:${step}:timeout`;
+  `saga:${keyId(sagaId)}:compensate:${step}`;
+export const timeoutKey = (sagaId: string, step: string) => `saga:${keyId(sagaId)}:timeout:${step}`;
 
 /** Job types name the saga, its version and the step, so an unknown version dies as unknown. */
 export const jobType = (

@@ -34,10 +34,13 @@ export interface FieldIssue {
   message: string;
 }
 
-/** A saga input or signal payload failed its schema; `issues` names every bad field. */
+/**
+ * A saga input or signal payload failed its schema, or a saga id broke the id rule (`invalid_id`);
+ * `issues` names every bad field.
+ */
 export class SagaValidationError extends SagaError {
   constructor(
-    code: 'invalid_input' | 'invalid_signal',
+    code: 'invalid_input' | 'invalid_signal' | 'invalid_id',
     what: string,
     readonly issues: FieldIssue[],
   ) {

@@ -391,6 +391,30 @@ async function compensationDead(spec: StepSpec, e: Engine, tx: pg.PoolClient, in
   report(e, saga, spec.name, transition);
 }
 
+/**
+ * A wait's timeout job died (its attempts spent on errors, or its last lease expired): the wait
+ * can no longer end by itself, so it fails now as a timeout would, with the job's reason.
+ */
+async function timeoutDead(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  tx: pg.PoolClient,
+  info: DeadJobInfo,
+) {
+  const job = await e.client.getJob(info.id, { tx });
+  const data = payload.safeParse(job?.payload);
+  if (!data.success) return;
+  const saga = (await runSql<SagaRow>(tx, lockSaga(data.data.sagaId))).rows[0];
+  if (!isCurrent(saga, spec.name, 'step', ['waiting'])) return;
+  const error = `timeout job of signal "${spec.wait!.signal}" died (${info.reason}): ${info.error}`;
+  e.logger.warn(
+    { sagaId: saga.id, step: spec.name, reason: 'timeout_job_dead', jobId: info.id },
+    'wait timeout job died; the wait fails',
+  );
+  report(e, saga, spec.name, await failStep(e, tx, entry, saga, spec.index, error));
+}
+
 /** The job types one saga definition runs as: a run job per step, plus compensations and timeouts. */
 export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
   const entry: SagaEntry = {
@@ -436,6 +460,7 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
             payload,
             maxAttempts: STEP_MAX_ATTEMPTS,
             handler: (data, job) => runTimeout(e, entry, spec, data, job),
+            onDead: (tx, info) => timeoutDead(e, entry, spec, tx, info),
           }) as AnyJobDefinition)
         : null,
     );

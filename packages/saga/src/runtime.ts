@@ -16,7 +16,14 @@ import {
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type pg from 'pg';
 import type { AnySagaDefinition, SagaDefinition, StepOutputs } from './define.js';
-import { entryKey, type Engine, type FaultHook, type SagaEntry } from './engine.js';
+import {
+  entryKey,
+  keyId,
+  MAX_KEY_ID_LENGTH,
+  type Engine,
+  type FaultHook,
+  type SagaEntry,
+} from './engine.js';
 import { SagaError, SagaNotFoundError, SagaValidationError, UnknownSagaError } from './errors.js';
 import { buildEntry } from './handlers.js';
 import { createReconciler, type Reconciler, type ReconcilerOptions } from './reconciler.js';
@@ -114,13 +121,28 @@ const TERMINAL: ReadonlySet<SagaStatus> = new Set([
   'cancelled',
   'failed',
 ]);
-const ID = /^[\x21-\x7e]{1,200}$/;
+const MAX_ID_CHARS = 200;
+// Whitespace, control characters and lone surrogates (which PostgreSQL would store as U+FFFD).
+const UNFIT = /[\s\p{Cc}]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/u;
 
+/** Saga ids: 1-200 characters, no whitespace or control characters, short enough for job keys. */
 function checkSagaId(id: unknown): string {
-  if (typeof id !== 'string' || !ID.test(id)) {
-    throw new SagaError(
-      'invalid_id',
-      `saga id must be 1-200 printable ASCII characters without spaces, got ${JSON.stringify(id)}`,
+  const refuse = (message: string): never => {
+    throw new SagaValidationError('invalid_id', 'saga id', [{ path: 'id', message }]);
+  };
+  if (typeof id !== 'string') return refuse(`must be a string, got ${typeof id}`);
+  if (id.length === 0) return refuse('must not be empty');
+  const chars = [...id].length;
+  if (chars > MAX_ID_CHARS) {
+    return refuse(`must be at most ${MAX_ID_CHARS} characters, got ${chars}`);
+  }
+  if (UNFIT.test(id)) {
+    return refuse(`must not contain whitespace or control characters, got ${JSON.stringify(id)}`);
+  }
+  const encoded = keyId(id).length;
+  if (encoded > MAX_KEY_ID_LENGTH) {
+    return refuse(
+      `must be at most ${MAX_KEY_ID_LENGTH} characters once encoded for its job keys (%, : and non-ASCII characters take 3 per UTF-8 byte), got ${encoded}`,
     );
   }
   return id;

@@ -49,13 +49,45 @@ async function enqueue(
   sagaId: string,
   idempotencyKey: string,
   delayMs?: number,
-): Promise<string> {
-  const { id } = await e.client.enqueue(
+): Promise<string | ForeignJob> {
+  const { id, inserted } = await e.client.enqueue(
     job,
     { sagaId },
     delayMs === undefined ? { tx, idempotencyKey } : { tx, idempotencyKey, delayMs },
   );
+  if (!inserted) {
+    // The key was taken, so the queue returned the job that holds it. Ours (the same job type
+    // for this saga) is what a repeated move finds; any other is not, and waiting on it would
+    // leave the saga stuck: the caller fails the saga instead.
+    const existing = await e.client.getJob(id, { tx });
+    const owner = (existing?.payload as { sagaId?: unknown } | null | undefined)?.sagaId;
+    if (existing?.jobType !== job.type || owner !== sagaId) {
+      return { foreign: { id, key: idempotencyKey, type: existing?.jobType ?? null, owner } };
+    }
+  }
   return id;
+}
+
+/** The job an enqueue got back for its key belongs to something else (see `enqueue`). */
+interface ForeignJob {
+  foreign: { id: string; key: string; type: string | null; owner: unknown };
+}
+
+/** Fails the saga whose next job's key is held by a job that is not its own; logged loudly. */
+async function failForeign(
+  e: Engine,
+  tx: Queryable,
+  sagaId: string,
+  step: string,
+  { foreign }: ForeignJob,
+): Promise<Transition> {
+  const holder = foreign.type === null ? 'a job no longer readable' : `a "${foreign.type}" job`;
+  const error = `idempotency key "${foreign.key}" of step "${step}" is held by ${holder} (job ${foreign.id}) that is not this saga's`;
+  e.logger.error(
+    { reason: 'foreign_job', sagaId, step, jobId: foreign.id, jobType: foreign.type },
+    "saga failed: its next job's idempotency key belongs to another job",
+  );
+  return failSaga(tx, sagaId, error);
 }
 
 /** Enqueues step `index`'s job and points the saga at it. */
@@ -68,6 +100,7 @@ export async function enterStep(
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
   const jobId = await enqueue(e, tx, entry.runJobs[index]!, sagaId, stepKey(sagaId, spec.name));
+  if (typeof jobId !== 'string') return failForeign(e, tx, sagaId, spec.name, jobId);
   await runSql(
     tx,
     enterRow({ id: sagaId, status: 'running', step: spec.name, kind: 'step', jobId }),
@@ -148,7 +181,9 @@ export async function enterWaiting(
   const timeoutJob = entry.timeoutJobs[index];
   if (delays.length > 0 && timeoutJob) {
     const delayMs = Math.max(0, Math.ceil(Math.min(...delays)) + 1);
-    await enqueue(e, tx, timeoutJob, saga.id, timeoutKey(saga.id, spec.name), delayMs);
+    const key = timeoutKey(saga.id, spec.name);
+    const jobId = await enqueue(e, tx, timeoutJob, saga.id, key, delayMs);
+    if (typeof jobId !== 'string') return failForeign(e, tx, saga.id, spec.name, jobId);
   }
   return 'waiting';
 }
@@ -193,6 +228,7 @@ export async function compensateNext(
   }
   const job = entry.compensateJobs[next.index]!;
   const jobId = await enqueue(e, tx, job, saga.id, compensationKey(saga.id, next.name));
+  if (typeof jobId !== 'string') return failForeign(e, tx, saga.id, next.name, jobId);
   await runSql(
     tx,
     enterRow({

@@ -86,7 +86,7 @@ describe('starting a saga', () => {
       'saga "other" version 1 is not registered with this runtime',
     );
     await expect(runtime.start(greet, { id: '', input: { who: 'a' } })).rejects.toThrow(
-      /saga id must be 1-200 printable ASCII/,
+      /^invalid saga id: id: must not be empty$/,
     );
     expect(await runtime.getSaga('bad')).toBeNull();
     await runtime.close();

@@ -13,8 +13,8 @@ import { cell, renderTable } from '../format/table.js';
 import { formatDuration, relativeTime, timestamp } from '../format/time.js';
 import { printJson, type Command } from '../io.js';
 
-// The saga package's own rule for ids: printable ASCII without spaces, at most 200 characters.
-const SAGA_ID = /^[\x21-\x7e]{1,200}$/;
+// The saga package's own rule for ids: 1-200 characters, no whitespace or control characters.
+const SAGA_ID = /^[^\s\p{Cc}]{1,200}$/u;
 // The human view shows this much of an input or output; --json always has all of it.
 const MAX_VALUE_CHARS = 4_000;
 
