@@ -4,6 +4,7 @@ import { jobsListCommand } from './commands/jobs-list.js';
 import { jobsRetryCommand } from './commands/jobs-retry.js';
 import { jobsShowCommand } from './commands/jobs-show.js';
 import { migrateCommand } from './commands/migrate.js';
+import { rolesCommand } from './commands/roles.js';
 import { sagasListCommand } from './commands/sagas-list.js';
 import { sagasShowCommand } from './commands/sagas-show.js';
 import { statsCommand } from './commands/stats.js';
@@ -22,6 +23,7 @@ const commands: Command[] = [
   jobsCancelCommand,
   sagasListCommand,
   sagasShowCommand,
+  rolesCommand,
 ];
 
 function listing(list: readonly Command[]): string[] {

@@ -23,6 +23,13 @@ export { errorMessage } from './errors.js';
 export { createDefaultLogger } from './logger.js';
 export { queueMigrations, type MigrationSet } from './migrate.js';
 export { resolvePool, type OwnedPool, type PoolSource } from './pool.js';
+export {
+  grantsOnTable,
+  queueGrants,
+  bookkeepingGrants,
+  roleIdentifiers,
+  type RoleNames,
+} from './roles.js';
 export { LockKeys, type LockKey } from './sql/lock.js';
 export { IntervalService } from './service.js';
 /** The job status enum, for tools that list or filter by status (the CLI). */

@@ -15,6 +15,8 @@ export type {
   StepOutputs,
   WaitOptions,
 } from './define.js';
+// The saga tables' grants under skiplock's least-privilege roles (composed by `skiplock roles`).
+export { sagaGrants } from './roles.js';
 export { createSagaRuntime } from './runtime.js';
 export type {
   CancelResult,

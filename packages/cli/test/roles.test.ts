@@ -1,0 +1,262 @@
+import { createDatabase, dropDatabase, withDatabaseName } from '@skiplock/devdb';
+import { createClient, createWorker, defineJob } from '@skiplock/queue';
+import { createSagaRuntime, defineSaga, migrate } from '@skiplock/saga';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { pino } from 'pino';
+import { afterAll, describe, expect, inject, it } from 'vitest';
+import { z } from 'zod';
+import { waitFor } from '../../../test/support/wait.js';
+import { runCli, runInProcess } from './run-cli.js';
+
+// Real roles on a real server, in a database of their own. Roles are cluster-wide, so their names
+// are unique to this run, and they are dropped (after the database that holds their grants and
+// objects) whatever happens, leaving the server as it was found.
+const adminUrl = inject('adminUrl');
+const suffix = randomBytes(4).toString('hex');
+const roles = {
+  owner: `skiplock_t${suffix}_owner`,
+  worker: `skiplock_t${suffix}_worker`,
+  producer: `skiplock_t${suffix}_producer`,
+};
+const dbName = `${inject('runPrefix')}roles_${suffix}`;
+const dbUrl = withDatabaseName(adminUrl, dbName);
+// The embedded server checks passwords on TCP connections; trust auth ignores them.
+const password = randomBytes(12).toString('hex');
+const urlAs = (role: string) => {
+  const url = new URL(dbUrl);
+  url.username = role;
+  url.password = password;
+  return url.toString();
+};
+
+const silent = pino({ level: 'silent' });
+const pools: pg.Pool[] = [];
+const poolAs = (role: string) => {
+  const pool = new pg.Pool({ connectionString: urlAs(role), max: 4 });
+  pools.push(pool);
+  return pool;
+};
+
+async function admin(sql: string, url = adminUrl) {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return await client.query(sql);
+  } finally {
+    await client.end();
+  }
+}
+
+let created = false;
+afterAll(async () => {
+  await Promise.all(pools.splice(0).map((p) => p.end().catch(() => {})));
+  try {
+    if (created) await dropDatabase(adminUrl, dbName);
+  } finally {
+    for (const role of Object.values(roles)) await admin(`DROP ROLE IF EXISTS "${role}"`);
+  }
+});
+
+const ran: string[] = [];
+const sendMail = defineJob({
+  type: 'roles-send-mail',
+  payload: z.object({ to: z.string() }),
+  handler: ({ to }) => void ran.push(to),
+});
+const order = defineSaga({ name: 'roles-order', version: 1, input: z.object({ n: z.number() }) })
+  .step('reserve', { run: (ctx) => ({ reserved: ctx.input.n }) })
+  .waitFor('paid', { payload: z.object({ cents: z.number() }) })
+  .step('ship', { run: () => ({ shipped: true }) });
+
+/** Runs `work` and expects PostgreSQL to refuse it for lack of privilege (42501). */
+async function denied(work: () => Promise<unknown>) {
+  await expect(work()).rejects.toMatchObject({ code: '42501' });
+}
+
+describe('skiplock roles', () => {
+  it('prints the SQL without a database, and refuses names that are not simple identifiers', async () => {
+    const printed = await runInProcess(
+      [
+        'roles',
+        '--owner',
+        'app_owner',
+        '--worker',
+        'app_worker',
+        '--producer',
+        'app_producer',
+        '--print',
+      ],
+      { DATABASE_URL: undefined },
+    );
+    expect(printed.code, printed.stderr).toBe(0);
+    expect(printed.stdout).toContain(
+      'CREATE SCHEMA IF NOT EXISTS skiplock AUTHORIZATION "app_owner"',
+    );
+    expect(printed.stdout).toContain('GRANT SELECT, INSERT ON skiplock.jobs TO "app_producer"');
+    expect(printed.stdout).toContain('ON skiplock.saga_signals TO "app_producer"');
+    expect(printed.stdout).not.toMatch(/UPDATE[^;\n]*ON skiplock\.jobs TO "app_producer"/);
+
+    for (const bad of [
+      'Owner',
+      'a-b',
+      'x"; DROP TABLE y; --',
+      'pg_owner',
+      '1abc',
+      'a'.repeat(64),
+    ]) {
+      const r = await runInProcess(
+        ['roles', '--owner', bad, '--worker', 'w', '--producer', 'p', '--print'],
+        {},
+      );
+      expect(r.code, bad).toBe(2);
+      expect(r.stderr).toContain('owner role');
+      expect(r.stdout).toBe('');
+    }
+    const same = await runInProcess(
+      ['roles', '--owner', 'o', '--worker', 'o', '--producer', 'p', '--print'],
+      {},
+    );
+    expect(same.code).toBe(2);
+    expect(same.stderr).toContain('three different roles');
+    const missing = await runInProcess(['roles', '--owner', 'o', '--worker', 'w'], {});
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('missing --producer');
+  });
+
+  it('runs a worker and a producer under their roles, each limited to its own work', async () => {
+    await createDatabase(adminUrl, dbName);
+    created = true;
+    const args = ['roles', '--owner', roles.owner, '--worker', roles.worker];
+    const applied = await runCli([...args, '--producer', roles.producer], { DATABASE_URL: dbUrl });
+    expect(applied.code, applied.stderr).toBe(0);
+    for (const role of Object.values(roles)) {
+      await admin(`ALTER ROLE "${role}" PASSWORD '${password}'`);
+    }
+
+    // The owner migrates; then the script runs again (as after every upgrade) for the new tables.
+    const result = await migrate({ connectionString: urlAs(roles.owner), logger: silent });
+    expect(result.applied.length).toBeGreaterThan(0);
+    const again = await runInProcess([...args, '--producer', roles.producer], {
+      DATABASE_URL: dbUrl,
+    });
+    expect(again.code, again.stderr).toBe(0);
+    const owners = await admin(
+      `SELECT DISTINCT pg_get_userbyid(relowner) AS owner FROM pg_class
+       WHERE relnamespace = 'skiplock'::regnamespace`,
+      dbUrl,
+    );
+    expect(owners.rows).toEqual([{ owner: roles.owner }]);
+
+    // The producer enqueues (an idempotency key twice), starts a saga and reads both.
+    const producerPool = poolAs(roles.producer);
+    const producer = createClient({ pool: producerPool, logger: silent });
+    const first = await producer.enqueue(
+      sendMail,
+      { to: 'a@example.com' },
+      { idempotencyKey: 'k1' },
+    );
+    const second = await producer.enqueue(
+      sendMail,
+      { to: 'a@example.com' },
+      { idempotencyKey: 'k1' },
+    );
+    expect(second).toMatchObject({ id: first.id, inserted: false });
+    await producer.enqueueMany(sendMail, [{ payload: { to: 'b@example.com' } }]);
+    expect((await producer.getJob(first.id))?.status).toBe('pending');
+    expect((await producer.listJobs()).length).toBeGreaterThanOrEqual(2);
+    expect((await producer.stats()).length).toBeGreaterThan(0);
+    const producerSagas = createSagaRuntime({ pool: producerPool, sagas: [order], logger: silent });
+    expect(await producerSagas.start(order, { id: 'o1', input: { n: 3 } })).toMatchObject({
+      started: true,
+    });
+    expect((await producerSagas.getSaga('o1'))?.status).toBe('running');
+    expect((await producerSagas.listSagas()).sagas.map((s) => s.id)).toEqual(['o1']);
+
+    // It cannot claim, complete, update or delete a job, nor remove a saga.
+    const claimer = createWorker({
+      pool: producerPool,
+      jobs: [sendMail],
+      logger: silent,
+      sweeper: false,
+      retention: false,
+    });
+    await denied(() => claimer.runOnce());
+    await denied(() =>
+      producerPool.query(`SELECT id FROM skiplock.jobs FOR UPDATE SKIP LOCKED LIMIT 1`),
+    );
+    await denied(() =>
+      producerPool.query(`UPDATE skiplock.jobs SET status = 'completed' WHERE id = $1`, [first.id]),
+    );
+    await denied(() => producerPool.query(`DELETE FROM skiplock.jobs WHERE id = $1`, [first.id]));
+    await denied(() => producerPool.query(`TRUNCATE skiplock.jobs`));
+    await denied(() => producerPool.query(`DELETE FROM skiplock.sagas`));
+    expect((await producer.getJob(first.id))?.status).toBe('pending');
+
+    // The worker runs the jobs and the saga's steps under its role.
+    const workerPool = poolAs(roles.worker);
+    const workerSagas = createSagaRuntime({ pool: workerPool, sagas: [order], logger: silent });
+    const worker = createWorker({
+      pool: workerPool,
+      jobs: [sendMail, ...workerSagas.jobs],
+      logger: silent,
+      pollIntervalMs: 20,
+      sweeper: false,
+      retention: { completedAgeMs: 0, intervalMs: 86_400_000 },
+    });
+    await worker.start();
+    try {
+      await waitFor(async () => (await producer.getJob(first.id))?.status === 'completed', {
+        what: 'the job to complete',
+      });
+      expect(ran.sort()).toEqual(['a@example.com', 'b@example.com']);
+      await waitFor(async () => (await producerSagas.getSaga('o1'))?.status === 'waiting', {
+        what: 'the saga to wait for its signal',
+      });
+
+      // The producer signals the waiting saga, which resumes in the producer's transaction.
+      expect(await producerSagas.signal('o1', 'paid', { cents: 300 })).toEqual({
+        delivered: true,
+        resumed: true,
+      });
+      const done = await waitFor(async () => {
+        const saga = await producerSagas.getSaga('o1');
+        return saga?.status === 'completed' ? saga : null;
+      });
+      expect(done.history.map((h) => `${h.step}:${h.status}`)).toEqual([
+        'reserve:completed',
+        'paid:completed',
+        'ship:completed',
+      ]);
+
+      // Its singleton passes work too: the sweep, retention's deletes, the saga reconciler.
+      await expect(worker.heartbeat()).resolves.toBeTruthy();
+      await expect(createSweeperPass(workerPool)).resolves.toBeUndefined();
+      expect((await worker.retention!.runOnce()).deleted).toBeGreaterThan(0);
+      await expect(workerSagas.reconciler.runOnce()).resolves.toMatchObject({ ran: true });
+    } finally {
+      await worker.stop({ timeoutMs: 1_000 });
+      await workerSagas.close();
+      await producerSagas.close();
+      await producer.close();
+    }
+
+    // The worker cannot change the schema, nor the migrations' records.
+    await denied(() => workerPool.query(`CREATE TABLE skiplock.x (id int)`));
+    await denied(() => workerPool.query(`ALTER TABLE skiplock.jobs ADD COLUMN x int`));
+    await denied(() => workerPool.query(`DROP TABLE skiplock.saga_signals`));
+    await denied(() => workerPool.query(`CREATE INDEX ON skiplock.jobs (queue)`));
+    await denied(() => workerPool.query(`DELETE FROM skiplock.migrations`));
+    await denied(() => producerPool.query(`CREATE TABLE skiplock.x (id int)`));
+  });
+});
+
+/** One sweep pass with a worker of its own, on `pool`; resolves when the pass ran. */
+async function createSweeperPass(pool: pg.Pool): Promise<void> {
+  const sweeping = createWorker({ pool, jobs: [sendMail], logger: silent, retention: false });
+  try {
+    await sweeping.sweeper!.runOnce();
+  } finally {
+    await sweeping.stop({ timeoutMs: 100 });
+  }
+}

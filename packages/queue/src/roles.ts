@@ -1,0 +1,126 @@
+/**
+ * Least-privilege roles: the grants each of skiplock's three roles needs on the queue's schema
+ * and table. The queue owns the `skiplock` schema and `skiplock.jobs`; packages built on it (the
+ * saga) state the grants for their own tables with {@link grantsOnTable}, and the CLI composes
+ * them into one script (`skiplock roles`).
+ *
+ * - owner: owns the schema and every table in it, runs the migrations;
+ * - worker: reads and writes the tables (claim, settle, heartbeat, sweep, retention deletes,
+ *   saga advance), never owns them and has no CREATE on the schema;
+ * - producer: enqueues jobs and reads them; no UPDATE or DELETE on `skiplock.jobs`, so it can
+ *   neither claim (`FOR UPDATE` needs UPDATE), settle, nor remove a job.
+ *
+ * Every statement is text built from validated, quoted identifiers (DDL takes no parameters),
+ * and safe to run again: the script is idempotent and is re-run after each upgrade.
+ */
+import { queueMigrations } from './migrate.js';
+
+/** The three roles, as plain (unquoted) names. */
+export interface RoleNames {
+  owner: string;
+  worker: string;
+  producer: string;
+}
+
+const SIMPLE_IDENTIFIER = /^[a-z_][a-z0-9_]*$/;
+
+/**
+ * A role name as a quoted identifier. Only simple lower-case identifiers (`[a-z_][a-z0-9_]*`, at
+ * most 63 bytes, not starting with `pg_`, not `public`) are accepted, so the name in the script is
+ * the name PostgreSQL stores and never needs escaping.
+ */
+export function roleIdentifier(name: string, what = 'role name'): string {
+  if (!SIMPLE_IDENTIFIER.test(name) || name.length > 63) {
+    throw new TypeError(
+      `${what} "${name}" is not a simple identifier: use lower-case letters, digits and _, ` +
+        'starting with a letter or _, at most 63 characters',
+    );
+  }
+  if (name.startsWith('pg_') || name === 'public' || name === 'none') {
+    throw new TypeError(`${what} "${name}" is reserved by PostgreSQL`);
+  }
+  return `"${name}"`;
+}
+
+/** Checks all three names and that they differ; returns them quoted. */
+export function roleIdentifiers(roles: RoleNames): RoleNames {
+  const quoted = {
+    owner: roleIdentifier(roles.owner, 'owner role'),
+    worker: roleIdentifier(roles.worker, 'worker role'),
+    producer: roleIdentifier(roles.producer, 'producer role'),
+  };
+  const names = [roles.owner, roles.worker, roles.producer];
+  if (new Set(names).size !== names.length) {
+    throw new TypeError(
+      `the owner, worker and producer roles must be three different roles, got ${names.join(', ')}`,
+    );
+  }
+  return quoted;
+}
+
+/**
+ * Runs `statements` only when `skiplock.<table>` exists, so the script can run before the
+ * migrations have created the table (and again after them).
+ */
+export function grantsOnTable(table: string, statements: readonly string[]): string {
+  if (!SIMPLE_IDENTIFIER.test(table)) throw new TypeError(`bad table name "${table}"`);
+  return [
+    `DO $$ BEGIN`,
+    `  IF to_regclass('skiplock.${table}') IS NOT NULL THEN`,
+    ...statements.map((s) => `    ${s};`),
+    `  END IF;`,
+    `END $$`,
+  ].join('\n');
+}
+
+/**
+ * The schema: owned by the owner (created here when missing, so the owner's migrations find it),
+ * usable by the worker and the producer, CREATE for nobody else. Default privileges give the
+ * worker its rights on every table and sequence the owner creates later, so a migration that adds
+ * a table needs no new grant for the worker.
+ */
+export function schemaGrants(roles: RoleNames): string[] {
+  const { owner, worker, producer } = roleIdentifiers(roles);
+  return [
+    `CREATE SCHEMA IF NOT EXISTS skiplock AUTHORIZATION ${owner}`,
+    `REVOKE ALL ON SCHEMA skiplock FROM PUBLIC`,
+    `GRANT USAGE ON SCHEMA skiplock TO ${worker}, ${producer}`,
+    `ALTER DEFAULT PRIVILEGES FOR ROLE ${owner} IN SCHEMA skiplock ` +
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO ${worker}`,
+    `ALTER DEFAULT PRIVILEGES FOR ROLE ${owner} IN SCHEMA skiplock ` +
+      `GRANT USAGE ON SEQUENCES TO ${worker}`,
+  ];
+}
+
+/**
+ * The migration bookkeeping table `set` records in: readable by the worker and producer, written
+ * by the owner alone (the default privileges above would let the worker write it).
+ */
+export function bookkeepingGrants(roles: RoleNames, table: string): string {
+  const { worker, producer } = roleIdentifiers(roles);
+  return grantsOnTable(table, [
+    `REVOKE ALL ON skiplock.${table} FROM ${worker}, ${producer}`,
+    `GRANT SELECT ON skiplock.${table} TO ${worker}, ${producer}`,
+  ]);
+}
+
+/**
+ * The queue's table. The worker claims, settles, renews leases, sweeps and deletes finished jobs;
+ * the producer inserts (enqueue, including `ON CONFLICT DO NOTHING` and the idempotency-key
+ * lookup) and reads (`getJob`, `listJobs`, `stats`). The insert trigger's function runs for any
+ * role that may insert: trigger functions need no EXECUTE grant, and `pg_notify` is public.
+ */
+export function queueGrants(roles: RoleNames): string[] {
+  const { worker, producer } = roleIdentifiers(roles);
+  return [
+    ...schemaGrants(roles),
+    bookkeepingGrants(roles, queueMigrations.table),
+    grantsOnTable('jobs', [
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON skiplock.jobs TO ${worker}`,
+      `GRANT USAGE ON SEQUENCE skiplock.jobs_id_seq TO ${worker}`,
+      `REVOKE UPDATE, DELETE, TRUNCATE ON skiplock.jobs FROM ${producer}`,
+      `GRANT SELECT, INSERT ON skiplock.jobs TO ${producer}`,
+      `GRANT USAGE ON SEQUENCE skiplock.jobs_id_seq TO ${producer}`,
+    ]),
+  ];
+}
