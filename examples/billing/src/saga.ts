@@ -43,9 +43,12 @@ export interface BillingDeps {
   retry?: Pick<RetryPolicy, 'backoff' | 'leaseMs'>;
 }
 
-/** The key the charge step's job runs under (the saga package's `saga:<sagaId>:<step>`). */
+/**
+ * The key the charge step's job runs under: the saga package's `saga:<id>:<step>`, where `<id>` is
+ * the saga id with `%`, `:` and every character outside printable ASCII percent-encoded.
+ */
 export function chargeKeyOf(sagaId: string): string {
-  return `saga:${sagaId}:charge-card`;
+  return `saga:${sagaId.replace(/[^\x21-\x24\x26-\x39\x3b-\x7e]/gu, encodeURIComponent)}:charge-card`;
 }
 
 /**

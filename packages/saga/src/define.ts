@@ -32,8 +32,9 @@ interface SharedContext<I, O extends StepOutputs> {
   readonly steps: Readonly<O>;
   /**
    * Stable across every attempt: `saga:<sagaId>:<step>` for a step and
-   * `saga:<sagaId>:compensate:<step>` for a compensation. Pass it to external APIs so a retried
-   * attempt does not repeat an effect.
+   * `saga:<sagaId>:compensate:<step>` for a compensation, with `%`, `:` and characters outside
+   * printable ASCII of the saga id percent-encoded (so no two sagas share a key). Pass it to
+   * external APIs so a retried attempt does not repeat an effect.
    */
   readonly idempotencyKey: string;
   /** 1-based attempt of this step's (or compensation's) job. */

@@ -83,6 +83,9 @@ describe('saga ids in job keys', () => {
     expect(new Set(all.map(([, k]) => k)).size).toBe(all.length);
     for (const [id, key] of all) {
       expect(decodeURIComponent(key.split(':')[1]!)).toBe(id);
+      // The documented rule, as examples/billing's chargeKeyOf spells it.
+      const encoded = id.replace(/[^\x21-\x24\x26-\x39\x3b-\x7e]/gu, encodeURIComponent);
+      expect(key.startsWith(`saga:${encoded}:`)).toBe(true);
     }
   });
 
