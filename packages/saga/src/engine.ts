@@ -52,6 +52,17 @@ export const keyId = (sagaId: string): string =>
       .join(''),
   );
 
+/** The saga id a job key of this runtime names (see `keyId`), or null for any other key. */
+export function sagaIdOfKey(key: string | null): string | null {
+  const encoded = key?.match(/^saga:([^:]+):/)?.[1];
+  if (encoded === undefined) return null;
+  try {
+    return decodeURIComponent(encoded);
+  } catch {
+    return null;
+  }
+}
+
 /**
  * The longest encoded id: with `saga:`, `:compensate:` and a 48-character step name a key stays
  * within the queue's 512-character idempotency keys.

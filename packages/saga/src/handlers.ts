@@ -17,7 +17,14 @@ import type {
   StepOutputs,
   StepSpec,
 } from './define.js';
-import { compensationKey, jobType, stepKey, type Engine, type SagaEntry } from './engine.js';
+import {
+  compensationKey,
+  jobType,
+  sagaIdOfKey,
+  stepKey,
+  type Engine,
+  type SagaEntry,
+} from './engine.js';
 import { SagaDeadlineError } from './errors.js';
 import { issuesAt, validate } from './standard.js';
 import {
@@ -402,10 +409,11 @@ async function timeoutDead(
   tx: pg.PoolClient,
   info: DeadJobInfo,
 ) {
-  const job = await e.client.getJob(info.id, { tx });
-  const data = payload.safeParse(job?.payload);
-  if (!data.success) return;
-  const saga = (await runSql<SagaRow>(tx, lockSaga(data.data.sagaId))).rows[0];
+  // Its payload names the saga; its key does too, for a job that died of a payload gone bad.
+  const data = payload.safeParse((await e.client.getJob(info.id, { tx }))?.payload);
+  const sagaId = data.success ? data.data.sagaId : sagaIdOfKey(info.idempotencyKey);
+  if (sagaId === null) return;
+  const saga = (await runSql<SagaRow>(tx, lockSaga(sagaId))).rows[0];
   if (!isCurrent(saga, spec.name, 'step', ['waiting'])) return;
   const error = `timeout job of signal "${spec.wait!.signal}" died (${info.reason}): ${info.error}`;
   e.logger.warn(

@@ -184,4 +184,27 @@ describe('a wait whose timeout job dies', () => {
     await worker.stop();
     await runtime.close();
   });
+
+  it('fails the wait when its timeout job dies on the worker (a payload gone bad)', async () => {
+    const released: string[] = [];
+    const saga = defineSaga({ name: 'spoiled', version: 1, input: z.object({}) })
+      .step('hold', { ...fast, run: () => 1, compensate: (ctx) => void released.push(ctx.sagaId) })
+      .waitFor('answer', { payload: z.object({ ok: z.boolean() }), timeoutMs: 60_000 });
+    const { runtime } = await startSagas(db.pool, [saga]);
+    await runtime.start(saga, { id: 'ü%', input: {} });
+    await settled(runtime, 'ü%', ['waiting']);
+    // The job no longer says whose it is, and it is due now: it dies on its first attempt.
+    const { rowCount } = await db.pool.query(
+      `UPDATE skiplock.jobs SET payload = '{}', run_at = now()
+        WHERE idempotency_key = 'saga:%C3%BC%25:timeout:answer' AND status = 'pending'`,
+    );
+    expect(rowCount).toBe(1);
+    const done = await settled(runtime, 'ü%');
+    expect(done.status).toBe('compensated');
+    expect(timeline(done)).toEqual(['hold:completed', 'answer:failed', 'undo hold:completed']);
+    expect(done.history[1]?.error).toMatch(
+      /^timeout job of signal "answer" died \(invalid_payload\): /,
+    );
+    expect(released).toEqual(['ü%']);
+  });
 });
