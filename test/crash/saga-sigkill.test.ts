@@ -143,6 +143,22 @@ describe('saga worker processes killed with SIGKILL', () => {
       { status: 'dead', n: declined },
     ]);
 
+    // Kills landed on handed-off steps: a step job inserted leased to the worker that finished
+    // the step before it, whose first attempt then died with that worker (its lease expired).
+    const handedOffKilled = await db.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n
+       FROM skiplock.saga_steps s
+       JOIN skiplock.saga_steps p ON p.saga_id = s.saga_id
+        AND p.id = (SELECT max(id) FROM skiplock.saga_steps WHERE saga_id = s.saga_id AND id < s.id)
+       JOIN skiplock.jobs sj ON sj.id = s.job_id
+       JOIN skiplock.jobs pj ON pj.id = p.job_id
+       WHERE sj.errors -> 0 ->> 'reason' = 'lease_expired'
+         AND (sj.errors -> 0 ->> 'attempt')::int = 1
+         AND sj.errors -> 0 ->> 'message' = 'lease expired: worker ' || pj.locked_by || ' stopped heartbeating'
+         AND abs(extract(epoch FROM sj.created_at - pj.updated_at)) < 5`,
+    );
+    expect(handedOffKilled.rows[0]!.n).toBeGreaterThan(0);
+
     // What the kills cost: steps whose code ran more than once (absorbed by the keys above).
     const reruns = await db.pool.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM (SELECT 1 FROM saga_crash.runs
@@ -150,7 +166,8 @@ describe('saga worker processes killed with SIGKILL', () => {
     );
     console.log(
       `[saga crash] ${SAGAS} sagas, ${killed.size} SIGKILLs, ${reruns.rows[0]!.n} steps re-run, ` +
-        `${external.rows[0]!.calls - external.rows[0]!.n} duplicate external calls absorbed`,
+        `${external.rows[0]!.calls - external.rows[0]!.n} duplicate external calls absorbed, ` +
+        `${handedOffKilled.rows[0]!.n} handed-off steps killed and finished elsewhere`,
     );
     await runtime.close();
   });

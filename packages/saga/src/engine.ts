@@ -1,4 +1,4 @@
-import type { AnyJobDefinition, Client, Logger, Metrics } from '@skiplock/queue';
+import type { AnyJobDefinition, Client, JobContext, Logger, Metrics } from '@skiplock/queue';
 import type pg from 'pg';
 import type { AnySagaDefinition, StepSpec } from './define.js';
 
@@ -35,7 +35,16 @@ export interface Engine {
   metrics: Metrics;
   entries: ReadonlyMap<string, SagaEntry>;
   faults: FaultHook | null;
+  /**
+   * Inside a step's completing transaction, that step's job: the next job the saga enqueues there
+   * is handed to the same worker (see `enqueueHandedOff`), which runs it without a round trip
+   * through the queue's wake-up path.
+   */
+  handOff?: JobContext | undefined;
 }
+
+/** The engine for the completing transaction of `job`: its successors are handed to its worker. */
+export const handingOff = (e: Engine, job: JobContext): Engine => ({ ...e, handOff: job });
 
 export const entryKey = (name: string, version: number) => `${name}@${version}`;
 

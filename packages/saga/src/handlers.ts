@@ -19,6 +19,7 @@ import type {
 } from './define.js';
 import {
   compensationKey,
+  handingOff,
   jobType,
   sagaIdOfKey,
   stepKey,
@@ -225,7 +226,7 @@ async function runStep(
       )
     ).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale';
-    return moveOnAfter(e, tx, entry, locked, spec.index);
+    return moveOnAfter(handingOff(e, job), tx, entry, locked, spec.index);
   });
   const deadline = withDeadline(saga, job.signal);
   const ctx = contextFor(e, entry, spec, 'step', prepared, job, deadline.signal, completion);
@@ -264,8 +265,8 @@ async function endBeforeRun(
     const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
     return cancelled
-      ? failStep(e, tx, entry, locked, spec.index, 'cancelled', 'cancelled')
-      : failStep(e, tx, entry, locked, spec.index, 'deadline exceeded');
+      ? failStep(handingOff(e, job), tx, entry, locked, spec.index, 'cancelled', 'cancelled')
+      : failStep(handingOff(e, job), tx, entry, locked, spec.index, 'deadline exceeded');
   });
   report(e, saga, spec.name, transition);
 }
@@ -286,11 +287,18 @@ async function runWait(
     if (!rows[0]) return enterWaiting(e, tx, entry, locked, spec.index);
     const parsed = await validate(wait.payload, rows[0].payload);
     if (parsed.issues) {
-      return failStep(e, tx, entry, locked, spec.index, `signal "${wait.signal}" is invalid`);
+      return failStep(
+        handingOff(e, job),
+        tx,
+        entry,
+        locked,
+        spec.index,
+        `signal "${wait.signal}" is invalid`,
+      );
     }
     await runSql(tx, consumeSignal(saga.id, wait.signal));
     return advanceAfter(
-      e,
+      handingOff(e, job),
       tx,
       entry,
       locked,
@@ -317,7 +325,7 @@ async function runTimeout(
     const reason = pastDeadline
       ? `deadline exceeded while waiting for signal "${wait.signal}"`
       : `signal "${wait.signal}" did not arrive within ${wait.timeoutMs} ms`;
-    return failStep(e, tx, entry, locked, spec.index, reason);
+    return failStep(handingOff(e, job), tx, entry, locked, spec.index, reason);
   });
   if (transition !== 'stale') {
     e.logger.warn(
@@ -344,7 +352,7 @@ async function runCompensation(
     const locked = (await runSql<SagaRow>(tx, lockAndComplete({ ...key, status: 'compensating' })))
       .rows[0];
     if (!isCurrent(locked, spec.name, 'compensation', ['compensating'])) return 'stale';
-    return compensateNext(e, tx, entry, locked, spec.index);
+    return compensateNext(handingOff(e, job), tx, entry, locked, spec.index);
   });
   const ctx: CompensationContext<unknown, StepOutputs> = {
     ...contextFor(e, entry, spec, 'compensation', prepared, job, job.signal, completion),

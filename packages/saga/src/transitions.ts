@@ -1,5 +1,5 @@
 import type { AnyJobDefinition } from '@skiplock/queue';
-import { runSql, type Queryable } from '@skiplock/queue/engine';
+import { enqueueHandedOff, runSql, type Queryable } from '@skiplock/queue/engine';
 import { stepKey, compensationKey, timeoutKey, type Engine, type SagaEntry } from './engine.js';
 import { nextCompensation } from './plan.js';
 import type { SagaStepKind, SagaStatus } from './schema.js';
@@ -50,11 +50,10 @@ async function enqueue(
   idempotencyKey: string,
   delayMs?: number,
 ): Promise<string | ForeignJob> {
-  const { id, inserted } = await e.client.enqueue(
-    job,
-    { sagaId },
-    delayMs === undefined ? { tx, idempotencyKey } : { tx, idempotencyKey, delayMs },
-  );
+  const options = delayMs === undefined ? { idempotencyKey } : { idempotencyKey, delayMs };
+  const { id, inserted } = e.handOff
+    ? await enqueueHandedOff(e.client, tx, e.handOff, job, { sagaId }, options)
+    : await e.client.enqueue(job, { sagaId }, { ...options, tx });
   if (!inserted) {
     // The key was taken, so the queue returned the job that holds it. Ours (the same job type
     // for this saga) is what a repeated move finds; any other is not, and waiting on it would
