@@ -21,6 +21,9 @@ const roles = {
 };
 const dbName = `${inject('runPrefix')}roles_${suffix}`;
 const dbUrl = withDatabaseName(adminUrl, dbName);
+// A database migrated before the roles existed, by the admin: the roles adopt it.
+const oldName = `${dbName}_old`;
+const oldUrl = withDatabaseName(adminUrl, oldName);
 // The embedded server checks passwords on TCP connections; trust auth ignores them.
 const password = randomBytes(12).toString('hex');
 const urlAs = (role: string) => {
@@ -48,11 +51,11 @@ async function admin(sql: string, url = adminUrl) {
   }
 }
 
-let created = false;
+const created: string[] = [];
 afterAll(async () => {
   await Promise.all(pools.splice(0).map((p) => p.end().catch(() => {})));
   try {
-    if (created) await dropDatabase(adminUrl, dbName);
+    for (const name of created) await dropDatabase(adminUrl, name);
   } finally {
     for (const role of Object.values(roles)) await admin(`DROP ROLE IF EXISTS "${role}"`);
   }
@@ -126,7 +129,7 @@ describe('skiplock roles', () => {
 
   it('runs a worker and a producer under their roles, each limited to its own work', async () => {
     await createDatabase(adminUrl, dbName);
-    created = true;
+    created.push(dbName);
     const args = ['roles', '--owner', roles.owner, '--worker', roles.worker];
     const applied = await runCli([...args, '--producer', roles.producer], { DATABASE_URL: dbUrl });
     expect(applied.code, applied.stderr).toBe(0);
@@ -248,6 +251,51 @@ describe('skiplock roles', () => {
     await denied(() => workerPool.query(`CREATE INDEX ON skiplock.jobs (queue)`));
     await denied(() => workerPool.query(`DELETE FROM skiplock.migrations`));
     await denied(() => producerPool.query(`CREATE TABLE skiplock.x (id int)`));
+  });
+});
+
+describe('skiplock roles --migrate on a database migrated by another role', () => {
+  it('hands the schema and its objects to the owner, migrates as the owner and grants', async () => {
+    await createDatabase(adminUrl, oldName);
+    created.push(oldName);
+    await migrate({ connectionString: oldUrl, logger: silent });
+    const run = await runInProcess(
+      [
+        'roles',
+        '--owner',
+        roles.owner,
+        '--worker',
+        roles.worker,
+        '--producer',
+        roles.producer,
+        '--migrate',
+        '--database-url',
+        oldUrl,
+      ],
+      {},
+    );
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toContain('skiplock schema was already up to date');
+    const owners = await admin(
+      `SELECT pg_get_userbyid(nspowner) AS owner FROM pg_namespace WHERE nspname = 'skiplock'
+       UNION SELECT pg_get_userbyid(relowner) FROM pg_class
+       WHERE relnamespace = 'skiplock'::regnamespace
+       UNION SELECT pg_get_userbyid(typowner) FROM pg_type
+       WHERE typnamespace = 'skiplock'::regnamespace
+       UNION SELECT pg_get_userbyid(proowner) FROM pg_proc
+       WHERE pronamespace = 'skiplock'::regnamespace`,
+      oldUrl,
+    );
+    expect(owners.rows).toEqual([{ owner: roles.owner }]);
+    // Passwords were set by the first test (this file's tests run in order).
+    const producerUrl = new URL(urlAs(roles.producer));
+    producerUrl.pathname = `/${oldName}`;
+    const pool = new pg.Pool({ connectionString: producerUrl.toString(), max: 1 });
+    pools.push(pool);
+    const producer = createClient({ pool, logger: silent });
+    const { id } = await producer.enqueue(sendMail, { to: 'c@example.com' });
+    await denied(() => pool.query(`DELETE FROM skiplock.jobs WHERE id = $1`, [id]));
+    await producer.close();
   });
 });
 

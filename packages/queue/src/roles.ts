@@ -74,7 +74,46 @@ export function grantsOnTable(table: string, statements: readonly string[]): str
 }
 
 /**
- * The schema: owned by the owner (created here when missing, so the owner's migrations find it),
+ * Makes the owner own the schema and everything in it, for a database migrated before under
+ * another role (a superuser, say): without it the owner could not run the next migration.
+ * Indexes and the sequences of serial columns follow their tables.
+ */
+function adoptSchema(name: string, owner: string): string {
+  return [
+    `DO $$`,
+    `DECLARE r record;`,
+    `BEGIN`,
+    `  ALTER SCHEMA skiplock OWNER TO ${owner};`,
+    `  FOR r IN SELECT c.oid::regclass::text AS name,`,
+    `             CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'`,
+    `               WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END AS kind`,
+    `           FROM pg_class c`,
+    `           WHERE c.relnamespace = 'skiplock'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')`,
+    `             AND c.relowner <> '${name}'::regrole`,
+    `             AND NOT (c.relkind = 'S' AND EXISTS (SELECT FROM pg_depend d`,
+    `               WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype IN ('a', 'i')))`,
+    `  LOOP`,
+    `    EXECUTE format('ALTER %s %s OWNER TO ${owner}', r.kind, r.name);`,
+    `  END LOOP;`,
+    `  FOR r IN SELECT t.oid::regtype::text AS name, CASE t.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END AS kind`,
+    `           FROM pg_type t`,
+    `           WHERE t.typnamespace = 'skiplock'::regnamespace AND t.typtype IN ('e', 'd', 'r')`,
+    `             AND t.typowner <> '${name}'::regrole`,
+    `  LOOP`,
+    `    EXECUTE format('ALTER %s %s OWNER TO ${owner}', r.kind, r.name);`,
+    `  END LOOP;`,
+    `  FOR r IN SELECT p.oid::regprocedure::text AS name FROM pg_proc p`,
+    `           WHERE p.pronamespace = 'skiplock'::regnamespace AND p.proowner <> '${name}'::regrole`,
+    `  LOOP`,
+    `    EXECUTE format('ALTER ROUTINE %s OWNER TO ${owner}', r.name);`,
+    `  END LOOP;`,
+    `END $$`,
+  ].join('\n');
+}
+
+/**
+ * The schema: owned by the owner (created here when missing, so the owner's migrations find it;
+ * adopted with its contents when another role created it),
  * usable by the worker and the producer, CREATE for nobody else. Default privileges give the
  * worker its rights on every table and sequence the owner creates later, so a migration that adds
  * a table needs no new grant for the worker.
@@ -83,6 +122,7 @@ export function schemaGrants(roles: RoleNames): string[] {
   const { owner, worker, producer } = roleIdentifiers(roles);
   return [
     `CREATE SCHEMA IF NOT EXISTS skiplock AUTHORIZATION ${owner}`,
+    adoptSchema(roles.owner, owner),
     `REVOKE ALL ON SCHEMA skiplock FROM PUBLIC`,
     `GRANT USAGE ON SCHEMA skiplock TO ${worker}, ${producer}`,
     `ALTER DEFAULT PRIVILEGES FOR ROLE ${owner} IN SCHEMA skiplock ` +
