@@ -13,7 +13,13 @@ import { runSql, type Queryable } from './db.js';
 import type { AnyJobDefinition, JobContext } from './define.js';
 import { ENQUEUE_LEASED, handOffSlotOf, type LeasedInsert } from './handoff.js';
 import type { JobStatus } from './schema.js';
-import { cancelUnlockedJob, selectJobStatuses, type JobStatusRow } from './sql/admin.js';
+import {
+  cancelUnlockedJob,
+  selectJobStatuses,
+  selectJobStatusesByKey,
+  type JobStatusRow,
+  type KeyedJobStatusRow,
+} from './sql/admin.js';
 import { tryTransactionLock, type LockKey } from './sql/lock.js';
 
 export { runSql, withTransaction, type Queryable } from './db.js';
@@ -64,6 +70,25 @@ export async function jobStates(
   if (jobIds.length === 0) return new Map();
   const { rows } = await runSql<JobStatusRow>(tx, selectJobStatuses(jobIds));
   return new Map(rows.map((r) => [r.id, { status: r.status, lastError: r.last_error }]));
+}
+
+/**
+ * The state of the job holding each idempotency key in its queue, keyed `<queue>\0<key>`, read
+ * in one statement (the unique index on queue and key answers each). A key no job holds has no
+ * entry.
+ */
+export async function jobStatesByKey(
+  tx: Queryable,
+  pairs: readonly { queue: string; key: string }[],
+): Promise<Map<string, JobState & { id: string }>> {
+  if (pairs.length === 0) return new Map();
+  const { rows } = await runSql<KeyedJobStatusRow>(tx, selectJobStatusesByKey(pairs));
+  return new Map(
+    rows.map((r) => [
+      `${r.queue}\0${r.idempotency_key}`,
+      { id: r.id, status: r.status, lastError: r.last_error },
+    ]),
+  );
 }
 
 /**

@@ -1,6 +1,7 @@
 import {
   cancelQueuedJob,
   jobStates,
+  jobStatesByKey,
   LockKeys,
   tryAdvisoryLock,
   withTransaction,
@@ -96,5 +97,19 @@ describe('@skiplock/queue/engine', () => {
       holder.release();
     }
     expect(await withTransaction(db.pool, (tx) => tryAdvisoryLock(tx, key))).toBe(true);
+  });
+
+  it('jobStatesByKey finds the job holding each key in its queue, in one statement', async () => {
+    const { id } = await client.enqueue(noop, {}, { idempotencyKey: 'by-key-1' });
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'dead', last_error = 'gone' WHERE id = $1`,
+      [id],
+    );
+    const states = await jobStatesByKey(db.pool, [
+      { queue: 'default', key: 'by-key-1' },
+      { queue: 'other', key: 'by-key-1' },
+      { queue: 'default', key: 'nobody' },
+    ]);
+    expect([...states]).toEqual([['default\0by-key-1', { id, status: 'dead', lastError: 'gone' }]]);
   });
 });

@@ -1,15 +1,21 @@
 import {
   IntervalService,
   jobStates,
+  jobStatesByKey,
   LockKeys,
   runSql,
   tryAdvisoryLock,
   withTransaction,
   type JobState,
 } from '@skiplock/queue/engine';
-import { entryKey, type Engine } from './engine.js';
+import { entryKey, timeoutKey, type Engine } from './engine.js';
 import { lockSaga, type SagaRow } from './sql/sagas.js';
-import { selectLiveSagas, type LiveSagaRow } from './sql/reconcile.js';
+import {
+  selectLiveSagas,
+  selectWaitingSagas,
+  type LiveSagaRow,
+  type WaitingSagaRow,
+} from './sql/reconcile.js';
 import { settleStep } from './sql/steps.js';
 import { failSaga, failStep, type Transition } from './transitions.js';
 
@@ -92,6 +98,48 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
 
   // Where the next pass goes on: after the last saga this one read, or from the start.
   let cursor: { updatedAt: string; id: string } | null = null;
+  let waitingCursor: { updatedAt: string; id: string } | null = null;
+
+  /**
+   * Waiting sagas whose wait has a timeout job that can no longer end it (dead without its hook,
+   * cancelled, deleted): the wait fails as its timeout would, so no saga waits for good.
+   */
+  async function reconcileWaiting(tx: Parameters<typeof failSaga>[0]): Promise<string[]> {
+    const page = (await runSql<WaitingSagaRow>(tx, selectWaitingSagas(batchSize, waitingCursor)))
+      .rows;
+    const last = page.at(-1);
+    waitingCursor =
+      page.length === batchSize && last ? { updatedAt: last.updated_at, id: last.id } : null;
+    const expected: { row: WaitingSagaRow; index: number; queue: string; key: string }[] = [];
+    for (const row of page) {
+      const entry = e.entries.get(entryKey(row.name, row.version));
+      const index = entry?.steps.findIndex((s) => s.name === row.current_step) ?? -1;
+      const spec = entry?.steps[index];
+      const timeoutJob = entry?.timeoutJobs[index];
+      // The same condition under which entering the wait enqueued its timeout job.
+      const timed = spec?.wait?.timeoutMs != null || (!row.pivoted && row.has_deadline);
+      if (!timeoutJob || !timed) continue;
+      expected.push({ row, index, queue: timeoutJob.queue, key: timeoutKey(row.id, spec!.name) });
+    }
+    const jobs = await jobStatesByKey(tx, expected);
+    const failed: string[] = [];
+    for (const { row, index, queue, key } of expected) {
+      const job = jobs.get(`${queue}\0${key}`);
+      if (job && job.status !== 'dead' && job.status !== 'cancelled') continue;
+      const why = job
+        ? `timeout job ${job.id} is ${job.status}: ${job.lastError ?? 'no error recorded'}`
+        : `timeout job ${key} no longer exists`;
+      const saga = (await runSql<SagaRow>(tx, lockSaga(row.id))).rows[0]!;
+      const entry = e.entries.get(entryKey(row.name, row.version))!;
+      const transition = await failStep(e, tx, entry, saga, index, why);
+      e.logger.warn(
+        { reason: 'saga_reconciled', sagaId: row.id, step: row.current_step, outcome: transition },
+        'waiting saga moved on',
+      );
+      failed.push(row.id);
+    }
+    return failed;
+  }
 
   async function runOnce(): Promise<ReconcileResult> {
     return withTransaction(e.pool, async (tx) => {
@@ -113,6 +161,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
         await reconcileOne(tx, row, job);
         stranded.push(row.id);
       }
+      stranded.push(...(await reconcileWaiting(tx)));
       if (stranded.length > 0) e.metrics.inc('sagas_reconciled_total', stranded.length);
       return { ran: true, reconciled: stranded.length, sagaIds: stranded };
     });

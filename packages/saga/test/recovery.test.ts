@@ -1,4 +1,4 @@
-import { createSweeper, createWorker } from '@skiplock/queue';
+import { createClient, createSweeper, createWorker } from '@skiplock/queue';
 import { LockKeys, tryAdvisoryLock } from '@skiplock/queue/engine';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -180,6 +180,50 @@ describe('the reconciler', () => {
     expect(await runtime.reconciler.runOnce()).toMatchObject({ reconciled: 1, sagaIds: ['p3'] });
     expect((await runtime.getSaga('p3'))!.status).toBe('compensated');
     expect((await runtime.getSaga('p1'))!.status).toBe('running');
+    await runtime.close();
+  });
+
+  it('fails a wait whose timeout job an operator cancelled, and leaves one with a live timeout', async () => {
+    const saga = defineSaga({ name: 'timed', version: 1, input })
+      .step('a', { ...fast, run: () => 1, compensate: () => {} })
+      .waitFor('go', { payload: z.object({}), timeoutMs: 60_000 })
+      .step('b', { ...fast, run: () => 2 });
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger: silent });
+    const worker = createWorker({
+      pool: db.pool,
+      jobs: runtime.jobs,
+      logger: silent,
+      sweeper: false,
+      retention: false,
+      listen: false,
+    });
+    for (const id of ['t-cut', 't-live']) {
+      await runtime.start(saga, { id, input: {} });
+      await waitFor(async () => {
+        await worker.runOnce();
+        return (await runtime.getSaga(id))?.status === 'waiting';
+      });
+    }
+    // The operator cancels one saga's timeout job (it would otherwise fire in a minute).
+    const { rows } = await db.pool.query<{ id: string }>(
+      `SELECT id::text FROM skiplock.jobs WHERE idempotency_key = 'saga:t-cut:timeout:go'`,
+    );
+    const client = createClient({ pool: db.pool, logger: silent });
+    expect(await client.cancelJob(rows[0]!.id)).toBe(true);
+    const pass = await runtime.reconciler.runOnce();
+    expect(pass.sagaIds).toContain('t-cut');
+    await waitFor(async () => {
+      await worker.runOnce();
+      return (await runtime.getSaga('t-cut'))?.status === 'compensated';
+    });
+    const cut = (await runtime.getSaga('t-cut'))!;
+    expect(cut.history.find((h) => h.step === 'go')).toMatchObject({
+      status: 'failed',
+      error: `timeout job ${rows[0]!.id} is cancelled: no error recorded`,
+    });
+    expect((await runtime.getSaga('t-live'))!.status).toBe('waiting');
+    expect((await runtime.reconciler.runOnce()).reconciled).toBe(0);
+    await client.close();
     await runtime.close();
   });
 

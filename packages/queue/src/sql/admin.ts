@@ -74,6 +74,20 @@ export function selectJobStatuses(ids: readonly string[]) {
     WHERE id = ANY(${sql.param(ids)}::bigint[])`;
 }
 
+export interface KeyedJobStatusRow extends JobStatusRow {
+  queue: string;
+  idempotency_key: string;
+}
+
+/** Status and last error of the job holding each (queue, idempotency key), where one does. */
+export function selectJobStatusesByKey(pairs: readonly { queue: string; key: string }[]) {
+  return sql`
+    SELECT j.id::text AS id, j.queue, j.idempotency_key, j.status, j.last_error
+    FROM unnest(${sql.param(pairs.map((p) => p.queue))}::text[],
+                ${sql.param(pairs.map((p) => p.key))}::text[]) AS k(queue, key)
+    JOIN skiplock.jobs j ON j.queue = k.queue AND j.idempotency_key = k.key`;
+}
+
 /**
  * Puts a dead, cancelled or retry-waiting job back to pending to run now, with a fresh set of
  * attempts; its error history is kept. Notifies waiting workers.

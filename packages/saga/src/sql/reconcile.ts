@@ -23,3 +23,29 @@ export function selectLiveSagas(limit: number, after: { updatedAt: string; id: s
     LIMIT ${limit}
     FOR UPDATE SKIP LOCKED`;
 }
+
+export interface WaitingSagaRow {
+  id: string;
+  name: string;
+  version: number;
+  current_step: string;
+  pivoted: boolean;
+  has_deadline: boolean;
+  updated_at: string;
+}
+
+/**
+ * A page of waiting sagas, least recently moved first, after the cursor `after`, locked and
+ * skipping any a signal or a timeout is moving right now (see `selectLiveSagas`).
+ */
+export function selectWaitingSagas(limit: number, after: { updatedAt: string; id: string } | null) {
+  return sql`
+    SELECT id, name, version, current_step, pivoted, deadline IS NOT NULL AS has_deadline,
+           updated_at::text AS updated_at
+    FROM skiplock.sagas
+    WHERE status = 'waiting' AND current_step IS NOT NULL
+      ${after ? sql`AND (updated_at, id) > (${after.updatedAt}::timestamptz, ${after.id})` : sql``}
+    ORDER BY updated_at, id
+    LIMIT ${limit}
+    FOR UPDATE SKIP LOCKED`;
+}
