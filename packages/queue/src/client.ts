@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { parseConfig, queueName, rejectUnknownKeys, DEFAULT_MAX_PAYLOAD_BYTES } from './config.js';
 import { runSql, runStatement, type Queryable, type Statement } from './db.js';
 import type { JobDefinition, AnyJobDefinition } from './define.js';
-import { InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
+import { ConfigError, InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolvePool, type PoolSource } from './pool.js';
 import type { JobStatus } from './schema.js';
@@ -263,6 +263,13 @@ export function createClient(options: ClientOptions = {}): Client {
     options: Record<string, unknown>,
     where: string,
   ): EnqueueOptions {
+    if (options['runAt'] !== undefined && options['delayMs'] !== undefined) {
+      const error = new ConfigError(
+        `enqueue options${where}: runAt and delayMs are both set; give one of them`,
+      );
+      logger.warn({ reason: 'invalid_options', jobType: definition.type }, error.message);
+      throw error;
+    }
     const checked = checkEnqueueOptions(options);
     if (checked) return checked;
     try {
