@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { parseConfig, queueName, rejectUnknownKeys, DEFAULT_MAX_PAYLOAD_BYTES } from './config.js';
 import { runSql, runStatement, type Queryable, type Statement } from './db.js';
 import type { JobDefinition, AnyJobDefinition } from './define.js';
+import { findJsonProblem } from './json-safe.js';
 import { ConfigError, InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolvePool, type PoolSource } from './pool.js';
@@ -310,6 +311,14 @@ export function createClient(options: ClientOptions = {}): Client {
         'enqueue refused',
       );
       throw error;
+    }
+    const problem = findJsonProblem(payload, `${where.trim()}${where ? '.' : ''}payload`);
+    if (problem) {
+      logger.warn(
+        { reason: 'invalid_payload', jobType: definition.type, fields: [problem.path] },
+        'enqueue refused',
+      );
+      throw new InvalidPayloadError(definition.type, [problem]);
     }
     // The producer's input is stored, not the parsed output, so schemas with transforms still
     // parse the stored JSON the same way in the worker.

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ConfigError, createClient, defineJob } from '../src/index.js';
+import { ConfigError, createClient, defineJob, InvalidPayloadError } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { quiet } from './fixtures.js';
 
@@ -32,6 +32,30 @@ describe('enqueue options', () => {
     await expect(
       client.enqueueMany(ping, [{ payload: { n: 1 }, runAt, delayMs: 5 }]),
     ).rejects.toThrow(/runAt and delayMs/);
+    expect(await count()).toBe(0);
+  });
+});
+
+const loose = defineJob({
+  type: 'input-checks-ping',
+  payload: z.any(),
+  handler: async () => {},
+});
+
+describe('payloads JSON cannot hold', () => {
+  const circular: Record<string, unknown> = { a: 1 };
+  circular['self'] = circular;
+  it.each([
+    [{ items: [1, 2, { name: 10n }] }, 'payload.items[2].name'],
+    [circular, 'payload.self'],
+    [{ items: [{}, {}, { name: 'a\u0000b' }] }, 'payload.items[2].name'],
+    [{ s: 'x\ud800' }, 'payload.s'],
+    [{ n: NaN }, 'payload.n'],
+    [{ n: [Infinity] }, 'payload.n[0]'],
+  ])('refuses %#, naming %s, before any SQL', async (payload, path) => {
+    const error = await client.enqueue(loose, payload).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidPayloadError);
+    expect((error as InvalidPayloadError).issues[0]!.path).toBe(path);
     expect(await count()).toBe(0);
   });
 });

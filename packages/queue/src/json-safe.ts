@@ -1,0 +1,71 @@
+/** The first value in a payload that JSON or PostgreSQL's jsonb cannot hold as given. */
+export interface JsonProblem {
+  path: string;
+  message: string;
+}
+
+const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+const identifier = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+
+function textProblem(s: string): string | null {
+  if (s.includes('\u0000'))
+    return 'contains a NUL character (\\u0000), which PostgreSQL cannot store';
+  if (loneSurrogate.test(s)) return 'contains a lone surrogate, which is not well-formed text';
+  return null;
+}
+
+function child(path: string, key: string): string {
+  return identifier.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
+}
+
+/**
+ * Walks `value` once, as `JSON.stringify` would, and returns the first value that would throw
+ * (BigInt, a cycle), be stored as something else (NaN and ±Infinity become null) or be refused by
+ * PostgreSQL (NUL, lone surrogates), with its path from `root` (`payload.items[2].name`).
+ */
+export function findJsonProblem(value: unknown, root = 'payload'): JsonProblem | null {
+  const seen = new Set<object>();
+  function walk(v: unknown, path: string): JsonProblem | null {
+    if (
+      v !== null &&
+      typeof v === 'object' &&
+      typeof (v as { toJSON?: unknown }).toJSON === 'function'
+    ) {
+      v = (v as { toJSON: (key: string) => unknown }).toJSON('');
+    }
+    switch (typeof v) {
+      case 'bigint':
+        return { path, message: 'is a BigInt, which JSON cannot hold; send a string or a number' };
+      case 'number':
+        return Number.isFinite(v) ? null : { path, message: `is ${v}, which JSON stores as null` };
+      case 'string': {
+        const problem = textProblem(v);
+        return problem ? { path, message: problem } : null;
+      }
+      case 'object': {
+        if (v === null) return null;
+        if (seen.has(v)) return { path, message: 'is a circular reference' };
+        seen.add(v);
+        if (Array.isArray(v)) {
+          for (let i = 0; i < v.length; i++) {
+            const p = walk(v[i], `${path}[${i}]`);
+            if (p) return p;
+          }
+        } else {
+          for (const key of Object.keys(v)) {
+            const p0 = child(path, key);
+            const keyProblem = textProblem(key);
+            if (keyProblem) return { path: p0, message: `has a key that ${keyProblem}` };
+            const p = walk((v as Record<string, unknown>)[key], p0);
+            if (p) return p;
+          }
+        }
+        seen.delete(v);
+        return null;
+      }
+      default:
+        return null;
+    }
+  }
+  return walk(value, root);
+}
