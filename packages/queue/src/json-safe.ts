@@ -67,5 +67,19 @@ export function findJsonProblem(value: unknown, root = 'payload'): JsonProblem |
         return null;
     }
   }
+  // Inside objects and arrays JSON drops or nulls these; as the whole value there is no JSON at
+  // all (found by the property test: a function payload failed with a raw TypeError).
+  const whole =
+    value !== null &&
+    typeof value === 'object' &&
+    typeof (value as { toJSON?: unknown }).toJSON === 'function'
+      ? (value as { toJSON: (key: string) => unknown }).toJSON('')
+      : value;
+  if (whole === undefined || typeof whole === 'function' || typeof whole === 'symbol') {
+    return {
+      path: root,
+      message: `is ${whole === undefined ? 'undefined' : `a ${typeof whole}`}, which JSON cannot hold`,
+    };
+  }
   return walk(value, root);
 }

@@ -8,6 +8,7 @@ import {
 import {
   cancelQueuedJob,
   createDefaultLogger,
+  findJsonProblem,
   resolvePool,
   runSql,
   withTransaction,
@@ -239,6 +240,13 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         );
         throw new SagaValidationError('invalid_input', `input of saga "${definition.name}"`, found);
       }
+      // Stored as JSON: refuse what JSON or jsonb cannot hold as given, naming where, before SQL.
+      const inputProblem = findJsonProblem(startOptions.input ?? null, 'input');
+      if (inputProblem) {
+        throw new SagaValidationError('invalid_input', `input of saga "${definition.name}"`, [
+          inputProblem,
+        ]);
+      }
       const deadlineMs = startOptions.deadlineMs ?? definition.deadlineMs;
       if (deadlineMs !== null && (!Number.isInteger(deadlineMs) || deadlineMs < 1)) {
         throw new SagaError('invalid_deadline', 'deadlineMs must be a positive integer');
@@ -312,6 +320,10 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
             'signal refused',
           );
           throw new SagaValidationError('invalid_signal', `signal "${name}"`, found);
+        }
+        const payloadProblem = findJsonProblem(payload ?? null, 'payload');
+        if (payloadProblem) {
+          throw new SagaValidationError('invalid_signal', `signal "${name}"`, [payloadProblem]);
         }
         const stored = await runSql(
           tx,
