@@ -1,4 +1,5 @@
 import { SkiplockError } from '@skiplock/queue';
+import type { SagaStatus } from './schema.js';
 
 /** Every saga error carries a stable `code` (from `SkiplockError`). */
 export class SagaError extends SkiplockError {}
@@ -26,6 +27,22 @@ export class UnknownSagaError extends SagaError {
 export class SagaNotFoundError extends SagaError {
   constructor(readonly sagaId: string) {
     super('saga_not_found', `saga "${sagaId}" does not exist`);
+  }
+}
+
+/**
+ * `start` was called again with an id that already names a saga of the same definition, but with
+ * a different input. The first input stands; the message names no input (inputs may be private).
+ */
+export class SagaInputMismatchError extends SagaError {
+  constructor(
+    readonly sagaId: string,
+    readonly status: SagaStatus,
+  ) {
+    super(
+      'saga_input_mismatch',
+      `saga "${sagaId}" already exists (${status}) with a different input; a start with an existing id must repeat its input, or use a new id`,
+    );
   }
 }
 

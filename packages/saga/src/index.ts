@@ -42,6 +42,7 @@ export {
   SagaDeadlineError,
   SagaDefinitionError,
   SagaError,
+  SagaInputMismatchError,
   SagaNotFoundError,
   SagaValidationError,
   UnknownSagaError,

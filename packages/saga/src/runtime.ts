@@ -25,12 +25,25 @@ import {
   type FaultHook,
   type SagaEntry,
 } from './engine.js';
-import { SagaError, SagaNotFoundError, SagaValidationError, UnknownSagaError } from './errors.js';
+import {
+  SagaError,
+  SagaInputMismatchError,
+  SagaNotFoundError,
+  SagaValidationError,
+  UnknownSagaError,
+} from './errors.js';
 import { buildEntry } from './handlers.js';
 import { createReconciler, type Reconciler, type ReconcilerOptions } from './reconciler.js';
 import { readSaga, readSagas, type SagaList, type SagaListOptions, type SagaView } from './read.js';
 import type { SagaStatus } from './schema.js';
-import { insertSaga, lockSaga, selectSagaRow, setSagaFlags, type SagaRow } from './sql/sagas.js';
+import {
+  insertSaga,
+  lockSaga,
+  selectStartConflict,
+  setSagaFlags,
+  type SagaRow,
+  type StartConflictRow,
+} from './sql/sagas.js';
 import { consumeSignal, insertSignal } from './sql/signals.js';
 import { settleStep } from './sql/steps.js';
 import { issuesAt, validate } from './standard.js';
@@ -251,6 +264,8 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       if (deadlineMs !== null && (!Number.isInteger(deadlineMs) || deadlineMs < 1)) {
         throw new SagaError('invalid_deadline', 'deadlineMs must be a positive integer');
       }
+      // The caller's input is stored, not the parsed output, so every step parses it alike.
+      const inputJson = JSON.stringify(startOptions.input ?? null);
       const work = async (tx: Queryable): Promise<StartResult> => {
         const inserted = await runSql(
           tx,
@@ -258,13 +273,13 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
             id,
             name: definition.name,
             version: definition.version,
-            // The caller's input is stored, not the parsed output, so every step parses it alike.
-            inputJson: JSON.stringify(startOptions.input ?? null),
+            inputJson,
             deadlineMs,
           }),
         );
         if (inserted.rowCount === 0) {
-          const existing = (await runSql<SagaRow>(tx, selectSagaRow(id))).rows[0];
+          const existing = (await runSql<StartConflictRow>(tx, selectStartConflict(id, inputJson)))
+            .rows[0];
           if (!existing) {
             throw new SagaError(
               'saga_id_conflict',
@@ -277,6 +292,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
               `saga id "${id}" is already used by a saga "${existing.name}"`,
             );
           }
+          // A repeated start is only a no-op when it asks for the same saga; a different input
+          // would otherwise be dropped without a word.
+          if (!existing.same_input) throw new SagaInputMismatchError(id, existing.status);
           return { id, started: false, status: existing.status };
         }
         await enterStep(engine, tx, entry, id, 0);

@@ -5,6 +5,7 @@ import {
   createSagaRuntime,
   defineSaga,
   readSagas,
+  SagaInputMismatchError,
   SagaValidationError,
   UnknownSagaError,
 } from '../src/index.js';
@@ -32,7 +33,7 @@ describe('starting a saga', () => {
     const done = await settled(working, 'one');
     expect(done.status).toBe('completed');
     expect(done.history.map((h) => h.output)).toEqual(['hello a', 'hello a, bye']);
-    expect(await runtime.start(greet, { id: 'one', input: { who: 'b' } })).toEqual({
+    expect(await runtime.start(greet, { id: 'one', input: { who: 'a' } })).toEqual({
       id: 'one',
       started: false,
       status: 'completed',
@@ -41,6 +42,58 @@ describe('starting a saga', () => {
       `SELECT idempotency_key FROM skiplock.jobs WHERE idempotency_key LIKE 'saga:one:%' ORDER BY id`,
     );
     expect(keys.rows.map((r) => r.idempotency_key)).toEqual(['saga:one:hello', 'saga:one:bye']);
+    await runtime.close();
+  });
+
+  it('refuses a repeated start with a different input, and keeps the first input', async () => {
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [greet], logger: silent });
+    const loose = defineSaga({
+      name: 'loose',
+      version: 1,
+      input: z.record(z.string(), z.unknown()),
+    }).step('only', { ...fast, run: () => 'ok' });
+    const both = createSagaRuntime({ pool: db.pool, sagas: [greet, loose], logger: silent });
+    await runtime.start(greet, { id: 'twice', input: { who: 'a' } });
+    const clash = await runtime
+      .start(greet, { id: 'twice', input: { who: 'b' } })
+      .catch((e: unknown) => e);
+    expect(clash).toBeInstanceOf(SagaInputMismatchError);
+    expect(clash).toMatchObject({
+      code: 'saga_input_mismatch',
+      sagaId: 'twice',
+      status: 'running',
+    });
+    // The message names the saga, never the input.
+    expect((clash as Error).message).toContain('"twice"');
+    expect((clash as Error).message).not.toMatch(/\bb\b|who/);
+    expect((await runtime.getSaga('twice'))?.input).toEqual({ who: 'a' });
+
+    // Equal as JSON is the same input: key order and number spelling do not matter.
+    await both.start(loose, { id: 'keys', input: { a: 1, b: [1.5, 'x'], c: { d: null } } });
+    expect(
+      await both.start(loose, { id: 'keys', input: { c: { d: null }, b: [1.5, 'x'], a: 1.0 } }),
+    ).toMatchObject({ started: false });
+    for (const other of [
+      { a: 1 },
+      { a: 1, b: [1.5, 'x'], c: { d: 0 } },
+      { a: 1, b: ['x', 1.5], c: { d: null } },
+    ]) {
+      await expect(both.start(loose, { id: 'keys', input: other })).rejects.toBeInstanceOf(
+        SagaInputMismatchError,
+      );
+    }
+    // Inside the caller's transaction the error reaches the caller too.
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await expect(
+        runtime.start(greet, { id: 'twice', input: { who: 'c' }, tx: client }),
+      ).rejects.toBeInstanceOf(SagaInputMismatchError);
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    await both.close();
     await runtime.close();
   });
 

@@ -39,8 +39,20 @@ export function insertSaga(p: {
     RETURNING id`;
 }
 
-export function selectSagaRow(id: string) {
-  return sql`SELECT ${rowColumns} FROM skiplock.sagas WHERE id = ${id}`;
+/**
+ * What a start that lost the id race needs: the existing saga's name and status, and whether its
+ * stored input equals the new one as jsonb (key order and number spelling do not matter).
+ */
+export interface StartConflictRow {
+  name: string;
+  status: SagaStatus;
+  same_input: boolean;
+}
+
+export function selectStartConflict(id: string, inputJson: string) {
+  return sql`
+    SELECT name, status, input = ${inputJson}::jsonb AS same_input
+    FROM skiplock.sagas WHERE id = ${id}`;
 }
 
 /**
