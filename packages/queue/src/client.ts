@@ -302,9 +302,10 @@ export function createClient(options: ClientOptions = {}): Client {
     payload: unknown,
     where: string,
     result: StandardSchemaV1.Result<unknown>,
-  ): string {
+  ): string | Promise<string> {
+    const at = `${where.trim()}${where ? '.' : ''}payload`;
     if (result.issues) {
-      const issues = issuesAt(`${where.trim()}${where ? '.' : ''}payload`, result.issues);
+      const issues = issuesAt(at, result.issues);
       const error = new InvalidPayloadError(definition.type, issues);
       logger.warn(
         { reason: 'invalid_payload', jobType: definition.type, fields: issues.map((i) => i.path) },
@@ -312,7 +313,8 @@ export function createClient(options: ClientOptions = {}): Client {
       );
       throw error;
     }
-    const problem = findJsonProblem(payload, `${where.trim()}${where ? '.' : ''}payload`);
+    const notes = { converted: false };
+    const problem = findJsonProblem(payload, at, notes);
     if (problem) {
       logger.warn(
         { reason: 'invalid_payload', jobType: definition.type, fields: [problem.path] },
@@ -335,7 +337,31 @@ export function createClient(options: ClientOptions = {}): Client {
         throw new PayloadTooLargeError(definition.type, size, maxPayloadBytes);
       }
     }
-    return payloadJson;
+    // A Date (or any toJSON value) is stored as something else, so the worker will parse what
+    // JSON made of it: check that now, not on every attempt of a job that can never run.
+    if (!notes.converted) return payloadJson;
+    const stored = runValidation(definition.payload, JSON.parse(payloadJson));
+    return isThenable(stored)
+      ? Promise.resolve(stored).then((r) => storedJson(definition, at, payloadJson, r))
+      : storedJson(definition, at, payloadJson, stored);
+  }
+
+  function storedJson(
+    definition: AnyJobDefinition,
+    at: string,
+    payloadJson: string,
+    result: StandardSchemaV1.Result<unknown>,
+  ): string {
+    if (!result.issues) return payloadJson;
+    const issues = issuesAt(at, result.issues).map((i) => ({
+      path: i.path,
+      message: `${i.message} (as stored: a value with toJSON, such as a Date, became a string)`,
+    }));
+    logger.warn(
+      { reason: 'invalid_payload', jobType: definition.type, fields: issues.map((i) => i.path) },
+      'enqueue refused',
+    );
+    throw new InvalidPayloadError(definition.type, issues);
   }
 
   function toRow(

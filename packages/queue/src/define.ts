@@ -1,10 +1,11 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type pg from 'pg';
 import { jobOptionsSchema, parseConfig, queueName, DEFAULT_LEASE_MS } from './config.js';
-import { InvalidPayloadError } from './errors.js';
+import { ConfigError, InvalidPayloadError } from './errors.js';
 import type { Logger } from './logger.js';
 import { defaultBackoff, type BackoffOptions } from './retry/backoff.js';
 import type { DeadReason, ErrorClass } from './retry/policy.js';
+import { findSchemaJsonProblem } from './schema-json.js';
 import { issuesAt, runValidation, standardSchemaProblem } from './standard.js';
 
 /** What a handler knows about the job it runs. */
@@ -111,6 +112,12 @@ export function defineJob<S extends StandardSchemaV1>(
     throw new TypeError(
       `job type "${type}": payload must be a Standard Schema v1 validator (a zod 4, valibot or ` +
         `arktype schema, or any object with a \`~standard\` property): ${problem}`,
+    );
+  }
+  const shape = findSchemaJsonProblem(input.payload, 'payload');
+  if (shape) {
+    throw new ConfigError(
+      `job type "${type}": ${shape.path}: ${shape.message} (payloads are stored as JSON)`,
     );
   }
   if (typeof input.handler !== 'function') {

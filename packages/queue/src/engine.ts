@@ -39,6 +39,7 @@ export {
 export { LockKeys, type LockKey } from './sql/lock.js';
 export { IntervalService } from './service.js';
 export { findJsonProblem, type JsonProblem } from './json-safe.js';
+export { findSchemaJsonProblem } from './schema-json.js';
 /** The job status enum, for tools that list or filter by status (the CLI). */
 export { jobStatus } from './schema.js';
 

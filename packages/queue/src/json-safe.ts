@@ -18,12 +18,25 @@ function child(path: string, key: string): string {
   return identifier.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
 }
 
+/** Filled in by `findJsonProblem` for a value it accepts. */
+export interface JsonNotes {
+  /**
+   * A `toJSON` method (a Date's, say) changed a value on its way to JSON: the stored payload is
+   * not what the producer's schema saw, so it must be validated again as stored.
+   */
+  converted: boolean;
+}
+
 /**
  * Walks `value` once, as `JSON.stringify` would, and returns the first value that would throw
  * (BigInt, a cycle), be stored as something else (NaN and ±Infinity become null) or be refused by
  * PostgreSQL (NUL, lone surrogates), with its path from `root` (`payload.items[2].name`).
  */
-export function findJsonProblem(value: unknown, root = 'payload'): JsonProblem | null {
+export function findJsonProblem(
+  value: unknown,
+  root = 'payload',
+  notes?: JsonNotes,
+): JsonProblem | null {
   const seen = new Set<object>();
   function walk(v: unknown, path: string): JsonProblem | null {
     if (
@@ -32,6 +45,7 @@ export function findJsonProblem(value: unknown, root = 'payload'): JsonProblem |
       typeof (v as { toJSON?: unknown }).toJSON === 'function'
     ) {
       v = (v as { toJSON: (key: string) => unknown }).toJSON('');
+      if (notes) notes.converted = true;
     }
     switch (typeof v) {
       case 'bigint':
@@ -45,6 +59,10 @@ export function findJsonProblem(value: unknown, root = 'payload'): JsonProblem |
       case 'object': {
         if (v === null) return null;
         if (seen.has(v)) return { path, message: 'is a circular reference' };
+        if (v instanceof Map || v instanceof Set) {
+          const kind = v instanceof Map ? 'a Map' : 'a Set';
+          return { path, message: `is ${kind}, which JSON stores as {}; send an object or array` };
+        }
         seen.add(v);
         if (Array.isArray(v)) {
           for (let i = 0; i < v.length; i++) {

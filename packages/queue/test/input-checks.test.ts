@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ConfigError, createClient, defineJob, InvalidPayloadError } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { quiet } from './fixtures.js';
+import type { StandardSchemaV1 } from '@standard-schema/spec';
+import { quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
@@ -56,6 +57,109 @@ describe('payloads JSON cannot hold', () => {
     const error = await client.enqueue(loose, payload).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(InvalidPayloadError);
     expect((error as InvalidPayloadError).issues[0]!.path).toBe(path);
+    expect(await count()).toBe(0);
+  });
+});
+
+describe('schemas whose payloads cannot survive JSON', () => {
+  it.each([
+    [z.date(), 'payload', /a Date/],
+    [z.object({ at: z.date() }), 'payload.at', /z\.coerce\.date\(\)/],
+    [z.object({ n: z.bigint().optional() }), 'payload.n', /a BigInt/],
+    [z.object({ tags: z.array(z.set(z.string())) }), 'payload.tags[]', /a Set/],
+    [z.object({ m: z.map(z.string(), z.string()) }), 'payload.m', /a Map/],
+    [z.tuple([z.string(), z.nan()]), 'payload[1]', /NaN/],
+    [z.record(z.string(), z.literal(1n)), 'payload.*', /a BigInt/],
+    [z.union([z.date(), z.bigint()]), 'payload', /a Date/],
+    [z.object({ at: z.date() }).pipe(z.any()), 'payload.at', /a Date/],
+  ])('defineJob refuses %#, naming %s', (payload, path, why) => {
+    const define = () => defineJob({ type: 'input-checks-bad', payload, handler: () => {} });
+    expect(define).toThrow(ConfigError);
+    expect(define).toThrow(`job type "input-checks-bad": ${path}: the schema accepts only`);
+    expect(define).toThrow(why);
+  });
+
+  it('accepts what JSON can carry: coercion, ISO strings, codecs, a union with a JSON option, recursion', () => {
+    type Tree = { name: string; children: Tree[] };
+    const tree: z.ZodType<Tree> = z.lazy(() =>
+      z.object({ name: z.string(), children: z.array(tree) }),
+    );
+    const isoDate = z.codec(z.iso.datetime(), z.date(), {
+      decode: (s) => new Date(s),
+      encode: (d) => d.toISOString(),
+    });
+    for (const payload of [
+      z.coerce.date(),
+      z.object({ at: z.iso.datetime().pipe(z.coerce.date()), big: z.coerce.bigint() }),
+      isoDate,
+      z.union([z.date(), z.string()]),
+      z.string().transform((s) => new Date(s)),
+      tree,
+      z
+        .object({ d: z.date() })
+        .catch({ d: new Date(0) })
+        .or(z.null()),
+    ]) {
+      expect(() =>
+        defineJob({ type: 'input-checks-ok', payload, handler: () => {} }),
+      ).not.toThrow();
+    }
+  });
+
+  // A validator skiplock cannot look into: accepts Date instances only.
+  const dateOnly: StandardSchemaV1<Date, Date> = {
+    '~standard': {
+      version: 1,
+      vendor: 'input-checks',
+      validate: (value) =>
+        value instanceof Date ? { value } : { issues: [{ message: 'expected a Date' }] },
+    },
+  };
+
+  it('checks at enqueue what the worker will parse when a toJSON changed the payload', async () => {
+    const opaque = defineJob({ type: 'input-checks-ping', payload: dateOnly, handler: () => {} });
+    const error = await client.enqueue(opaque, new Date()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidPayloadError);
+    expect((error as InvalidPayloadError).issues).toEqual([
+      {
+        path: 'payload',
+        message:
+          'expected a Date (as stored: a value with toJSON, such as a Date, became a string)',
+      },
+    ]);
+    const many = await client
+      .enqueueMany(opaque, [{ payload: new Date() }])
+      .catch((e: unknown) => e);
+    expect((many as InvalidPayloadError).issues[0]!.path).toBe('items[0].payload');
+    expect(await count()).toBe(0);
+  });
+
+  it('stores a Date for a coercing schema, and the handler gets a Date back', async () => {
+    const seen: unknown[] = [];
+    const at = new Date('2026-03-29T01:30:00.000Z');
+    const dated = defineJob({
+      type: 'input-checks-ping',
+      payload: z.object({ at: z.coerce.date() }),
+      handler: (p) => {
+        seen.push(p.at);
+      },
+    });
+    const { id } = await client.enqueue(dated, { at });
+    expect(await testWorker(db.pool, [dated]).runOnce()).toBe(1);
+    expect(seen).toEqual([at]);
+    const { rows } = await db.pool.query(`SELECT payload FROM skiplock.jobs WHERE id = $1`, [id]);
+    expect(rows[0].payload).toEqual({ at: at.toISOString() });
+    await db.pool.query(`DELETE FROM skiplock.jobs WHERE id = $1`, [id]);
+  });
+
+  it('refuses a Map or a Set in a payload, which JSON would store as {}', async () => {
+    for (const [payload, path] of [
+      [{ m: new Map([['a', 1]]) }, 'payload.m'],
+      [[new Set([1])], 'payload[0]'],
+    ] as const) {
+      const error = await client.enqueue(loose, payload).catch((e: unknown) => e);
+      expect((error as InvalidPayloadError).issues[0]).toMatchObject({ path });
+    }
     expect(await count()).toBe(0);
   });
 });

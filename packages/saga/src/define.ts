@@ -1,5 +1,6 @@
 import type { BackoffOptions, Logger } from '@skiplock/queue';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
+import { findSchemaJsonProblem } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { z } from 'zod';
 import { SagaDefinitionError } from './errors.js';
@@ -262,6 +263,13 @@ function build(
           `wait step "${name}": ${notAStandardSchema('payload', problem)}`,
         );
       }
+      const shape = findSchemaJsonProblem(options.payload, 'payload');
+      if (shape) {
+        throw new SagaDefinitionError(
+          base.name,
+          `wait step "${name}": ${shape.path}: ${shape.message} (signal payloads are stored as JSON)`,
+        );
+      }
       const taken = steps.find((s) => s.wait?.signal === signal);
       if (taken) {
         throw new SagaDefinitionError(
@@ -317,6 +325,13 @@ export function defineSaga<N extends string, S extends StandardSchemaV1>(
   }
   const problem = standardSchemaProblem(options.input);
   if (problem) throw new SagaDefinitionError(name, notAStandardSchema('input', problem));
+  const shape = findSchemaJsonProblem(options.input, 'input');
+  if (shape) {
+    throw new SagaDefinitionError(
+      name,
+      `${shape.path}: ${shape.message} (saga inputs are stored as JSON)`,
+    );
+  }
   const queue = options.queue ?? 'sagas';
   if (typeof queue !== 'string' || !/^[A-Za-z0-9_.:-]{1,128}$/.test(queue)) {
     throw new SagaDefinitionError(name, `queue ${JSON.stringify(queue)} is not a valid queue name`);

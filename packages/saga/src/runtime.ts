@@ -8,7 +8,6 @@ import {
 import {
   cancelQueuedJob,
   createDefaultLogger,
-  findJsonProblem,
   resolvePool,
   runSql,
   withTransaction,
@@ -46,7 +45,7 @@ import {
 } from './sql/sagas.js';
 import { consumeSignal, insertSignal } from './sql/signals.js';
 import { settleStep } from './sql/steps.js';
-import { issuesAt, validate } from './standard.js';
+import { issuesAt, storedJsonIssues, validate } from './standard.js';
 import {
   advanceAfter,
   compensateNext,
@@ -254,11 +253,13 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         throw new SagaValidationError('invalid_input', `input of saga "${definition.name}"`, found);
       }
       // Stored as JSON: refuse what JSON or jsonb cannot hold as given, naming where, before SQL.
-      const inputProblem = findJsonProblem(startOptions.input ?? null, 'input');
-      if (inputProblem) {
-        throw new SagaValidationError('invalid_input', `input of saga "${definition.name}"`, [
-          inputProblem,
-        ]);
+      const inputIssues = await storedJsonIssues(definition.input, startOptions.input, 'input');
+      if (inputIssues) {
+        throw new SagaValidationError(
+          'invalid_input',
+          `input of saga "${definition.name}"`,
+          inputIssues,
+        );
       }
       const deadlineMs = startOptions.deadlineMs ?? definition.deadlineMs;
       if (deadlineMs !== null && (!Number.isInteger(deadlineMs) || deadlineMs < 1)) {
@@ -339,9 +340,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           );
           throw new SagaValidationError('invalid_signal', `signal "${name}"`, found);
         }
-        const payloadProblem = findJsonProblem(payload ?? null, 'payload');
-        if (payloadProblem) {
-          throw new SagaValidationError('invalid_signal', `signal "${name}"`, [payloadProblem]);
+        const payloadIssues = await storedJsonIssues(spec.wait!.payload, payload, 'payload');
+        if (payloadIssues) {
+          throw new SagaValidationError('invalid_signal', `signal "${name}"`, payloadIssues);
         }
         const stored = await runSql(
           tx,

@@ -1,4 +1,5 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
+import { findJsonProblem } from '@skiplock/queue/engine';
 import type { FieldIssue } from './errors.js';
 
 /**
@@ -47,4 +48,26 @@ export function issuesAt(prefix: string, issues: readonly StandardSchemaV1.Issue
 
 function pathKey(segment: PropertyKey | StandardSchemaV1.PathSegment): string {
   return String(typeof segment === 'object' && segment !== null ? segment.key : segment);
+}
+
+/**
+ * What is wrong with `value` as stored JSON, or null: what JSON or jsonb cannot hold as given
+ * (named by `findJsonProblem`), or, when a `toJSON` (a Date's, say) changed it on the way, the
+ * schema's issues with the stored form, which is what every step will parse.
+ */
+export async function storedJsonIssues(
+  schema: StandardSchemaV1,
+  value: unknown,
+  root: string,
+): Promise<FieldIssue[] | null> {
+  const notes = { converted: false };
+  const problem = findJsonProblem(value ?? null, root, notes);
+  if (problem) return [problem];
+  if (!notes.converted) return null;
+  const again = await validate(schema, JSON.parse(JSON.stringify(value ?? null)));
+  if (!again.issues) return null;
+  return issuesAt(root, again.issues).map((i) => ({
+    path: i.path,
+    message: `${i.message} (as stored: a value with toJSON, such as a Date, became a string)`,
+  }));
 }

@@ -110,6 +110,23 @@ describe('step order is checked when the saga is defined', () => {
     );
   });
 
+  it('rejects input and signal schemas that accept only what JSON cannot carry, naming where', () => {
+    expect(() =>
+      defineSaga({ name: 'dated', version: 1, input: z.object({ at: z.date() }) }),
+    ).toThrow(
+      /^saga "dated": input\.at: the schema accepts only a Date, .*z\.coerce\.date\(\).*\(saga inputs are stored as JSON\)$/,
+    );
+    expect(() => base().waitFor('paid', { payload: z.object({ cents: z.bigint() }) })).toThrow(
+      /^saga "rules": wait step "paid": payload\.cents: the schema accepts only a BigInt.*\(signal payloads are stored as JSON\)$/,
+    );
+    expect(() =>
+      defineSaga({ name: 'ok', version: 1, input: z.object({ at: z.coerce.date() }) }).waitFor(
+        'paid',
+        { payload: z.object({ cents: z.coerce.bigint() }) },
+      ),
+    ).not.toThrow();
+  });
+
   it('returns a new definition per step and leaves the earlier one unchanged', () => {
     const one = base().step('a', { run });
     const two = one.step('b', { run });

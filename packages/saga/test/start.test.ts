@@ -1,5 +1,6 @@
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { describe, expect, it } from 'vitest';
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { z } from 'zod';
 import {
   createSagaRuntime,
@@ -234,5 +235,49 @@ describe('reading sagas', () => {
     ]);
     // Without the option, summaries carry no history.
     expect((await runtime.listSagas({ name: 'hist' })).sagas[0]).not.toHaveProperty('history');
+  });
+});
+
+// A validator skiplock cannot look into: accepts Date instances only.
+const dateOnly: StandardSchemaV1<Date, Date> = {
+  '~standard': {
+    version: 1,
+    vendor: 'start-test',
+    validate: (value) =>
+      value instanceof Date ? { value } : { issues: [{ message: 'expected a Date' }] },
+  },
+};
+
+describe('input that a toJSON changes on its way to storage', () => {
+  it('is checked as stored, for saga input and signal payloads, and nothing is written', async () => {
+    const opaque = defineSaga({ name: 'opaque', version: 1, input: dateOnly }).step('only', {
+      ...fast,
+      run: () => 1,
+    });
+    const waiter = defineSaga({ name: 'waiter', version: 1, input: z.object({}) })
+      .step('first', { ...fast, run: () => 1 })
+      .waitFor('when', { payload: dateOnly, timeoutMs: 60_000 });
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [opaque, waiter], logger: silent });
+    const bad = await runtime
+      .start(opaque, { id: 'dated', input: new Date() })
+      .catch((e: unknown) => e);
+    expect(bad).toBeInstanceOf(SagaValidationError);
+    expect((bad as SagaValidationError).issues).toEqual([
+      {
+        path: 'input',
+        message:
+          'expected a Date (as stored: a value with toJSON, such as a Date, became a string)',
+      },
+    ]);
+    expect(await runtime.getSaga('dated')).toBeNull();
+
+    await runtime.start(waiter, { id: 'waits', input: {} });
+    const { runtime: working } = await startSagas(db.pool, [waiter]);
+    await settled(working, 'waits', ['waiting']);
+    const refused = await runtime.signal('waits', 'when', new Date()).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(SagaValidationError);
+    expect((refused as SagaValidationError).issues[0]!.path).toBe('payload');
+    expect(await count("skiplock.saga_signals WHERE saga_id = 'waits'")).toBe(0);
+    await runtime.close();
   });
 });
