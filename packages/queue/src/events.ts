@@ -8,13 +8,22 @@ export interface JobEvent {
   attempt: number;
 }
 
+/** A job's attempt lost its lock; `current` says which write won (see the queue README). */
+export interface LockLostEvent extends JobEvent {
+  /**
+   * The job as it is now (`holder`: the worker running it, when `processing`); null when the row
+   * is gone, undefined when it could not be read.
+   */
+  current: { status: string; attempt: number; holder: string | null } | null | undefined;
+}
+
 /** Lifecycle events, `noun:verb`. Listeners are for observation; they cannot break the worker. */
 export interface WorkerEvents {
   'job:claimed': [JobEvent];
   'job:completed': [JobEvent & { durationMs: number }];
   'job:retry': [JobEvent & { reason: string; delayMs: number }];
   'job:dead': [JobEvent & { reason: string }];
-  'job:lock_lost': [JobEvent];
+  'job:lock_lost': [LockLostEvent];
   'job:released': [JobEvent];
   'worker:error': [{ reason: string; error: unknown }];
   'worker:idle': [];

@@ -9,7 +9,7 @@ import {
   UnknownJobTypeError,
   errorMessage,
 } from './errors.js';
-import type { SafeEmitter, WorkerEvents } from './events.js';
+import type { LockLostEvent, SafeEmitter, WorkerEvents } from './events.js';
 import type { LeaseHolder } from './heartbeat.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
@@ -20,6 +20,7 @@ import { decideFailure, type FailureDecision } from './retry/policy.js';
 import { defaultBackoff } from './retry/backoff.js';
 import type { ClaimedRow } from './sql/claim.js';
 import { extendLease } from './sql/heartbeat.js';
+import { selectJobHolder, type JobHolderRow } from './sql/fence.js';
 import { completeJobs, failJob, releaseJobs, type LockToken } from './sql/settle.js';
 import { isThenable, issuesAt, runValidation } from './standard.js';
 import { retryDelayMs, sleep } from './timers.js';
@@ -298,13 +299,27 @@ async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durati
   }
 }
 
-function lockLost(d: ExecutorDeps, job: RunningJob): void {
+/**
+ * The attempt's own write found the job no longer its own, so its result is discarded and it is
+ * never reported completed. The log line and event say which write won instead: the job's state
+ * now (`retryable` from the sweeper, `processing` under a later attempt or another worker,
+ * `completed`, `cancelled`, `dead`), or `current: null` when the row is gone. One read by primary
+ * key, on this rare path only; if it fails, `current` is undefined and the loss is still reported.
+ */
+async function lockLost(d: ExecutorDeps, job: RunningJob): Promise<void> {
   d.metrics.inc('jobs_lock_lost_total');
+  let current: LockLostEvent['current'];
+  try {
+    const row = (await runSql<JobHolderRow>(d.pool, selectJobHolder(job.info.id))).rows[0];
+    current = row ? { status: row.status, attempt: row.attempt, holder: row.holder } : null;
+  } catch (error) {
+    d.logger.debug({ ...jobFields(job), err: errorMessage(error) }, 'could not read the job back');
+  }
   d.logger.warn(
-    { ...jobFields(job), reason: 'lock_lost' },
+    { ...jobFields(job), reason: 'lock_lost', current },
     'job no longer owned; result discarded',
   );
-  d.events.emit('job:lock_lost', jobFields(job));
+  d.events.emit('job:lock_lost', { ...jobFields(job), current });
 }
 
 async function settleFailure(

@@ -43,7 +43,7 @@ export {
   UnknownJobTypeError,
 } from './errors.js';
 export { Metrics } from './metrics.js';
-export type { WorkerEvents, JobEvent } from './events.js';
+export type { WorkerEvents, JobEvent, LockLostEvent } from './events.js';
 export type { JobStatus } from './schema.js';
 export type { Logger } from './logger.js';
 export { serveMetrics } from './metrics-server.js';

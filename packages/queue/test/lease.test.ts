@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
+  type LockLostEvent,
   createClient,
   createSweeper,
   defineJob,
@@ -50,6 +51,10 @@ describe('leases, fencing and the sweeper', () => {
     const { id } = await client.enqueue(def, {});
     const logs = captureLogs();
     const first = testWorker(db.pool, [def], { logger: logs.logger, workerId: 'first' });
+    const completed: string[] = [];
+    const lost: LockLostEvent[] = [];
+    first.on('job:completed', (e) => completed.push(e.jobId));
+    first.on('job:lock_lost', (e) => lost.push(e));
     const running = first.runOnce();
     await waitFor(() => started.length === 1);
     // The sweeper takes the job back, and a second worker claims it (attempt 2).
@@ -70,11 +75,20 @@ describe('leases, fencing and the sweeper', () => {
     expect(row.status).toBe('completed');
     expect(row.locked_by).toBe('second');
     expect(row.attempts).toBe(2);
-    expect(logs.lines.find((l) => l.reason === 'lock_lost')).toMatchObject({
-      jobId: id,
-      attempt: 1,
-    });
+    // The first worker never reports the job completed, and says which write won: attempt 2,
+    // still running on worker "second" or completed by it already.
+    const line = logs.lines.find((l) => l.reason === 'lock_lost');
+    expect(line).toMatchObject({ jobId: id, attempt: 1 });
+    expect([
+      { status: 'processing', attempt: 2, holder: 'second' },
+      { status: 'completed', attempt: 2, holder: null },
+    ]).toContainEqual(line!['current']);
+    expect(completed).toEqual([]);
+    expect(lost).toEqual([
+      { jobId: id, jobType: def.type, queue: 'default', attempt: 1, current: line!['current'] },
+    ]);
     expect(first.metrics.counter('jobs_lock_lost_total')).toBe(1);
+    expect(first.metrics.counter('jobs_completed_total')).toBe(0);
 
     // A late failure write from the first owner touches nothing either.
     const late = await runSql(
@@ -125,6 +139,11 @@ describe('leases, fencing and the sweeper', () => {
     expect((await jobRow(db.pool, a.id)).status).toBe('completed');
     expect((await jobRow(db.pool, b.id)).status).toBe('retryable');
     expect(logs.reasons()).toContain('lock_lost');
+    // The sweeper's write won: the settle of b says so instead of completing it.
+    expect(
+      logs.lines.find((l) => l.reason === 'lock_lost' && l.jobId === b.id && 'current' in l),
+    ).toMatchObject({ current: { status: 'retryable', attempt: 1, holder: null } });
+    expect(worker.metrics.counter('jobs_completed_total')).toBe(1);
   });
 
   it('one job row locked for 3x the lease costs no other job on the worker its lease', async () => {

@@ -25,3 +25,18 @@ export const ownsTokens = (workerId: string, tokens: readonly LockToken[]) =>
   sql`j.id = ANY(${sql.param(tokens.map((t) => t.id))}::bigint[])
       AND (j.id::text || ':' || j.attempts::text) = ANY(${sql.param(tokens.map((t) => `${t.id}:${t.attempt}`))}::text[])
       AND ${fenced(workerId)}`;
+
+/** What holds a job now, read after a fenced write of it found nothing to change. */
+export interface JobHolderRow {
+  status: string;
+  attempt: number;
+  /** The worker running it now; null unless `processing` (other statuses keep the last one). */
+  holder: string | null;
+}
+
+export function selectJobHolder(id: string) {
+  return sql`
+    SELECT status, attempts AS attempt,
+           CASE WHEN status = 'processing' THEN locked_by END AS holder
+    FROM skiplock.jobs WHERE id = ${id}`;
+}
