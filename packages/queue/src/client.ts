@@ -355,7 +355,7 @@ export function createClient(options: ClientOptions = {}): Client {
     if (!result.issues) return payloadJson;
     const issues = issuesAt(at, result.issues).map((i) => ({
       path: i.path,
-      message: `${i.message} (as stored: a value with toJSON, such as a Date, became a string)`,
+      message: `${i.message} (checked as stored in JSON, where a Date becomes a string and an undefined in an array null)`,
     }));
     logger.warn(
       { reason: 'invalid_payload', jobType: definition.type, fields: issues.map((i) => i.path) },

@@ -21,7 +21,8 @@ function child(path: string, key: string): string {
 /** Filled in by `findJsonProblem` for a value it accepts. */
 export interface JsonNotes {
   /**
-   * A `toJSON` method (a Date's, say) changed a value on its way to JSON: the stored payload is
+   * JSON changed a value on its way: a `toJSON` method ran (a Date's, say), or an undefined,
+   * function or symbol was dropped from an object or nulled in an array. The stored payload is
    * not what the producer's schema saw, so it must be validated again as stored.
    */
   converted: boolean;
@@ -82,6 +83,9 @@ export function findJsonProblem(
         return null;
       }
       default:
+        // undefined, a function or a symbol: JSON drops it from an object and nulls it in an
+        // array, so the stored payload differs from the one validated.
+        if (notes) notes.converted = true;
         return null;
     }
   }

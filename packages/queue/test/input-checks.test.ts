@@ -124,13 +124,33 @@ describe('schemas whose payloads cannot survive JSON', () => {
       {
         path: 'payload',
         message:
-          'expected a Date (as stored: a value with toJSON, such as a Date, became a string)',
+          'expected a Date (checked as stored in JSON, where a Date becomes a string and an undefined in an array null)',
       },
     ]);
     const many = await client
       .enqueueMany(opaque, [{ payload: new Date() }])
       .catch((e: unknown) => e);
     expect((many as InvalidPayloadError).issues[0]!.path).toBe('items[0].payload');
+    expect(await count()).toBe(0);
+  });
+
+  it('checks the stored form when JSON nulls an undefined in an array', async () => {
+    const tags = defineJob({
+      type: 'input-checks-ping',
+      payload: z.object({ tags: z.array(z.string().optional()) }),
+      handler: () => {},
+    });
+    const error = await client.enqueue(tags, { tags: ['a', undefined] }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidPayloadError);
+    expect((error as InvalidPayloadError).issues[0]!.path).toBe('payload.tags.1');
+    // Dropped from an object, an undefined optional field is what the schema allows anyway.
+    const optional = defineJob({
+      type: 'input-checks-ping',
+      payload: z.object({ note: z.string().optional() }),
+      handler: () => {},
+    });
+    const { id } = await client.enqueue(optional, { note: undefined });
+    await db.pool.query(`DELETE FROM skiplock.jobs WHERE id = $1`, [id]);
     expect(await count()).toBe(0);
   });
 

@@ -68,6 +68,6 @@ export async function storedJsonIssues(
   if (!again.issues) return null;
   return issuesAt(root, again.issues).map((i) => ({
     path: i.path,
-    message: `${i.message} (as stored: a value with toJSON, such as a Date, became a string)`,
+    message: `${i.message} (checked as stored in JSON, where a Date becomes a string and an undefined in an array null)`,
   }));
 }

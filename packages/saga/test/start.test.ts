@@ -266,7 +266,7 @@ describe('input that a toJSON changes on its way to storage', () => {
       {
         path: 'input',
         message:
-          'expected a Date (as stored: a value with toJSON, such as a Date, became a string)',
+          'expected a Date (checked as stored in JSON, where a Date becomes a string and an undefined in an array null)',
       },
     ]);
     expect(await runtime.getSaga('dated')).toBeNull();
