@@ -58,6 +58,8 @@ export interface WorkerProcessOptions {
   jobMs?: string;
   listen?: boolean;
   pollMs?: number;
+  /** The worker's `asyncCommit` (its default, true, when not given). */
+  asyncCommit?: boolean;
 }
 
 /** Starts one worker process and resolves once its loop runs. */
@@ -76,6 +78,7 @@ export async function startWorkerProcess(
     CRASH_JOB_MS: options.jobMs,
     CRASH_LISTEN: options.listen === false ? '0' : '1',
     CRASH_POLL_MS: options.pollMs?.toString(),
+    CRASH_ASYNC_COMMIT: options.asyncCommit === undefined ? undefined : String(options.asyncCommit),
     SKIPLOCK_LOG_LEVEL: undefined,
   });
   await handle.waitForLine((l) => l.reason === 'started', 60_000);

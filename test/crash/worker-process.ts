@@ -7,7 +7,7 @@
  * DATABASE_URL (required), CRASH_WORKER_ID (required), CRASH_CONCURRENCY (8), CRASH_LEASE_MS
  * (2000), CRASH_HEARTBEAT_MS (300), CRASH_SWEEP_INTERVAL_MS (500), CRASH_JOB_MS ("10-40", a
  * handler's duration range), CRASH_LISTEN ("1"), CRASH_POLL_MS (250), CRASH_SHUTDOWN_MS (5000),
- * CRASH_MAX_CONNECTIONS (5).
+ * CRASH_MAX_CONNECTIONS (5), CRASH_ASYNC_COMMIT ("true", the worker's `asyncCommit`).
  * It logs pino JSON lines on stdout; the parent reads them for reasons such as `lock_lost`.
  */
 import { createWorker } from '@skiplock/queue';
@@ -105,6 +105,7 @@ const worker = createWorker({
   heartbeatIntervalMs: intEnv('CRASH_HEARTBEAT_MS', 300),
   pollIntervalMs: intEnv('CRASH_POLL_MS', 250),
   listen: env('CRASH_LISTEN', '1') === '1',
+  asyncCommit: env('CRASH_ASYNC_COMMIT', 'true') === 'true',
   shutdownTimeoutMs: intEnv('CRASH_SHUTDOWN_MS', 5_000),
   // Taken-back jobs come back within a fraction of a second, so a run takes seconds, not minutes.
   sweeper:

@@ -13,6 +13,11 @@ export interface EmbeddedServer {
   restart(): Promise<void>;
   stopServer(): Promise<void>;
   startServer(): Promise<void>;
+  /**
+   * Crashes the server as `pg_ctl stop -m immediate` does (SIGQUIT to the postmaster): no
+   * checkpoint, WAL not yet written is lost, and the next `startServer()` runs crash recovery.
+   */
+  crash(): Promise<void>;
   /** Stops the server and deletes its data directory. */
   stop(): Promise<void>;
 }
@@ -26,6 +31,12 @@ export interface EmbeddedOptions {
    * clean-up has run. This applies to the whole process. Default true.
    */
   handleSignals?: boolean;
+  /**
+   * Keep the server's default `synchronous_commit = on` (a commit waits for its WAL write), for
+   * tests that crash the server and count what survives. Default false: commits do not wait,
+   * which is faster and fine for a throwaway server that is never crashed.
+   */
+  durableCommits?: boolean;
 }
 
 async function freePort(): Promise<number> {
@@ -76,8 +87,7 @@ export async function startEmbeddedPostgres(
         `max_connections=${options.maxConnections ?? 300}`,
         '-c',
         'fsync=off',
-        '-c',
-        'synchronous_commit=off',
+        ...(options.durableCommits ? [] : ['-c', 'synchronous_commit=off']),
         '-c',
         'full_page_writes=off',
         '-c',
@@ -109,6 +119,19 @@ export async function startEmbeddedPostgres(
     async startServer() {
       if (!running) await server.start();
       running = true;
+    },
+    async crash() {
+      if (!running) return;
+      running = false;
+      const holder = server as unknown as { process?: ChildProcess };
+      const child = holder.process;
+      if (child && child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise((resolve) => child.once('exit', resolve));
+        child.kill('SIGQUIT');
+        await exited;
+      }
+      // The package would otherwise wait in stop() for an exit that has already happened.
+      holder.process = undefined;
     },
     async restart() {
       await handle.stopServer();

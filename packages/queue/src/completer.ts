@@ -20,6 +20,8 @@ export class Completer {
   constructor(
     private readonly pool: pg.Pool,
     private readonly workerId: string,
+    /** Skip the WAL flush wait on completions (the worker's `asyncCommit`). */
+    private readonly asyncCommit: boolean,
     private readonly maxBatch = 500,
   ) {}
 
@@ -47,7 +49,7 @@ export class Completer {
             completeJobs(
               this.workerId,
               batch.map((w) => w.token),
-              { durable: false },
+              { durable: !this.asyncCommit },
             ),
           );
           const owned = new Set(rows.map((r) => r.id));

@@ -89,6 +89,8 @@ export interface ExecutorDeps {
   events: SafeEmitter<WorkerEvents>;
   /** Attempts at writing a settle before leaving the job to the sweeper. */
   settleAttempts: number;
+  /** The worker's `asyncCommit`: bookkeeping commits skip the WAL flush wait. */
+  asyncCommit: boolean;
   /** Called when the handler has finished (before the settle write), freeing its slot. */
   handlerDone(job: RunningJob, durationMs: number): void;
   /** Hand-offs of successor jobs to this worker (see `HandOffSlot`); null: none. */
@@ -286,7 +288,7 @@ async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durati
       return lockLost(d, job);
     case 'shutdown': {
       const released = await withRetry(d, () =>
-        runSql(d.pool, releaseJobs(d.workerId, [job.token])),
+        runSql(d.pool, releaseJobs(d.workerId, [job.token], d.asyncCommit)),
       );
       if (released.rowCount === 0) return lockLost(d, job);
       d.metrics.inc('jobs_released_total');

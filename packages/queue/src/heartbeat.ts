@@ -47,6 +47,8 @@ export class Heartbeat {
   constructor(
     private readonly pool: pg.Pool,
     private readonly workerId: string,
+    /** Skip the WAL flush wait on renewals (the worker's `asyncCommit`). */
+    private readonly asyncCommit: boolean,
     private readonly intervalMs: number,
     private readonly holders: () => Iterable<LeaseHolder>,
     private readonly logger: Logger,
@@ -77,6 +79,7 @@ export class Heartbeat {
         extendLeases(
           this.workerId,
           running.map((h) => h.token),
+          this.asyncCommit,
         ),
       );
       const ours = new Map(rows.map((r) => [r.id, r.renewed]));

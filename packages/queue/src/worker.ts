@@ -43,6 +43,13 @@ const workerOptionsSchema = z.object({
    * next one goes through the queue for any worker; 0 turns hand-offs off. See `HandOffSlot`.
    */
   maxHandOffs: z.number().int().min(0).max(1_000).default(16),
+  /**
+   * Claims, batched completions, lease renewals and releases commit without waiting for their WAL
+   * flush (default true). A PostgreSQL crash may then forget the last few hundred milliseconds of
+   * them: those jobs run again, none is lost, and `completeWith`, failures and enqueues always
+   * wait. False keeps the server's own `synchronous_commit` for them too.
+   */
+  asyncCommit: z.boolean().default(true),
 });
 
 export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsSchema> {
@@ -127,6 +134,7 @@ export function createWorker(options: WorkerOptions): Worker {
     settleAttempts: options.settleAttempts,
     workerId: options.workerId,
     maxHandOffs: options.maxHandOffs,
+    asyncCommit: options.asyncCommit,
   });
   if (!Array.isArray(jobs) || jobs.length === 0) {
     throw new ConfigError('invalid worker options: jobs: give at least one job definition');
@@ -163,7 +171,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const pool = owned.pool;
   const metrics = new Metrics();
   const events = new SafeEmitter<WorkerEvents>(logger);
-  const completer = new Completer(pool, id);
+  const completer = new Completer(pool, id, config.asyncCommit);
   /** Every claimed job until it is settled: buffered, running or settling. Heartbeats cover it. */
   const running = new Map<string, RunningJob>();
   /** Claimed jobs waiting for a free slot, in claim order. */
@@ -180,6 +188,7 @@ export function createWorker(options: WorkerOptions): Worker {
     metrics,
     events,
     settleAttempts: config.settleAttempts,
+    asyncCommit: config.asyncCommit,
     handlerDone: (_job, durationMs) => {
       active -= 1;
       averageDurationMs =
@@ -207,6 +216,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const heartbeat = new Heartbeat(
     pool,
     id,
+    config.asyncCommit,
     heartbeatIntervalMs,
     () => running.values(),
     logger,
@@ -272,7 +282,13 @@ export function createWorker(options: WorkerOptions): Worker {
     const started = performance.now();
     const { rows } = await runSql<ClaimedRow>(
       pool,
-      claimJobs({ queues, limit, workerId: id, agingMs: config.agingMs }),
+      claimJobs({
+        queues,
+        limit,
+        workerId: id,
+        agingMs: config.agingMs,
+        asyncCommit: config.asyncCommit,
+      }),
     );
     metrics.inc('claim_latency_ms_sum', performance.now() - started);
     metrics.inc('claims_total');
@@ -394,7 +410,7 @@ export function createWorker(options: WorkerOptions): Worker {
     for (const job of jobs) job.abort(new ShutdownError());
     const tokens = jobs.map((j) => j.token);
     try {
-      await runSql(pool, releaseJobs(id, tokens));
+      await runSql(pool, releaseJobs(id, tokens, config.asyncCommit));
       metrics.inc('jobs_released_total', jobs.length);
     } catch (error) {
       logger.warn(

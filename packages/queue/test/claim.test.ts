@@ -81,7 +81,13 @@ describe('claiming', () => {
         for (;;) {
           const { rows } = await runSql<{ id: string }>(
             pool,
-            claimJobs({ queues: [queue], limit: 25, workerId: `raw-${i}`, agingMs: null }),
+            claimJobs({
+              queues: [queue],
+              limit: 25,
+              workerId: `raw-${i}`,
+              agingMs: null,
+              asyncCommit: true,
+            }),
           );
           if (rows.length === 0) return;
           claimed.push(...rows.map((r) => r.id));
@@ -123,7 +129,13 @@ describe('claiming', () => {
       expect(stats[0]!.reltuples).toBe(-1);
       for (const agingMs of [300_000, null]) {
         const plan = await explain(
-          claimJobs({ queues: ['default'], limit: 100, workerId: 'explain', agingMs }),
+          claimJobs({
+            queues: ['default'],
+            limit: 100,
+            workerId: 'explain',
+            agingMs,
+            asyncCommit: true,
+          }),
         );
         expect(plan).toContain('jobs_claim_idx');
         // Sorting the claimed batch (at most `limit` rows) is fine; sorting the table is not.
@@ -133,11 +145,24 @@ describe('claiming', () => {
       await conn.query('ANALYZE skiplock.jobs');
       for (const agingMs of [300_000, null]) {
         const plan = await explain(
-          claimJobs({ queues: ['default', 'other'], limit: 210, workerId: 'explain', agingMs }),
+          claimJobs({
+            queues: ['default', 'other'],
+            limit: 210,
+            workerId: 'explain',
+            agingMs,
+            asyncCommit: true,
+          }),
         );
         expect(plan).not.toMatch(/Seq Scan|Hash Join/);
         const single = await explain(
-          claimJobs({ queues: ['default'], limit: 210, workerId: 'explain', agingMs }),
+          // With asyncCommit off the statement keeps its shape, and its plan.
+          claimJobs({
+            queues: ['default'],
+            limit: 210,
+            workerId: 'explain',
+            agingMs,
+            asyncCommit: false,
+          }),
         );
         expect(single).not.toMatch(/Seq Scan|Hash Join/);
         expect(single).toContain('jobs_pkey');
@@ -148,8 +173,11 @@ describe('claiming', () => {
       }));
       for (const settle of [
         completeJobs('w', tokens, { durable: false }),
-        releaseJobs('w', tokens),
-        extendLeases('w', tokens),
+        completeJobs('w', tokens, { durable: true }),
+        releaseJobs('w', tokens, true),
+        releaseJobs('w', tokens, false),
+        extendLeases('w', tokens, true),
+        extendLeases('w', tokens, false),
       ]) {
         const plan = await explain(settle);
         expect(plan).toContain('jobs_pkey');

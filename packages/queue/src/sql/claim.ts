@@ -1,5 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
-import { asyncCommit } from './commit.js';
+import { commitItem } from './commit.js';
 
 export interface ClaimedRow {
   id: string;
@@ -20,6 +20,8 @@ export interface ClaimParams {
   workerId: string;
   /** Claimable jobs that waited longer than this go first, whatever their priority; null: never. */
   agingMs: number | null;
+  /** Commit without waiting for the WAL flush (see `commitItem`). */
+  asyncCommit: boolean;
 }
 
 /**
@@ -83,7 +85,7 @@ export function claimJobs(params: ClaimParams) {
           locked_at = now(),
           lease_expires_at = now() + j.lease_ms * interval '1 millisecond',
           updated_at = now()
-      FROM ${asyncCommit}
+      FROM ${commitItem(params.asyncCommit)}
       WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
       RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts,
                 j.priority, j.run_at, j.timeout_ms, j.lease_ms, j.idempotency_key

@@ -11,4 +11,13 @@ import { sql } from 'drizzle-orm';
  * writes) keep the server's setting. On a server whose WAL flush takes milliseconds this is
  * the difference between one flush per batch and none on the hot path.
  */
-export const asyncCommit = sql`(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit(v)`;
+const asyncCommitItem = sql`(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit(v)`;
+/** The same one-row FROM item with no effect, so each statement keeps one shape either way. */
+const serverCommitItem = sql`(SELECT NULL::text) AS async_commit(v)`;
+
+/**
+ * The FROM item for the worker's bookkeeping statements: `asyncCommit` on (the worker's default)
+ * skips the WAL flush wait as above; off keeps the server's own `synchronous_commit`.
+ */
+export const commitItem = (asyncCommit: boolean) =>
+  asyncCommit ? asyncCommitItem : serverCommitItem;

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { asyncCommit } from './commit.js';
+import { commitItem } from './commit.js';
 import { ownsToken, ownsTokens, type LockToken } from './fence.js';
 
 /**
@@ -11,7 +11,7 @@ import { ownsToken, ownsTokens, type LockToken } from './fence.js';
  * other lease of the worker expired behind it (all 9 healthy jobs re-run with a 2 s lease and one
  * row locked for 4 s).
  */
-export function extendLeases(workerId: string, tokens: readonly LockToken[]) {
+export function extendLeases(workerId: string, tokens: readonly LockToken[], asyncCommit: boolean) {
   return sql`
     WITH lockable AS (
       SELECT j.id FROM skiplock.jobs j
@@ -20,7 +20,7 @@ export function extendLeases(workerId: string, tokens: readonly LockToken[]) {
     ), renewed AS (
       UPDATE skiplock.jobs j
       SET lease_expires_at = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
-      FROM lockable, ${asyncCommit}
+      FROM lockable, ${commitItem(asyncCommit)}
       WHERE j.id = lockable.id
       RETURNING j.id
     )

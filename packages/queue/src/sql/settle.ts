@@ -1,5 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
-import { asyncCommit } from './commit.js';
+import { commitItem } from './commit.js';
 import { ownsToken, ownsTokens, type LockToken } from './fence.js';
 
 export type { LockToken };
@@ -11,7 +11,8 @@ export const MAX_ERROR_HISTORY = 25;
 
 /**
  * Completes many jobs in one statement; returns the ids that were still ours. `durable: false`
- * (the batched completer) skips the commit's WAL flush wait; see `asyncCommit`.
+ * (the batched completer, unless the worker's `asyncCommit` is off) skips the commit's WAL flush
+ * wait; see `commitItem`.
  */
 export function completeJobs(
   workerId: string,
@@ -21,7 +22,7 @@ export function completeJobs(
   return sql`
     UPDATE skiplock.jobs j
     SET status = 'completed', completed_at = now(), lease_expires_at = NULL, updated_at = now()
-    ${durable ? sql`` : sql`FROM ${asyncCommit}`}
+    ${durable ? sql`` : sql`FROM ${commitItem(true)}`}
     WHERE ${ownsTokens(workerId, tokens)}
     RETURNING j.id::text AS id`;
 }
@@ -76,12 +77,12 @@ export function failedAttempt(f: { status: SQL; delayMs: SQL; reason: SQL; messa
  * Hands unfinished jobs back on shutdown: pending again at once, and the attempt they were on is
  * not spent, because the job never got to fail.
  */
-export function releaseJobs(workerId: string, tokens: readonly LockToken[]) {
+export function releaseJobs(workerId: string, tokens: readonly LockToken[], asyncCommit: boolean) {
   return sql`
     UPDATE skiplock.jobs j
     SET status = 'pending', attempts = j.attempts - 1, lease_expires_at = NULL,
         locked_by = NULL, locked_at = NULL, run_at = now(), updated_at = now()
-    FROM ${asyncCommit}
+    FROM ${commitItem(asyncCommit)}
     WHERE ${ownsTokens(workerId, tokens)}
     RETURNING j.id::text AS id`;
 }
