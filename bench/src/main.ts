@@ -61,7 +61,7 @@ const plan = {
 };
 
 // Quick runs (CI) drive every adapter at least once, with the fewest runs that do so.
-const DRAIN_SYSTEMS = ['skiplock', 'bare', 'graphile', 'graphile-lq', 'pgboss'];
+const DRAIN_SYSTEMS = ['skiplock', 'skiplock-sync', 'bare', 'graphile', 'graphile-lq', 'pgboss'];
 const ENQUEUE_SYSTEMS = ['skiplock', 'bare', 'graphile', 'pgboss'];
 const SINGLE_ENQUEUE_SYSTEMS = quick ? ['skiplock', 'bare'] : ENQUEUE_SYSTEMS;
 const LATENCY_SYSTEMS = quick

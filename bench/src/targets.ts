@@ -45,28 +45,33 @@ export function evaluateTargets(results: BenchResults): TargetResult[] {
   if (drain) {
     const c = '1 process × 10';
     const mine = rowMedian(row(drain, 'skiplock', c) ?? ({ runs: [] } as never));
-    const peers = ['graphile', 'graphile-lq', 'pgboss']
-      .map((id) => row(drain, id, c))
-      .filter((r): r is ScenarioRow => r !== undefined)
-      .map((r) => ({ label: r.label, value: rowMedian(r) }))
-      .filter((p) => p.value !== null)
-      .sort((a, b) => b.value! - a.value!);
-    const best = peers[0];
+    const batched = row(drain, 'graphile-lq', c);
     out.push(
       atLeast(
-        'drain at concurrency 10 ≥ 2× the best peer',
+        'drain at concurrency 10, defaults ≥ 1.2× graphile-worker (batched mode)',
         mine,
-        best?.value ?? null,
-        2,
-        best?.label ?? 'best peer',
+        batched ? rowMedian(batched) : null,
+        1.2,
+        batched?.label ?? 'graphile-worker (batched mode)',
         'jobs/s',
       ),
     );
     const bare = row(drain, 'bare', c);
     out.push(
       atLeast(
-        'drain at concurrency 10 ≥ 0.8× bare SQL',
+        'drain at concurrency 10, defaults ≥ 0.9× bare SQL',
         mine,
+        bare ? rowMedian(bare) : null,
+        0.9,
+        'bare SQL',
+        'jobs/s',
+      ),
+    );
+    const sync = row(drain, 'skiplock-sync', c);
+    out.push(
+      atLeast(
+        'drain at concurrency 10, asyncCommit: false ≥ 0.8× bare SQL',
+        sync ? rowMedian(sync) : null,
         bare ? rowMedian(bare) : null,
         0.8,
         'bare SQL',

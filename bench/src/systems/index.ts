@@ -4,6 +4,7 @@ import type { QueueSystem } from './types.js';
 const loaders: Record<string, () => Promise<QueueSystem>> = {
   skiplock: async () => (await import('./skiplock.js')).skiplock,
   'skiplock-poll': async () => (await import('./skiplock.js')).skiplockPolling,
+  'skiplock-sync': async () => (await import('./skiplock.js')).skiplockSyncCommit,
   bare: async () => (await import('./bare.js')).bare,
   graphile: async () => (await import('./graphile.js')).graphileDefaults,
   'graphile-lq': async () => (await import('./graphile.js')).graphileLocalQueue,

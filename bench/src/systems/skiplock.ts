@@ -16,7 +16,10 @@ function noopJob(onJob: (p: Payload) => void = () => {}) {
  * skiplock with its default settings: nothing here is tuned for the benchmark. `workerOptions`
  * only switches a documented feature off, to measure what it buys (the polling variant).
  */
-function skiplockSystem(id: string, workerOptions: { listen?: boolean } = {}): QueueSystem {
+function skiplockSystem(
+  id: string,
+  workerOptions: { listen?: boolean; asyncCommit?: boolean } = {},
+): QueueSystem {
   return {
     id,
     label: labelOf(id),
@@ -78,3 +81,5 @@ function skiplockSystem(id: string, workerOptions: { listen?: boolean } = {}): Q
 export const skiplock = skiplockSystem('skiplock');
 /** LISTEN off, as behind PgBouncer in transaction mode: workers find work by jittered polling. */
 export const skiplockPolling = skiplockSystem('skiplock-poll', { listen: false });
+/** Claims, completions and renewals wait for their WAL flush, as bare SQL and graphile-worker do. */
+export const skiplockSyncCommit = skiplockSystem('skiplock-sync', { asyncCommit: false });
