@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, defineJob } from '../src/index.js';
@@ -80,5 +81,50 @@ describe('claiming ahead into the local buffer', () => {
     expect(rows.find((r) => r.status === 'completed')).toMatchObject({ attempts: 1, n: 2 });
     expect(rows.find((r) => r.status === 'pending')).toMatchObject({ attempts: 0, n: 18 });
     expect(started).toBe(2);
+  });
+
+  it('holds at most maxPrefetchBytes of stored payload in the buffer', async () => {
+    const big = (queue: string) =>
+      defineJob({
+        type: `big-${queue}`,
+        queue,
+        payload: z.object({ s: z.string() }),
+        handler: async () => {},
+      });
+    const perClaim = async (queue: string, options: { maxPrefetchBytes?: number }) => {
+      const def = big(queue);
+      // Random base64 does not compress, so the stored size is about the string's length.
+      await client.enqueueMany(
+        def,
+        Array.from({ length: 600 }, () => ({
+          payload: { s: randomBytes(1_500).toString('base64') },
+        })),
+      );
+      const { rows } = await db.pool.query<{ avg: number }>(
+        `SELECT avg(pg_column_size(payload))::float8 AS avg FROM skiplock.jobs WHERE queue = $1`,
+        [queue],
+      );
+      const worker = testWorker(db.pool, [def], { concurrency: 2, pollIntervalMs: 20, ...options });
+      await worker.start();
+      await waitFor(async () => (await countByStatus(db.pool, queue)).completed === 600, {
+        timeoutMs: 60_000,
+      });
+      await worker.stop();
+      return {
+        avgBytes: rows[0]!.avg,
+        perClaim:
+          worker.metrics.counter('jobs_claimed_total') / worker.metrics.counter('claims_total'),
+      };
+    };
+    const unbounded = await perClaim('bytes-default', {});
+    expect(unbounded.avgBytes).toBeGreaterThan(1_500);
+    // 8 MiB by default: thousands of these payloads, so the job count bound (1,000) applies.
+    expect(unbounded.perClaim).toBeGreaterThan(50);
+    const bounded = await perClaim('bytes-bounded', {
+      maxPrefetchBytes: Math.round(10 * unbounded.avgBytes),
+    });
+    // Each claim takes the 2 free slots plus at most about 10 payloads' worth of buffer.
+    expect(bounded.perClaim).toBeLessThanOrEqual(2 + 11);
+    expect(bounded.perClaim).toBeGreaterThan(2);
   });
 });

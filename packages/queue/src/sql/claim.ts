@@ -12,6 +12,8 @@ export interface ClaimedRow {
   timeout_ms: number | null;
   lease_ms: number;
   idempotency_key: string | null;
+  /** Stored size of the payload (`pg_column_size`), for the prefetch buffer's byte bound. */
+  payload_bytes?: number;
 }
 
 export interface ClaimParams {
@@ -88,10 +90,11 @@ export function claimJobs(params: ClaimParams) {
       FROM ${commitItem(params.asyncCommit)}
       WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
       RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts,
-                j.priority, j.run_at, j.timeout_ms, j.lease_ms, j.idempotency_key
+                j.priority, j.run_at, j.timeout_ms, j.lease_ms, j.idempotency_key,
+                pg_column_size(j.payload) AS payload_bytes
     )
     SELECT c.id::text AS id, c.queue, c.job_type, c.payload, c.attempts, c.max_attempts,
-           c.priority, c.timeout_ms, c.lease_ms, c.idempotency_key
+           c.priority, c.timeout_ms, c.lease_ms, c.idempotency_key, c.payload_bytes
     FROM claimed c
     ORDER BY ${order}`;
 }
