@@ -32,7 +32,7 @@ import {
   loadAttempt,
   lockAndComplete,
   lockSaga,
-  lockSagaByJob,
+  lockSagaOfJob,
   type SagaRow,
 } from './sql/sagas.js';
 import { consumeSignal, selectSignal } from './sql/signals.js';
@@ -381,7 +381,8 @@ async function stepDead(
   tx: pg.PoolClient,
   info: DeadJobInfo,
 ) {
-  const saga = (await runSql<SagaRow>(tx, lockSagaByJob(info.id))).rows[0];
+  const saga = (await runSql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
+    .rows[0];
   if (!isCurrent(saga, spec.name, 'step', ['running'])) return;
   const transition = await failStep(
     e,
@@ -395,7 +396,8 @@ async function stepDead(
 }
 
 async function compensationDead(spec: StepSpec, e: Engine, tx: pg.PoolClient, info: DeadJobInfo) {
-  const saga = (await runSql<SagaRow>(tx, lockSagaByJob(info.id))).rows[0];
+  const saga = (await runSql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
+    .rows[0];
   if (!isCurrent(saga, spec.name, 'compensation', ['compensating'])) return;
   const error = `${info.reason}: ${info.error}`;
   await runSql(

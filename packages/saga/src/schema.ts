@@ -95,10 +95,8 @@ export const sagas = skiplock.table(
     index('sagas_status_created_idx').on(t.status, t.createdAt, t.id),
     index('sagas_name_created_idx').on(t.name, t.createdAt, t.id),
     index('sagas_created_idx').on(t.createdAt, t.id),
-    // Reconciler paths: live sagas by their current job, waiting sagas by deadline.
-    index('sagas_live_job_idx')
-      .on(t.currentJobId)
-      .where(sql`status IN ('running', 'compensating')`),
+    // Reconciler path: waiting sagas by deadline. No index covers current_job_id, which every
+    // step changes: one would make each pointer update non-HOT (see migration 0001).
     index('sagas_waiting_deadline_idx')
       .on(t.deadline)
       .where(sql`status = 'waiting' AND deadline IS NOT NULL`),

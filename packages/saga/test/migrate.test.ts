@@ -38,7 +38,10 @@ describe('saga migrations', () => {
     await withFreshDatabase(async (url) => {
       const { applied } = await migrate({ connectionString: url, logger: silent });
       expect(applied[0]).toBe('queue/0000_init_jobs');
-      expect(applied.at(-1)).toBe('saga/0000_saga_tables');
+      expect(applied.filter((m) => m.startsWith('saga/'))).toEqual([
+        'saga/0000_saga_tables',
+        'saga/0001_sagas_hot_pointer',
+      ]);
       expect(await sagaTables(url)).toEqual([
         'saga_migrations',
         'saga_signals',
@@ -66,12 +69,21 @@ describe('saga migrations', () => {
         await client.end();
       }
       const { applied } = await migrate({ connectionString: url, logger: silent });
-      expect(applied).toEqual(['saga/0000_saga_tables']);
+      expect(applied).toEqual(['saga/0000_saga_tables', 'saga/0001_sagas_hot_pointer']);
       const check = new pg.Client({ connectionString: url });
       await check.connect();
       try {
         const { rows } = await check.query<{ id: string }>('SELECT id FROM skiplock.sagas');
         expect(rows).toEqual([{ id: 'kept' }]);
+        // 0001: no index on the pointer that every step updates, and room on pages for HOT.
+        const { rows: idx } = await check.query(
+          `SELECT indexname FROM pg_indexes WHERE schemaname = 'skiplock' AND indexname = 'sagas_live_job_idx'`,
+        );
+        expect(idx).toEqual([]);
+        const { rows: opts } = await check.query<{ reloptions: string[] }>(
+          `SELECT reloptions FROM pg_class WHERE oid = 'skiplock.sagas'::regclass`,
+        );
+        expect(opts[0]!.reloptions).toEqual(['fillfactor=85']);
       } finally {
         await check.end();
       }

@@ -89,4 +89,39 @@ describe('the cost of a saga step', () => {
     expect(done.history[1]).toMatchObject({ status: 'completed', output: { done: true } });
     expect(done.history[1]!.startedAt).toEqual(during.history[1]!.startedAt);
   });
+
+  it("moves the saga row's pointer with HOT updates: no index entry per step", async () => {
+    const hot = defineSaga({ name: 'hot', version: 1, input: z.object({}) })
+      .step('a', { ...fast, run: () => 1 })
+      .step('b', { ...fast, run: () => 2 })
+      .step('c', { ...fast, run: () => 3 });
+    const counters = async () =>
+      (
+        await db.pool.query<{ upd: number; hot: number }>(
+          `SELECT n_tup_upd::int AS upd, n_tup_hot_upd::int AS hot
+           FROM pg_stat_user_tables WHERE relid = 'skiplock.sagas'::regclass`,
+        )
+      ).rows[0]!;
+    // Statistics reach the views when each backend flushes them (at most once a second).
+    await db.pool.query('SELECT pg_stat_force_next_flush()');
+    const before = await counters();
+    // A pool of its own: closing it ends its backends, which flushes their statistics at once.
+    const pool = db.newPool();
+    const { runtime, worker } = await startSagas(pool, [hot]);
+    const ids = ['hot-1', 'hot-2', 'hot-3'];
+    for (const id of ids) await runtime.start(hot, { id, input: {} });
+    for (const id of ids) expect((await settled(runtime, id)).status).toBe('completed');
+    await worker.stop();
+    await pool.end();
+    // Per saga: three pointer moves (HOT) and the final status change (not HOT: status is indexed).
+    let after = before;
+    await waitFor(
+      async () => {
+        after = await counters();
+        return after.upd - before.upd >= 4 * ids.length;
+      },
+      { what: 'the saga row updates to reach pg_stat_user_tables', timeoutMs: 10_000 },
+    );
+    expect(after.hot - before.hot).toBeGreaterThanOrEqual(3 * ids.length);
+  });
 });

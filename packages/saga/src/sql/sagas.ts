@@ -105,11 +105,18 @@ export function lockSaga(id: string) {
   return sql`SELECT ${rowColumns} FROM skiplock.sagas WHERE id = ${id} FOR UPDATE`;
 }
 
-/** Locks the live saga whose current job is `jobId` (the dead-letter path has only the job). */
-export function lockSagaByJob(jobId: string) {
+/**
+ * Locks the live saga whose current job is `jobId` (the dead-letter path has only the job). The
+ * saga id comes from the job's idempotency key, so this is a primary-key lookup: an index on
+ * `current_job_id` made every step's pointer update a non-HOT update that wrote a new entry in
+ * each of the table's six indexes (0 of 4 updates per saga were HOT; see migration 0001). With
+ * no saga id (a key that is not this runtime's), the lookup scans the live sagas instead.
+ */
+export function lockSagaOfJob(sagaId: string | null, jobId: string) {
   return sql`
     SELECT ${rowColumns} FROM skiplock.sagas
-    WHERE current_job_id = ${jobId} AND status IN ('running', 'compensating')
+    WHERE ${sagaId === null ? sql`true` : sql`id = ${sagaId}`}
+      AND current_job_id = ${jobId} AND status IN ('running', 'compensating')
     FOR UPDATE`;
 }
 
