@@ -59,7 +59,18 @@ export interface JobState {
   status: JobStatus;
   /** The last failed attempt's message, or why the job went dead. */
   lastError: string | null;
+  /** Attempts started so far (the one running included). */
+  attempts: number;
+  /** When the current or last attempt was claimed; null before the first. */
+  lockedAt: Date | null;
 }
+
+const toJobState = (r: JobStatusRow): JobState => ({
+  status: r.status,
+  lastError: r.last_error,
+  attempts: r.attempts,
+  lockedAt: r.locked_at,
+});
 
 /**
  * The current status of each listed job, by id, read in one statement. A job that no longer exists
@@ -71,7 +82,7 @@ export async function jobStates(
 ): Promise<Map<string, JobState>> {
   if (jobIds.length === 0) return new Map();
   const { rows } = await runSql<JobStatusRow>(tx, selectJobStatuses(jobIds));
-  return new Map(rows.map((r) => [r.id, { status: r.status, lastError: r.last_error }]));
+  return new Map(rows.map((r) => [r.id, toJobState(r)]));
 }
 
 /**
@@ -86,10 +97,7 @@ export async function jobStatesByKey(
   if (pairs.length === 0) return new Map();
   const { rows } = await runSql<KeyedJobStatusRow>(tx, selectJobStatusesByKey(pairs));
   return new Map(
-    rows.map((r) => [
-      `${r.queue}\0${r.idempotency_key}`,
-      { id: r.id, status: r.status, lastError: r.last_error },
-    ]),
+    rows.map((r) => [`${r.queue}\0${r.idempotency_key}`, { id: r.id, ...toJobState(r) }]),
   );
 }
 

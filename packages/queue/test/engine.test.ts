@@ -69,9 +69,18 @@ describe('@skiplock/queue/engine', () => {
     await db.pool.query('DELETE FROM skiplock.jobs WHERE id = $1', [deleted]);
     const states = await jobStates(db.pool, [pending, dead, deleted]);
     expect(Object.fromEntries(states)).toEqual({
-      [pending]: { status: 'pending', lastError: null },
-      [dead]: { status: 'dead', lastError: 'unknown_type: gone' },
+      [pending]: { status: 'pending', lastError: null, attempts: 0, lockedAt: null },
+      [dead]: { status: 'dead', lastError: 'unknown_type: gone', attempts: 1, lockedAt: null },
     });
+    // A claimed job reports its attempt and when it was claimed (what getSaga shows as running).
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'w',
+              locked_at = now(), lease_expires_at = now() + interval '1 minute' WHERE id = $1`,
+      [pending],
+    );
+    const claimed = (await jobStates(db.pool, [pending])).get(pending)!;
+    expect(claimed).toMatchObject({ status: 'processing', attempts: 1 });
+    expect(claimed.lockedAt).toBeInstanceOf(Date);
     expect((await jobStates(db.pool, [])).size).toBe(0);
   });
 
@@ -110,6 +119,8 @@ describe('@skiplock/queue/engine', () => {
       { queue: 'other', key: 'by-key-1' },
       { queue: 'default', key: 'nobody' },
     ]);
-    expect([...states]).toEqual([['default\0by-key-1', { id, status: 'dead', lastError: 'gone' }]]);
+    expect([...states]).toEqual([
+      ['default\0by-key-1', { id, status: 'dead', lastError: 'gone', attempts: 0, lockedAt: null }],
+    ]);
   });
 });

@@ -36,7 +36,7 @@ import {
   type SagaRow,
 } from './sql/sagas.js';
 import { consumeSignal, selectSignal } from './sql/signals.js';
-import { recordAttemptError, settleStep } from './sql/steps.js';
+import { recordAttemptError, recordAttempts, settleStep, type AttemptMark } from './sql/steps.js';
 import {
   advanceAfter,
   compensateNext,
@@ -67,26 +67,11 @@ function jobOptions(policy: RetryPolicy, defaultAttempts: number) {
   };
 }
 
-/**
- * Loads the saga for an attempt of `step` and, when the saga is on it and it may start, marks the
- * attempt started, in one statement (see `loadAttempt`).
- */
-async function loadSaga(
-  e: Engine,
-  sagaId: string,
-  step: string,
-  kind: 'step' | 'compensation',
-  job: JobContext,
-): Promise<SagaRow & { outputs: StepOutputs }> {
+/** Loads the saga and its step outputs for an attempt, in one statement (see `loadAttempt`). */
+async function loadSaga(e: Engine, sagaId: string): Promise<SagaRow & { outputs: StepOutputs }> {
   const { rows } = await runSql<SagaRow & { outputs: StepOutputs }>(
     e.pool,
-    loadAttempt({
-      sagaId,
-      step,
-      kind,
-      status: kind === 'step' ? 'running' : 'compensating',
-      attempt: job.job.attempt,
-    }),
+    loadAttempt({ sagaId }),
   );
   if (!rows[0]) throw new NonRetryableError(`saga "${sagaId}" does not exist`);
   return rows[0];
@@ -205,8 +190,9 @@ async function runStep(
   data: Payload,
   job: JobContext,
 ) {
-  // Marks the attempt started only when it passes the two checks below (the same conditions).
-  const saga = await loadSaga(e, data.sagaId, spec.name, 'step', job);
+  const began = performance.now();
+  const attempt = () => ({ attempt: job.job.attempt, startedAgoMs: performance.now() - began });
+  const saga = await loadSaga(e, data.sagaId);
   if (!isCurrent(saga, spec.name, 'step', ['running'])) return report(e, saga, spec.name, 'stale');
   // Cancel and deadline end the step before it runs: its job completes and the saga compensates.
   const deadlinePassed = saga.deadline_left_ms !== null && saga.deadline_left_ms <= 0;
@@ -214,7 +200,7 @@ async function runStep(
     return endBeforeRun(e, entry, spec, saga, job, saga.cancel_requested);
   }
   const key = { sagaId: saga.id, step: spec.name, kind: 'step' as const };
-  if (spec.wait) return runWait(e, entry, spec, saga, job);
+  if (spec.wait) return runWait(e, entry, spec, saga, job, attempt);
 
   const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
   const completion = new Completion(job, async (tx, output) => {
@@ -222,7 +208,12 @@ async function runStep(
     const locked = (
       await runSql<SagaRow>(
         tx,
-        lockAndComplete({ ...key, status: 'running', outputJson: JSON.stringify(output ?? null) }),
+        lockAndComplete({
+          ...key,
+          status: 'running',
+          outputJson: JSON.stringify(output ?? null),
+          attempt: attempt(),
+        }),
       )
     ).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale';
@@ -243,9 +234,10 @@ async function runStep(
     if (deadline.signal.reason instanceof SagaDeadlineError && !job.signal.aborted) {
       return endBeforeRun(e, entry, spec, saga, job, false);
     }
-    await runSql(e.pool, recordAttemptError({ ...key, message: errorMessage(error) })).catch(
-      () => {},
-    );
+    await runSql(
+      e.pool,
+      recordAttemptError({ ...key, message: errorMessage(error), attempt: attempt() }),
+    ).catch(() => {});
     throw error;
   } finally {
     deadline.clear();
@@ -278,13 +270,14 @@ async function runWait(
   spec: StepSpec,
   saga: SagaRow,
   job: JobContext,
+  attempt: () => AttemptMark,
 ) {
   const wait = spec.wait!;
   const transition = await job.completeWith(async (tx) => {
     const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
     const { rows } = await runSql<{ payload: unknown }>(tx, selectSignal(saga.id, wait.signal));
-    if (!rows[0]) return enterWaiting(e, tx, entry, locked, spec.index);
+    if (!rows[0]) return enterWaiting(e, tx, entry, locked, spec.index, attempt());
     const parsed = await validate(wait.payload, rows[0].payload);
     if (parsed.issues) {
       return failStep(
@@ -304,6 +297,7 @@ async function runWait(
       locked,
       spec.index,
       JSON.parse(JSON.stringify(parsed.value ?? null)),
+      attempt(),
     );
   });
   report(e, saga, spec.name, transition);
@@ -342,15 +336,21 @@ async function runCompensation(
   data: Payload,
   job: JobContext,
 ) {
-  const saga = await loadSaga(e, data.sagaId, spec.name, 'compensation', job);
+  const began = performance.now();
+  const attempt = () => ({ attempt: job.job.attempt, startedAgoMs: performance.now() - began });
+  const saga = await loadSaga(e, data.sagaId);
   if (!isCurrent(saga, spec.name, 'compensation', ['compensating'])) {
     return report(e, saga, spec.name, 'stale');
   }
   const key = { sagaId: saga.id, step: spec.name, kind: 'compensation' as const };
   const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
   const completion = new Completion(job, async (tx) => {
-    const locked = (await runSql<SagaRow>(tx, lockAndComplete({ ...key, status: 'compensating' })))
-      .rows[0];
+    const locked = (
+      await runSql<SagaRow>(
+        tx,
+        lockAndComplete({ ...key, status: 'compensating', attempt: attempt() }),
+      )
+    ).rows[0];
     if (!isCurrent(locked, spec.name, 'compensation', ['compensating'])) return 'stale';
     return compensateNext(handingOff(e, job), tx, entry, locked, spec.index);
   });
@@ -366,9 +366,10 @@ async function runCompensation(
     report(e, saga, spec.name, await completion.finish(null));
   } catch (error) {
     completion.abandon(error);
-    await runSql(e.pool, recordAttemptError({ ...key, message: errorMessage(error) })).catch(
-      () => {},
-    );
+    await runSql(
+      e.pool,
+      recordAttemptError({ ...key, message: errorMessage(error), attempt: attempt() }),
+    ).catch(() => {});
     throw error;
   }
 }
@@ -384,6 +385,10 @@ async function stepDead(
   const saga = (await runSql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
     .rows[0];
   if (!isCurrent(saga, spec.name, 'step', ['running'])) return;
+  await runSql(
+    tx,
+    recordAttempts({ sagaId: saga.id, step: spec.name, kind: 'step', attempts: info.attempt }),
+  );
   const transition = await failStep(
     e,
     tx,
@@ -399,6 +404,15 @@ async function compensationDead(spec: StepSpec, e: Engine, tx: pg.PoolClient, in
   const saga = (await runSql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
     .rows[0];
   if (!isCurrent(saga, spec.name, 'compensation', ['compensating'])) return;
+  await runSql(
+    tx,
+    recordAttempts({
+      sagaId: saga.id,
+      step: spec.name,
+      kind: 'compensation',
+      attempts: info.attempt,
+    }),
+  );
   const error = `${info.reason}: ${info.error}`;
   await runSql(
     tx,

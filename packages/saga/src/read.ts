@@ -1,4 +1,4 @@
-import { runSql } from '@skiplock/queue/engine';
+import { jobStates, runSql, type JobState } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { SagaError } from './errors.js';
 import { sagaStatus, type SagaStatus, type SagaStepKind, type SagaStepStatus } from './schema.js';
@@ -95,19 +95,36 @@ function toSummary(row: SagaReadRow): SagaSummary {
   };
 }
 
-function toStepRecord(h: HistoryRow): StepRecord {
+function toStepRecord(h: HistoryRow, job: JobState | undefined): StepRecord {
+  // Nothing is written when an attempt starts (see `loadAttempt`): an attempt in progress shows
+  // on the job row, with its attempt number and claim time. A finished step keeps what its end
+  // wrote.
+  const live = job !== undefined && (h.status === 'pending' || h.status === 'running');
+  const running = live && (job.status === 'processing' || job.status === 'retryable');
   return {
     step: h.step,
     kind: h.kind,
-    status: h.status,
-    attempts: h.attempts,
+    status: running ? 'running' : h.status,
+    attempts: running ? Math.max(h.attempts, job.attempts) : h.attempts,
     jobId: h.job_id,
     output: h.output,
     error: h.error,
     createdAt: new Date(h.created_at),
-    startedAt: date(h.started_at),
+    startedAt: date(h.started_at) ?? (running ? job.lockedAt : null),
     finishedAt: date(h.finished_at),
   };
+}
+
+/**
+ * The history rows, with the jobs behind those still in progress read in one more statement (none
+ * when every step has ended).
+ */
+async function toStepRecords(pool: pg.Pool, rows: readonly HistoryRow[]): Promise<StepRecord[]> {
+  const ids = rows
+    .filter((r) => r.job_id !== null && (r.status === 'pending' || r.status === 'running'))
+    .map((r) => r.job_id!);
+  const jobs = await jobStates(pool, [...new Set(ids)]);
+  return rows.map((r) => toStepRecord(r, r.job_id === null ? undefined : jobs.get(r.job_id)));
 }
 
 export async function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
@@ -120,7 +137,7 @@ export async function readSaga(pool: pg.Pool, id: string): Promise<SagaView | nu
   return {
     ...toSummary(row),
     input: row.input,
-    history: history.rows.map(toStepRecord),
+    history: await toStepRecords(pool, history.rows),
     signals: signals.rows.map((s) => ({
       name: s.name,
       payload: s.payload,
@@ -184,8 +201,9 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
       pool,
       selectHistories(sagas.map((s) => s.id)),
     );
+    const records = await toStepRecords(pool, steps);
     const bySaga = new Map<string, StepRecord[]>(sagas.map((s) => [s.id, []]));
-    for (const row of steps) bySaga.get(row.saga_id)?.push(toStepRecord(row));
+    steps.forEach((row, i) => bySaga.get(row.saga_id)?.push(records[i]!));
     for (const saga of sagas) saga.history = bySaga.get(saga.id)!;
   }
   return { sagas, nextCursor };

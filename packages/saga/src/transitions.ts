@@ -4,7 +4,7 @@ import { stepKey, compensationKey, timeoutKey, type Engine, type SagaEntry } fro
 import { nextCompensation } from './plan.js';
 import type { SagaStepKind, SagaStatus } from './schema.js';
 import { enterRow, finishSaga, setSagaFlags, setSagaStatus, type SagaRow } from './sql/sagas.js';
-import { selectOutputs, settleStep } from './sql/steps.js';
+import { selectOutputs, settleStep, type AttemptMark } from './sql/steps.js';
 
 /**
  * Every change of a saga's state, each run inside one transaction that holds the saga's row lock
@@ -115,6 +115,7 @@ export async function advanceAfter(
   saga: SagaRow,
   index: number,
   output: unknown,
+  attempt?: AttemptMark,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
   await runSql(
@@ -125,6 +126,7 @@ export async function advanceAfter(
       kind: 'step',
       status: 'completed',
       outputJson: JSON.stringify(output ?? null),
+      attempt,
     }),
   );
   return moveOnAfter(e, tx, entry, saga, index);
@@ -168,11 +170,12 @@ export async function enterWaiting(
   entry: SagaEntry,
   saga: SagaRow,
   index: number,
+  attempt?: AttemptMark,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
   await runSql(
     tx,
-    settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status: 'waiting' }),
+    settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status: 'waiting', attempt }),
   );
   await runSql(tx, setSagaStatus(saga.id, 'waiting'));
   const limits = [spec.wait?.timeoutMs ?? null, saga.pivoted ? null : saga.deadline_left_ms];

@@ -65,12 +65,14 @@ export interface JobStatusRow {
   id: string;
   status: JobStatus;
   last_error: string | null;
+  attempts: number;
+  locked_at: Date | null;
 }
 
 /** Status and last error of each listed job that exists, by primary key. */
 export function selectJobStatuses(ids: readonly string[]) {
   return sql`
-    SELECT id::text AS id, status, last_error FROM skiplock.jobs
+    SELECT id::text AS id, status, last_error, attempts, locked_at FROM skiplock.jobs
     WHERE id = ANY(${sql.param(ids)}::bigint[])`;
 }
 
@@ -82,7 +84,8 @@ export interface KeyedJobStatusRow extends JobStatusRow {
 /** Status and last error of the job holding each (queue, idempotency key), where one does. */
 export function selectJobStatusesByKey(pairs: readonly { queue: string; key: string }[]) {
   return sql`
-    SELECT j.id::text AS id, j.queue, j.idempotency_key, j.status, j.last_error
+    SELECT j.id::text AS id, j.queue, j.idempotency_key, j.status, j.last_error, j.attempts,
+           j.locked_at
     FROM unnest(${sql.param(pairs.map((p) => p.queue))}::text[],
                 ${sql.param(pairs.map((p) => p.key))}::text[]) AS k(queue, key)
     JOIN skiplock.jobs j ON j.queue = k.queue AND j.idempotency_key = k.key`;

@@ -6,15 +6,51 @@ export const MAX_ERROR_LENGTH = 2_000;
 
 export const clip = (message: string) => message.slice(0, MAX_ERROR_LENGTH);
 
+/**
+ * The attempt a history write records: its number, and how long ago it started by the worker's
+ * monotonic clock, so that the start time lands in the database's clock as
+ * `clock_timestamp() - ago` like every other time in the history (not `now()`, the transaction's
+ * start, which would put it before the attempt's real start by the transaction's age). Nothing is written when an attempt starts (that `running` mark
+ * was one row update per step, and the job row already shows a running attempt; `read.ts` takes
+ * it from there); the attempt's end records it instead.
+ */
+export interface AttemptMark {
+  attempt: number;
+  startedAgoMs: number;
+}
+
+const attemptSet = (a: AttemptMark) => sql`
+    attempts = greatest(attempts, ${a.attempt}),
+    started_at = coalesce(started_at,
+                          clock_timestamp() - ${a.startedAgoMs}::float8 * interval '1 millisecond'),`;
+
+/**
+ * Counts the attempts of a step whose job died, where no attempt's end was recorded (its last
+ * lease expired: the worker was gone), so the history does not show fewer than the job made.
+ */
+export function recordAttempts(p: {
+  sagaId: string;
+  step: string;
+  kind: SagaStepKind;
+  attempts: number;
+}) {
+  return sql`
+    UPDATE skiplock.saga_steps SET attempts = ${p.attempts}, updated_at = now()
+    WHERE saga_id = ${p.sagaId} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
+      AND attempts < ${p.attempts}`;
+}
+
 /** Keeps the last failed attempt's error on a step still in progress (history only). */
 export function recordAttemptError(p: {
   sagaId: string;
   step: string;
   kind: SagaStepKind;
   message: string;
+  attempt: AttemptMark;
 }) {
   return sql`
-    UPDATE skiplock.saga_steps SET error = ${clip(p.message)}, updated_at = now()
+    UPDATE skiplock.saga_steps
+    SET status = 'running', ${attemptSet(p.attempt)} error = ${clip(p.message)}, updated_at = now()
     WHERE saga_id = ${p.sagaId} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
       AND status IN ('pending', 'running')`;
 }
@@ -26,12 +62,14 @@ export interface SettleParams {
   status: SagaStepStatus;
   outputJson?: string | null | undefined;
   error?: string | null | undefined;
+  /** The attempt that ends here, when one ran (see `AttemptMark`). */
+  attempt?: AttemptMark | undefined;
 }
 
 /** The SET list that settles a step row; shared with the fenced completion in `sql/sagas.ts`. */
 export function settleSet(p: Omit<SettleParams, 'sagaId' | 'step' | 'kind'>) {
   return sql`
-    status = ${p.status}::skiplock.saga_step_status,
+    status = ${p.status}::skiplock.saga_step_status, ${p.attempt ? attemptSet(p.attempt) : sql``}
     output = coalesce(${p.outputJson ?? null}::jsonb, output),
     error = ${p.error === undefined || p.error === null ? null : clip(p.error)},
     finished_at = CASE WHEN ${p.status} IN ('completed', 'failed', 'cancelled')
