@@ -47,7 +47,7 @@ describe('the cost of a saga step', () => {
     );
     const onSagaTables = sent.filter((s) => /skiplock\.saga/.test(s));
     // Start: the saga row, then its first step's history row and pointer (2). Each step: its
-    // load with the `running` mark (1), the locked completion with its output (1), then the next
+    // load, a read (1), the locked completion with its output and attempt (1), then the next
     // step's history row and pointer, or the saga's end (1). Before this was 20.
     expect(onSagaTables).toHaveLength(2 + 3 * 3);
     const saga = await settled(runtime, 'count-1');

@@ -10,9 +10,10 @@ export const clip = (message: string) => message.slice(0, MAX_ERROR_LENGTH);
  * The attempt a history write records: its number, and how long ago it started by the worker's
  * monotonic clock, so that the start time lands in the database's clock as
  * `clock_timestamp() - ago` like every other time in the history (not `now()`, the transaction's
- * start, which would put it before the attempt's real start by the transaction's age). Nothing is written when an attempt starts (that `running` mark
- * was one row update per step, and the job row already shows a running attempt; `read.ts` takes
- * it from there); the attempt's end records it instead.
+ * start, which would put it before the attempt's real start by the transaction's age). Nothing
+ * is written when an attempt starts (that `running` mark was one row update per step, and the
+ * job row already shows a running attempt; `read.ts` takes it from there); the attempt's end
+ * records it instead.
  */
 export interface AttemptMark {
   attempt: number;
