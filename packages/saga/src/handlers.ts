@@ -5,7 +5,7 @@ import {
   type DeadJobInfo,
   type JobContext,
 } from '@skiplock/queue';
-import { errorMessage, runSql } from '@skiplock/queue/engine';
+import { errorMessage, jobStates, runSql } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { z } from 'zod';
 import { Completion } from './completion.js';
@@ -36,7 +36,7 @@ import {
   type SagaRow,
 } from './sql/sagas.js';
 import { consumeSignal, selectSignal } from './sql/signals.js';
-import { recordAttemptError, recordAttempts, settleStep, type AttemptMark } from './sql/steps.js';
+import { recordAttemptError, settleStep, type AttemptMark } from './sql/steps.js';
 import {
   advanceAfter,
   compensateNext,
@@ -232,7 +232,8 @@ async function runStep(
   } catch (error) {
     completion.abandon(error);
     if (deadline.signal.reason instanceof SagaDeadlineError && !job.signal.aborted) {
-      return endBeforeRun(e, entry, spec, saga, job, false);
+      // The step ran until the deadline cut it off: its attempt counts.
+      return endBeforeRun(e, entry, spec, saga, job, false, attempt());
     }
     await runSql(
       e.pool,
@@ -244,7 +245,10 @@ async function runStep(
   }
 }
 
-/** Ends a step for a cancel or the deadline: the job completes, the saga compensates. */
+/**
+ * Ends a step for a cancel or the deadline: the job completes, the saga compensates. `attempt`
+ * when the step's code had started (the deadline cut it off), so its history counts the attempt.
+ */
 async function endBeforeRun(
   e: Engine,
   entry: SagaEntry,
@@ -252,13 +256,15 @@ async function endBeforeRun(
   saga: SagaRow,
   job: JobContext,
   cancelled: boolean,
+  attempt?: AttemptMark,
 ) {
   const transition = await job.completeWith(async (tx) => {
     const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
+    const ended = handingOff(e, job);
     return cancelled
-      ? failStep(handingOff(e, job), tx, entry, locked, spec.index, 'cancelled', 'cancelled')
-      : failStep(handingOff(e, job), tx, entry, locked, spec.index, 'deadline exceeded');
+      ? failStep(ended, tx, entry, locked, spec.index, 'cancelled', 'cancelled', attempt)
+      : failStep(ended, tx, entry, locked, spec.index, 'deadline exceeded', 'failed', attempt);
   });
   report(e, saga, spec.name, transition);
 }
@@ -287,6 +293,8 @@ async function runWait(
         locked,
         spec.index,
         `signal "${wait.signal}" is invalid`,
+        'failed',
+        attempt(),
       );
     }
     await runSql(tx, consumeSignal(saga.id, wait.signal));
@@ -374,6 +382,16 @@ async function runCompensation(
   }
 }
 
+/**
+ * The attempts a dead job made, for its history row: when its last lease expired no attempt's end
+ * was recorded (the worker was gone), so the count and, lacking an earlier one, the start come
+ * from the job (its last claim), read through the queue's engine.
+ */
+async function deadAttempt(tx: pg.PoolClient, info: DeadJobInfo): Promise<AttemptMark> {
+  const job = (await jobStates(tx, [info.id])).get(info.id);
+  return { attempt: info.attempt, startedAt: job?.lockedAt ?? null };
+}
+
 /** A step's job died (retries spent, non-retryable, timeouts): compensate, in the same tx. */
 async function stepDead(
   e: Engine,
@@ -385,10 +403,6 @@ async function stepDead(
   const saga = (await runSql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
     .rows[0];
   if (!isCurrent(saga, spec.name, 'step', ['running'])) return;
-  await runSql(
-    tx,
-    recordAttempts({ sagaId: saga.id, step: spec.name, kind: 'step', attempts: info.attempt }),
-  );
   const transition = await failStep(
     e,
     tx,
@@ -396,6 +410,8 @@ async function stepDead(
     saga,
     spec.index,
     `${info.reason}: ${info.error}`,
+    'failed',
+    await deadAttempt(tx, info),
   );
   report(e, saga, spec.name, transition);
 }
@@ -404,19 +420,17 @@ async function compensationDead(spec: StepSpec, e: Engine, tx: pg.PoolClient, in
   const saga = (await runSql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
     .rows[0];
   if (!isCurrent(saga, spec.name, 'compensation', ['compensating'])) return;
-  await runSql(
-    tx,
-    recordAttempts({
-      sagaId: saga.id,
-      step: spec.name,
-      kind: 'compensation',
-      attempts: info.attempt,
-    }),
-  );
   const error = `${info.reason}: ${info.error}`;
   await runSql(
     tx,
-    settleStep({ sagaId: saga.id, step: spec.name, kind: 'compensation', status: 'failed', error }),
+    settleStep({
+      sagaId: saga.id,
+      step: spec.name,
+      kind: 'compensation',
+      status: 'failed',
+      error,
+      attempt: await deadAttempt(tx, info),
+    }),
   );
   const transition = await failSaga(tx, saga.id, `compensation of "${spec.name}" failed: ${error}`);
   report(e, saga, spec.name, transition);

@@ -73,6 +73,8 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       : `job ${saga.current_job_id} no longer exists`;
     const entry = e.entries.get(entryKey(saga.name, saga.version));
     const step = saga.current_step!;
+    // Nothing is written when an attempt starts: what the job made is known only from the job.
+    const attempt = job && { attempt: job.attempts, startedAt: job.lockedAt };
     let transition: Transition;
     if (!entry) {
       transition = await failSaga(
@@ -82,11 +84,18 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       );
     } else if (saga.current_kind === 'step') {
       const index = entry.steps.findIndex((s) => s.name === step);
-      transition = await failStep(e, tx, entry, saga, index, why);
+      transition = await failStep(e, tx, entry, saga, index, why, 'failed', attempt);
     } else {
       await runSql(
         tx,
-        settleStep({ sagaId: saga.id, step, kind: 'compensation', status: 'failed', error: why }),
+        settleStep({
+          sagaId: saga.id,
+          step,
+          kind: 'compensation',
+          status: 'failed',
+          error: why,
+          attempt,
+        }),
       );
       transition = await failSaga(tx, saga.id, `compensation of "${step}" failed: ${why}`);
     }

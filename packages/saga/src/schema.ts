@@ -47,8 +47,11 @@ export const sagaStepKind = skiplock.enum('saga_step_kind', ['step', 'compensati
 
 /**
  * Step (and compensation) lifecycle:
- * - `pending`   its job is queued and no attempt has started
- * - `running`   an attempt started; `attempts` counts them, `error` holds the last failed one
+ * - `pending`   its job is queued and no attempt has ended (nothing is written when an attempt
+ *               starts: `getSaga` reports a step whose job is being worked on as `running`,
+ *               with the job's attempt and claim time)
+ * - `running`   an attempt failed and another is due; `attempts` counts the attempts that
+ *               ended, `error` holds the last failed one
  * - `waiting`   a wait step found no signal yet and waits for it
  * - `completed` it succeeded; `output` holds its recorded result (terminal)
  * - `failed`    it failed for good: retries exhausted, non-retryable error, timeout, signal

@@ -202,9 +202,13 @@ export async function failStep(
   index: number,
   error: string,
   status: 'failed' | 'cancelled' = 'failed',
+  attempt?: AttemptMark,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
-  await runSql(tx, settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status, error }));
+  await runSql(
+    tx,
+    settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status, error, attempt }),
+  );
   if (saga.pivoted) {
     return failSaga(tx, saga.id, `step "${spec.name}" failed after the pivot: ${error}`);
   }

@@ -153,6 +153,30 @@ describe('saga deadline', () => {
     expect(undone).toContain('d-wait:prepare');
   });
 
+  it('shows the running step from its job, and counts the attempt the deadline cut off', async () => {
+    const cut = defineSaga({ name: 'cut', version: 1, input: z.object({}), deadlineMs: 3_000 })
+      .step('first', { ...fast, run: () => 1, compensate: () => {} })
+      .step('long', {
+        ...fast,
+        run: (ctx) => new Promise((resolve) => ctx.signal.addEventListener('abort', resolve)),
+      });
+    const { runtime } = await startSagas(db.pool, [cut]);
+    await runtime.start(cut, { id: 'd-cut', input: {} });
+    // Nothing is written when the attempt starts; the history shows it from the job row.
+    await waitFor(async () => (await runtime.getSaga('d-cut'))!.history[1]?.status === 'running', {
+      what: 'step "long" shown running',
+    });
+    const during = (await runtime.getSaga('d-cut'))!.history[1]!;
+    expect(during).toMatchObject({ step: 'long', attempts: 1 });
+    expect(during.startedAt).toBeInstanceOf(Date);
+    const done = await settled(runtime, 'd-cut');
+    expect(done.status).toBe('compensated');
+    const long = done.history[1]!;
+    expect(long).toMatchObject({ status: 'failed', error: 'deadline exceeded', attempts: 1 });
+    expect(long.startedAt!.getTime()).toBeLessThanOrEqual(long.finishedAt!.getTime());
+    expect(long.startedAt!.getTime()).toBeGreaterThanOrEqual(long.createdAt.getTime());
+  });
+
   it('fails a step that starts after the deadline, before it runs', async () => {
     const runtime = createSagaRuntime({ pool: db.pool, sagas: [slow], logger: silent });
     await runtime.start(slow, { id: 'd-start', input: { wait: false }, deadlineMs: 1 });

@@ -116,6 +116,9 @@ describe('stale leases', () => {
     expect(done.history[1]?.error).toBe(
       'max_attempts: lease expired: worker gone stopped heartbeating',
     );
+    // No attempt's end was recorded (the worker was gone): the count and start come from the job.
+    expect(done.history[1]).toMatchObject({ attempts: 2 });
+    expect(done.history[1]!.startedAt).toBeInstanceOf(Date);
     expect(undone).toEqual(['ex']);
     await worker.stop();
     await runtime.close();
@@ -156,6 +159,8 @@ describe('the reconciler', () => {
     expect(done.status).toBe('compensated');
     expect(timeline(done)).toEqual(['a:completed', 'b:failed', 'undo a:completed']);
     expect(done.history[1]?.error).toMatch(/^job \d+ is dead: lease expired: worker gone/);
+    expect(done.history[1]).toMatchObject({ attempts: 2 });
+    expect(done.history[1]!.startedAt).toBeInstanceOf(Date);
     expect(undone).toEqual(['sw']);
     await worker.stop();
     await runtime.close();

@@ -15,31 +15,21 @@ export const clip = (message: string) => message.slice(0, MAX_ERROR_LENGTH);
  * job row already shows a running attempt; `read.ts` takes it from there); the attempt's end
  * records it instead.
  */
-export interface AttemptMark {
-  attempt: number;
-  startedAgoMs: number;
-}
+export type AttemptMark =
+  | { attempt: number; startedAgoMs: number }
+  /** When only the job knows (its last claim, read through the queue's engine): a dead job. */
+  | { attempt: number; startedAt: Date | null };
 
-const attemptSet = (a: AttemptMark) => sql`
-    attempts = greatest(attempts, ${a.attempt}),
-    started_at = coalesce(started_at,
-                          clock_timestamp() - ${a.startedAgoMs}::float8 * interval '1 millisecond'),`;
-
-/**
- * Counts the attempts of a step whose job died, where no attempt's end was recorded (its last
- * lease expired: the worker was gone), so the history does not show fewer than the job made.
- */
-export function recordAttempts(p: {
-  sagaId: string;
-  step: string;
-  kind: SagaStepKind;
-  attempts: number;
-}) {
+const attemptSet = (a: AttemptMark) => {
+  // Never after the transaction's start, which is what `finished_at` records: a wait for the saga
+  // row's lock would otherwise put the start after the finish.
+  const start =
+    'startedAgoMs' in a
+      ? sql`least(clock_timestamp() - ${a.startedAgoMs}::float8 * interval '1 millisecond', now())`
+      : sql`${a.startedAt}::timestamptz`;
   return sql`
-    UPDATE skiplock.saga_steps SET attempts = ${p.attempts}, updated_at = now()
-    WHERE saga_id = ${p.sagaId} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
-      AND attempts < ${p.attempts}`;
-}
+    attempts = greatest(attempts, ${a.attempt}), started_at = coalesce(started_at, ${start}),`;
+};
 
 /** Keeps the last failed attempt's error on a step still in progress (history only). */
 export function recordAttemptError(p: {
