@@ -47,7 +47,8 @@ function defOf(schema: unknown): ZodDef | null {
  * its path from `root`, or null (also for any schema that is not zod 4: nothing to see).
  * Only the input side matters (what the producer passes is what is stored): a pipe or codec is
  * checked on its `in` side, so `z.iso.datetime().pipe(z.coerce.date())` and codecs pass. A union
- * is refused only when none of its options can carry the value.
+ * is refused only when none of its options can carry the value, and an optional, nullable or
+ * defaulted one not at all.
  */
 export function findSchemaJsonProblem(schema: unknown, root: string): JsonProblem | null {
   const seen = new Set<unknown>();
@@ -92,8 +93,17 @@ export function findSchemaJsonProblem(schema: unknown, root: string): JsonProble
           return walk(def.in, path);
         case 'lazy':
           return def.getter ? walk(def.getter(), path) : null;
+        case 'optional':
+        case 'nullable':
+        case 'default':
+        case 'prefault':
+        case 'catch':
+          // These accept a value JSON carries (absent, null, or anything), so a definition that
+          // worked with producers leaving the field out keeps working; a Date given for it is
+          // caught at enqueue by the stored-form check instead.
+          return null;
         default:
-          // optional, nullable, default, prefault, catch, readonly, nonoptional, success...
+          // readonly, nonoptional...: the inner type decides.
           return def.innerType ? walk(def.innerType, path) : null;
       }
     } finally {

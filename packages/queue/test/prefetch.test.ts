@@ -93,7 +93,6 @@ describe('claiming ahead into the local buffer', () => {
       });
     const perClaim = async (queue: string, options: { maxPrefetchBytes?: number }) => {
       const def = big(queue);
-      // Random base64 does not compress, so the stored size is about the string's length.
       await client.enqueueMany(
         def,
         Array.from({ length: 600 }, () => ({
@@ -101,7 +100,7 @@ describe('claiming ahead into the local buffer', () => {
         })),
       );
       const { rows } = await db.pool.query<{ avg: number }>(
-        `SELECT avg(pg_column_size(payload))::float8 AS avg FROM skiplock.jobs WHERE queue = $1`,
+        `SELECT avg(octet_length(payload::text))::float8 AS avg FROM skiplock.jobs WHERE queue = $1`,
         [queue],
       );
       const worker = testWorker(db.pool, [def], { concurrency: 2, pollIntervalMs: 20, ...options });

@@ -12,7 +12,10 @@ export interface ClaimedRow {
   timeout_ms: number | null;
   lease_ms: number;
   idempotency_key: string | null;
-  /** Stored size of the payload (`pg_column_size`), for the prefetch buffer's byte bound. */
+  /**
+   * Size of the payload's JSON text in bytes, for the prefetch buffer's byte bound. Not
+   * `pg_column_size`: that is the compressed size on disk, and repetitive JSON compresses 5-20x.
+   */
   payload_bytes?: number;
 }
 
@@ -91,7 +94,7 @@ export function claimJobs(params: ClaimParams) {
       WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
       RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts,
                 j.priority, j.run_at, j.timeout_ms, j.lease_ms, j.idempotency_key,
-                pg_column_size(j.payload) AS payload_bytes
+                octet_length(j.payload::text) AS payload_bytes
     )
     SELECT c.id::text AS id, c.queue, c.job_type, c.payload, c.attempts, c.max_attempts,
            c.priority, c.timeout_ms, c.lease_ms, c.idempotency_key, c.payload_bytes
