@@ -186,7 +186,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const inflight = new Set<Promise<void>>();
   let active = 0;
   let averageDurationMs: number | null = null;
-  /** Running average of the stored payload size of claimed jobs, for `maxPrefetchBytes`. */
+  /** Running average of the payload JSON size of claimed jobs, for `maxPrefetchBytes`. */
   let averagePayloadBytes = 0;
   const deps: ExecutorDeps = {
     pool,
@@ -318,7 +318,7 @@ export function createWorker(options: WorkerOptions): Worker {
    * trip per job when handlers are quick, but a buffered job is work other workers cannot take, so
    * the buffer holds at most `prefetchWindowMs` of work at the observed handler speed, and nothing
    * until a speed has been observed. Memory is bounded twice: at most `maxPrefetch` jobs, and at
-   * most `maxPrefetchBytes` of stored payload at the observed average size. Buffered jobs keep
+   * most `maxPrefetchBytes` of payload JSON at the observed average size. Buffered jobs keep
    * their leases through heartbeats. The default of 1,000 (was 200) is what a no-op drain at
    * concurrency 10 needed to reach the bare SQL claim's rate (issue 13: 17,444 jobs/s at 200,
    * 26,828 at 1,000, bare 27,327).
