@@ -19,7 +19,10 @@ export function extraMedian(row: ScenarioRow, key: string): number | null {
   return median(values(row.runs, (m) => m.extra[key] ?? null));
 }
 
-function accountingMedian(row: ScenarioRow, key: keyof NonNullable<Measurement['accounting']>) {
+export function accountingMedian(
+  row: ScenarioRow,
+  key: keyof NonNullable<Measurement['accounting']>,
+) {
   return median(
     values(row.runs, (m) => {
       const v = m.accounting?.[key];
