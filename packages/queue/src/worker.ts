@@ -6,7 +6,7 @@ import { parseConfig, queueName, rejectUnknownKeys } from './config.js';
 import { Completer } from './completer.js';
 import { runSql } from './db.js';
 import type { AnyJobDefinition } from './define.js';
-import { ConfigError, ShutdownError, errorMessage } from './errors.js';
+import { ConfigError, LockLostError, ShutdownError, errorMessage } from './errors.js';
 import { SafeEmitter, type WorkerEvents } from './events.js';
 import { executeJob, RunningJob, type ExecutorDeps } from './executor.js';
 import { Heartbeat, type HeartbeatResult } from './heartbeat.js';
@@ -357,6 +357,10 @@ export function createWorker(options: WorkerOptions): Worker {
   function accept(row: ClaimedRow, handOffDepth = 0): Promise<void> {
     const job = new RunningJob(row);
     job.handOffDepth = handOffDepth;
+    // The same job claimed again while an earlier attempt of it is still here: the sweeper took
+    // that one back after its lease ran out (or a server crash forgot its claim). The earlier one
+    // is no longer this worker's to finish; it must not evict the new attempt from the heartbeat.
+    running.get(row.id)?.abort(new LockLostError(row.id));
     running.set(row.id, job);
     if (events.listening('job:claimed')) {
       events.emit('job:claimed', {
@@ -371,7 +375,7 @@ export function createWorker(options: WorkerOptions): Worker {
     const task = turn
       .then((run) => (run ? executeJob(deps, job) : undefined))
       .finally(() => {
-        running.delete(row.id);
+        if (running.get(row.id) === job) running.delete(row.id);
         inflight.delete(task);
         wake('slot');
       });

@@ -106,6 +106,47 @@ describe('leases, fencing and the sweeper', () => {
     expect((await jobRow(db.pool, id)).status).toBe('completed');
   });
 
+  it('a job claimed again by the same worker keeps its new lease when the old attempt ends', async () => {
+    const gates = new Map<number, () => void>();
+    const started: number[] = [];
+    const def = defineJob({
+      type: 'reclaimed',
+      payload: z.object({}),
+      backoff: { baseMs: 0, maxMs: 0, jitter: 0 },
+      // Ignores its signal on purpose: a stale attempt can still be running when the next starts.
+      handler: async (_p, ctx) => {
+        started.push(ctx.job.attempt);
+        await new Promise<void>((resolve) => gates.set(ctx.job.attempt, resolve));
+      },
+    });
+    const { id } = await client.enqueue(def, {});
+    const worker = testWorker(db.pool, [def], { concurrency: 2, pollIntervalMs: 20 });
+    await worker.start();
+    await waitFor(() => started.length === 1);
+    // The lease of attempt 1 ran out (a long pause, say); the sweeper takes the job back and the
+    // same worker claims it again as attempt 2 while attempt 1's handler still runs.
+    const firstEnded = worker.once('job:lock_lost');
+    await expireLease(id);
+    await createSweeper({
+      pool: db.pool,
+      logger: quiet,
+      backoff: { baseMs: 0, maxMs: 0 },
+    }).runOnce();
+    await waitFor(() => started.length === 2);
+    expect(started).toEqual([1, 2]);
+    gates.get(1)!();
+    // Attempt 1 settles as lost (it is no longer this worker's), then leaves the worker's books.
+    expect(await firstEnded).toMatchObject([{ jobId: id, attempt: 1 }]);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(worker.inFlight).toBe(1);
+    // Attempt 1 ending did not take attempt 2 out of the heartbeat: its lease is still renewed.
+    expect(await worker.heartbeat()).toEqual({ renewed: 1, lost: 0, locked: 0 });
+    gates.get(2)!();
+    await waitFor(async () => (await jobRow(db.pool, id)).status === 'completed');
+    expect((await jobRow(db.pool, id)).attempts).toBe(2);
+    await worker.stop();
+  });
+
   it('heartbeats renew all running leases in one statement and abort a handler whose lease was lost', async () => {
     const { def, release, started, signals } = gatedJob('beating');
     const a = await client.enqueue(def, {});
