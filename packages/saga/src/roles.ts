@@ -7,8 +7,9 @@
  * the queue), signals them (stores the signal, and when the saga waits for it, marks it consumed
  * and advances the saga: it locks the saga row `FOR UPDATE`, updates the saga and its steps and
  * enqueues the next step's job) and reads them. So it needs SELECT, INSERT and UPDATE on the saga
- * tables, never DELETE; on `skiplock.jobs` it still only inserts and reads. The worker has every
- * right on these tables that it needs to run steps, compensate, and reconcile.
+ * tables, never DELETE; on the queue's jobs table it still only inserts and reads (the queue
+ * grants that). The worker has every right on these tables that it needs to run steps,
+ * compensate, and reconcile.
  */
 import {
   bookkeepingGrants,
