@@ -1,13 +1,9 @@
-import { createDatabase, startEmbeddedPostgres, type EmbeddedServer } from '@skiplock/devdb';
-import { migrate } from '@skiplock/queue';
-import pg from 'pg';
-import { pino } from 'pino';
+import { startEmbeddedPostgres, type EmbeddedServer } from '@skiplock/devdb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../support/wait.js';
 import {
-  countByStatus,
-  createCrashTables,
-  enqueueCrashJobs,
+  completedCount,
+  prepareCrashDrain,
   prepareWorkerScript,
   readOutcome,
   FAULT_TEST_WORKERS,
@@ -42,21 +38,17 @@ describe('PostgreSQL crashed (immediate stop) in the middle of a drain', () => {
   it.each([true, false])(
     'asyncCommit %s: every job completes, none is lost, completeWith effects once, re-runs counted',
     async (asyncCommit) => {
-      const url = await createDatabase(server.url, `crash_immediate_${asyncCommit}`);
-      await migrate({ connectionString: url, logger: pino({ level: 'silent' }) });
-      const pool = new pg.Pool({ connectionString: url, max: 4 });
-      pool.on('error', () => {});
+      const { pool, url } = await prepareCrashDrain(
+        server.url,
+        `crash_immediate_${asyncCommit}`,
+        JOBS,
+      );
       try {
-        await createCrashTables(pool);
-        await enqueueCrashJobs(pool, JOBS, (n) => (n % 2 === 0 ? 'tx' : 'plain'));
         const fleet = await startWorkerFleet(url, `immediate-${asyncCommit}-`, WORKERS, {
           ...FAULT_TEST_WORKERS,
           asyncCommit,
         });
-        const completed = async () => {
-          fleet.assertAlive();
-          return (await countByStatus(pool).catch(() => ({}) as Record<string, number>)).completed;
-        };
+        const completed = () => completedCount(pool, fleet);
         await waitFor(async () => ((await completed()) ?? 0) >= JOBS / 3, {
           timeoutMs: 90_000,
           intervalMs: 50,

@@ -1,13 +1,9 @@
-import { createDatabase, startEmbeddedPostgres, type EmbeddedServer } from '@skiplock/devdb';
-import { migrate } from '@skiplock/queue';
-import pg from 'pg';
-import { pino } from 'pino';
+import { startEmbeddedPostgres, type EmbeddedServer } from '@skiplock/devdb';
 import { afterAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../support/wait.js';
 import {
-  countByStatus,
-  createCrashTables,
-  enqueueCrashJobs,
+  completedCount,
+  prepareCrashDrain,
   prepareWorkerScript,
   readOutcome,
   FAULT_TEST_WORKERS,
@@ -28,22 +24,13 @@ describe('PostgreSQL restarted under running worker processes', () => {
   it('loses no job and crashes no worker; they reconnect and finish the work', async () => {
     const [started] = await Promise.all([startEmbeddedPostgres(), prepareWorkerScript()]);
     server = started;
-    const url = await createDatabase(server.url, 'crash_restart');
-    await migrate({ connectionString: url, logger: pino({ level: 'silent' }) });
-    const pool = new pg.Pool({ connectionString: url, max: 4 });
-    pool.on('error', () => {});
+    const { url, pool } = await prepareCrashDrain(server.url, 'crash_restart', JOBS);
     try {
-      await createCrashTables(pool);
-      await enqueueCrashJobs(pool, JOBS, (n) => (n % 2 === 0 ? 'tx' : 'plain'));
       const startedAt = Date.now();
 
       const fleet = await startWorkerFleet(url, 'restart-w', WORKERS, FAULT_TEST_WORKERS);
       const { workers, unexpectedExits } = fleet;
-      // While the server is down, the test's own reads fail too; that only means "not yet".
-      const completed = async () => {
-        fleet.assertAlive();
-        return (await countByStatus(pool).catch(() => ({}) as Record<string, number>)).completed;
-      };
+      const completed = () => completedCount(pool, fleet);
 
       await waitFor(async () => ((await completed()) ?? 0) >= JOBS / 3, {
         timeoutMs: 90_000,

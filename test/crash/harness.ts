@@ -1,5 +1,6 @@
-import { createClient } from '@skiplock/queue';
-import type pg from 'pg';
+import { createDatabase } from '@skiplock/devdb';
+import { createClient, migrate } from '@skiplock/queue';
+import pg from 'pg';
 import { pino } from 'pino';
 import { bundleForNode } from '../support/bundle.js';
 import { spawnNode, type ChildHandle } from '../support/processes.js';
@@ -134,6 +135,37 @@ export async function stopWorkerProcess(handle: ChildHandle): Promise<number | n
   handle.kill('SIGTERM');
   const { code } = await handle.exited;
   return code;
+}
+
+/**
+ * A fresh database on `serverUrl` for a server-fault test: migrated, with the crash tables and
+ * `jobs` crash jobs (even ones complete with `completeWith`, odd ones plainly). The pool ignores
+ * connection errors: the test takes the server away under it.
+ */
+export async function prepareCrashDrain(
+  serverUrl: string,
+  name: string,
+  jobs: number,
+): Promise<{ url: string; pool: pg.Pool }> {
+  const url = await createDatabase(serverUrl, name);
+  await migrate({ connectionString: url, logger: pino({ level: 'silent' }) });
+  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  pool.on('error', () => {});
+  await createCrashTables(pool);
+  await enqueueCrashJobs(pool, jobs, (n) => (n % 2 === 0 ? 'tx' : 'plain'));
+  return { url, pool };
+}
+
+/**
+ * Completed jobs so far, failing at once when a worker of `fleet` died on its own. While the
+ * server is down the read fails too; that only means "not yet" (undefined).
+ */
+export async function completedCount(
+  pool: pg.Pool,
+  fleet: WorkerFleet,
+): Promise<number | undefined> {
+  fleet.assertAlive();
+  return (await countByStatus(pool).catch(() => ({}) as Record<string, number>)).completed;
 }
 
 export async function countByStatus(pool: pg.Pool): Promise<Record<string, number>> {
