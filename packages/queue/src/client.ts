@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { parseConfig, queueName, rejectUnknownKeys, DEFAULT_MAX_PAYLOAD_BYTES } from './config.js';
 import { runSql, runStatement, type Queryable, type Statement } from './db.js';
 import type { JobDefinition, AnyJobDefinition } from './define.js';
-import { findJsonProblem } from './json-safe.js';
+import { asStored, findJsonProblem } from './json-safe.js';
 import { ConfigError, InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolvePool, type PoolSource } from './pool.js';
@@ -353,10 +353,7 @@ export function createClient(options: ClientOptions = {}): Client {
     result: StandardSchemaV1.Result<unknown>,
   ): string {
     if (!result.issues) return payloadJson;
-    const issues = issuesAt(at, result.issues).map((i) => ({
-      path: i.path,
-      message: `${i.message} (checked as stored in JSON, where a Date becomes a string and an undefined in an array null)`,
-    }));
+    const issues = issuesAt(at, result.issues).map(asStored);
     logger.warn(
       { reason: 'invalid_payload', jobType: definition.type, fields: issues.map((i) => i.path) },
       'enqueue refused',

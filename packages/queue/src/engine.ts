@@ -38,7 +38,7 @@ export {
 } from './roles.js';
 export { LockKeys, type LockKey } from './sql/lock.js';
 export { IntervalService } from './service.js';
-export { findJsonProblem, type JsonProblem } from './json-safe.js';
+export { asStored, findJsonProblem, type JsonProblem } from './json-safe.js';
 export { findSchemaJsonProblem } from './schema-json.js';
 /** The job status enum, for tools that list or filter by status (the CLI). */
 export { jobStatus } from './schema.js';

@@ -18,6 +18,14 @@ function child(path: string, key: string): string {
   return identifier.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
 }
 
+/** A schema issue found on the stored form (see `JsonNotes.converted`), saying so. */
+export function asStored(issue: JsonProblem): JsonProblem {
+  return {
+    path: issue.path,
+    message: `${issue.message} (checked as stored in JSON, where a Date becomes a string and an undefined in an array null)`,
+  };
+}
+
 /** Filled in by `findJsonProblem` for a value it accepts. */
 export interface JsonNotes {
   /**

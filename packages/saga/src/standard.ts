@@ -1,5 +1,5 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
-import { findJsonProblem } from '@skiplock/queue/engine';
+import { asStored, findJsonProblem } from '@skiplock/queue/engine';
 import type { FieldIssue } from './errors.js';
 
 /**
@@ -66,8 +66,5 @@ export async function storedJsonIssues(
   if (!notes.converted) return null;
   const again = await validate(schema, JSON.parse(JSON.stringify(value ?? null)));
   if (!again.issues) return null;
-  return issuesAt(root, again.issues).map((i) => ({
-    path: i.path,
-    message: `${i.message} (checked as stored in JSON, where a Date becomes a string and an undefined in an array null)`,
-  }));
+  return issuesAt(root, again.issues).map(asStored);
 }
