@@ -458,8 +458,12 @@ export function createWorker(options: WorkerOptions): Worker {
     const wasRunning = state === 'running';
     state = 'stopping';
     wake('stop');
-    await loopDone;
-    await releaseBuffered();
+    const graceMs = stopOptions.graceMs ?? STOP_GRACE_MS;
+    // The loop ends at its next turn, unless it waits on a claim the database never answers; the
+    // buffer's release is a write too. Both are bounded like the rest of the stop, so a hung
+    // database cannot hold stop() (what they leave leased is swept when the leases expire).
+    if (loopDone) await settleWithin(graceMs, loopDone);
+    await settleWithin(graceMs, releaseBuffered());
     logger.info({ reason: 'shutdown', inFlight: running.size, deadlineMs }, 'worker stopping');
     if (inflight.size > 0) {
       const deadline = new AbortController();
@@ -469,7 +473,6 @@ export function createWorker(options: WorkerOptions): Worker {
     for (const job of running.values()) job.abort(new ShutdownError());
     // Releasing and closing are bounded too: with a database that hangs instead of failing, a
     // worker must still stop. What did not land is recovered by the sweeper when leases expire.
-    const graceMs = stopOptions.graceMs ?? STOP_GRACE_MS;
     const finished = await settleWithin(
       graceMs,
       (async () => {
