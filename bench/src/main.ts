@@ -8,9 +8,11 @@ import type { BenchResults, ScenarioResult } from './results.js';
 import { buildBigTable } from './scenarios/big-table.js';
 import { churnRun, drainRun, enqueueRun, latencyRun } from './scenarios/queue-runs.js';
 import { runSagas } from './scenarios/sagas.js';
+import { processCurve, sagaInflightCurve, tableSizeCurve } from './scenarios/curves.js';
+import { renderCharts } from './charts.js';
 import { evaluateTargets } from './targets.js';
 import { dropTemplates } from './templates.js';
-import { labelOf } from './systems/labels.js';
+import { interleaved as interleave } from './interleave.js';
 import type { Measurement } from './measurement.js';
 
 const { values: args } = parseArgs({
@@ -28,7 +30,17 @@ if (!Number.isInteger(reps) || reps < 1 || reps > 20) {
   throw new Error(`--reps must be an integer from 1 to 20, got ${args.reps}`);
 }
 const only = args.only ? new Set(args.only.split(',')) : null;
-const KNOWN = ['drain', 'enqueue', 'latency', 'big-table', 'sagas', 'churn'];
+const KNOWN = [
+  'drain',
+  'enqueue',
+  'latency',
+  'big-table',
+  'sagas',
+  'churn',
+  'processes',
+  'saga-inflight',
+  'table-size',
+];
 for (const name of only ?? []) {
   if (!KNOWN.includes(name))
     throw new Error(`--only: unknown scenario "${name}" (${KNOWN.join(', ')})`);
@@ -79,34 +91,13 @@ function packageVersion(name: string): string {
   }
 }
 
-/** Runs `measure` for every system, repetition by repetition (A B A B), keeping failures visible. */
-async function interleaved(
+const interleaved = (
   scenario: ScenarioResult,
   config: string,
   systems: readonly string[],
   measure: (system: string) => Promise<Measurement>,
   repetitions = reps,
-): Promise<void> {
-  const rows = systems.map((system) => {
-    const row = { system, label: labelOf(system), config, runs: [] as Measurement[] };
-    scenario.rows.push(row);
-    return row;
-  });
-  for (let rep = 1; rep <= repetitions; rep++) {
-    for (const row of rows) {
-      log(`${scenario.id} · ${config} · ${row.system} · repetition ${rep}/${repetitions}`);
-      try {
-        const m = await measure(row.system);
-        row.runs.push(m);
-        log(`  → ${m.value?.toFixed(2)} ${scenario.metric}${m.note ? ` (${m.note})` : ''}`);
-      } catch (error) {
-        const message = error instanceof Error ? error.message.split('\n')[0]! : String(error);
-        log(`  → failed: ${message}`);
-        row.runs.push({ value: null, extra: {}, accounting: null, note: `failed: ${message}` });
-      }
-    }
-  }
-}
+) => interleave(scenario, config, systems, measure, { repetitions, log });
 
 // Interrupted runs still drop their template databases.
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -259,6 +250,11 @@ async function main(): Promise<void> {
         1,
       );
     }
+    const curve = { adminUrl, quick, reps, log };
+    if (wanted('processes')) scenarios.push(await processCurve(curve));
+    if (wanted('saga-inflight')) scenarios.push(await sagaInflightCurve(curve));
+    // Building 10 M rows takes minutes: full runs only, as the 2 M-row scenario.
+    if (wanted('table-size') && !quick) scenarios.push(await tableSizeCurve(curve));
     commitAfter = await commitLatencyMs(adminUrl);
   } finally {
     await dropTemplates();
@@ -302,8 +298,9 @@ async function main(): Promise<void> {
   const markdown = renderMarkdown(results);
   writeFileSync(`${outDir}/latest.md`, markdown);
   writeFileSync(`${outDir}/latest.json`, `${JSON.stringify(results, null, 2)}\n`);
+  const charts = await renderCharts(scenarios, outDir);
   process.stdout.write(`${markdown}\n`);
-  log(`wrote ${outDir}/latest.md and latest.json`);
+  log(`wrote ${outDir}/latest.md, latest.json${charts.map((f) => `, ${f}`).join('')}`);
   const failed = scenarios.flatMap((s) =>
     s.rows.filter((r) => r.system === 'skiplock' && r.runs.some((m) => m.value === null)),
   );

@@ -123,6 +123,7 @@ export function renderMarkdown(results: BenchResults): string {
   }
   for (const s of results.scenarios) {
     out.push(`## ${s.title}`, '', scenarioTable(s), '');
+    for (const c of s.charts ?? []) out.push(`![${c.title}](${c.file})`, '');
     for (const n of s.notes) out.push(`- ${n}`);
     if (s.notes.length) out.push('');
   }

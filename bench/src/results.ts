@@ -20,6 +20,18 @@ export interface ScenarioResult {
   columns: Record<string, string>;
   rows: ScenarioRow[];
   notes: string[];
+  /** Charts drawn from the rows (PNG files next to latest.md), with the configs as the x axis. */
+  charts?: ChartSpec[];
+}
+
+export interface ChartSpec {
+  /** File name in the results directory, e.g. `curve-processes.png`. */
+  file: string;
+  title: string;
+  /** What the configs on the x axis are, e.g. "worker processes (× concurrency 10)". */
+  xTitle: string;
+  /** One panel per figure: `value` (the scenario's metric) or a key of `Measurement.extra`. */
+  panels: { key: string; title: string }[];
 }
 
 export interface TargetResult {

@@ -149,6 +149,22 @@ export function evaluateTargets(results: BenchResults): TargetResult[] {
       ),
     );
   }
+  const sizes = by('table-size');
+  if (sizes) {
+    const p95 = (config: string) => {
+      const r = row(sizes, 'skiplock', config);
+      return r ? extraMedian(r, 'claimP95Ms') : null;
+    };
+    const [at2m, at10m] = [p95('2 M rows'), p95('10 M rows')];
+    out.push({
+      target: 'claim p95 at 10 M rows within 1.5× of the 2 M-row figure',
+      skiplock: `${fmt(at10m)} ms`,
+      reference: `2 M rows ${fmt(at2m)} ms (limit ${fmt(at2m === null ? null : 1.5 * at2m)} ms; now ${
+        at10m !== null && at2m ? fmt(at10m / at2m, 2) : 'n/a'
+      }×)`,
+      met: at10m === null || at2m === null ? null : at10m <= 1.5 * at2m,
+    });
+  }
   const sagas = by('sagas');
   if (sagas) {
     const mine = row(sagas, 'skiplock-saga', 'throughput');

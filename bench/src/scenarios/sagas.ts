@@ -23,7 +23,7 @@ export interface SagaRunOptions {
   log: (line: string) => void;
 }
 
-const SYSTEMS = ['skiplock-saga', 'dbos'];
+export const SAGA_SYSTEMS = ['skiplock-saga', 'dbos'];
 const STEPS_PER_SAGA = 3;
 
 /** Rows inserted, updated or deleted in every table of the database (settled statistics). */
@@ -34,10 +34,11 @@ async function rowsWritten(client: pg.Client): Promise<number> {
   return Number(rows[0]!.n);
 }
 
-async function sagaRun(
+/** One run of `count` sagas on a fresh database; `inflight` bounds the throughput mode (default 50). */
+export async function sagaRun(
   adminUrl: string,
   systemId: string,
-  opts: { mode: 'throughput' | 'paced'; count: number },
+  opts: { mode: 'throughput' | 'paced'; count: number; inflight?: number },
 ): Promise<Measurement> {
   const system = await sagaSystem(systemId);
   const db = await installedDatabase(adminUrl, `saga:${systemId}`, async (url) => {
@@ -53,7 +54,7 @@ async function sagaRun(
       url: db.url,
       mode: opts.mode,
       count: opts.count,
-      inflight: 50,
+      inflight: opts.inflight ?? 50,
       ratePerSecond: 20,
     });
     let report: ChildReport;
@@ -127,7 +128,7 @@ export async function runSagas(options: SagaRunOptions): Promise<ScenarioResult>
   // Quick runs check that both engines work; the paced latency needs the full run.
   if (options.quick) configs.pop();
   for (const c of configs) {
-    const rows = SYSTEMS.map((system) => {
+    const rows = SAGA_SYSTEMS.map((system) => {
       const row = { system, label: labelOf(system), config: c.config, runs: [] as Measurement[] };
       scenario.rows.push(row);
       return row;

@@ -1,0 +1,110 @@
+import { writeFileSync } from 'node:fs';
+import { Resvg } from '@resvg/resvg-js';
+import * as vega from 'vega';
+import { compile, type TopLevelSpec } from 'vega-lite';
+import type { Measurement } from './measurement.js';
+import type { ChartSpec, ScenarioResult } from './results.js';
+import { median } from './stats.js';
+
+interface Point {
+  panel: string;
+  config: string;
+  system: string;
+  median: number;
+  min: number;
+  max: number;
+}
+
+const pick = (m: Measurement, key: string): number | null =>
+  key === 'value' ? m.value : (m.extra[key] ?? null);
+
+/** Median and min–max of each row's repetitions, one point per (panel, config, system). */
+export function chartPoints(scenario: ScenarioResult, chart: ChartSpec): Point[] {
+  const points: Point[] = [];
+  for (const panel of chart.panels) {
+    for (const row of scenario.rows) {
+      const v = row.runs
+        .map((m) => pick(m, panel.key))
+        .filter((x): x is number => x !== null && Number.isFinite(x));
+      const mid = median(v);
+      if (mid === null) continue;
+      points.push({
+        panel: panel.title,
+        config: row.config,
+        system: row.label,
+        median: mid,
+        min: Math.min(...v),
+        max: Math.max(...v),
+      });
+    }
+  }
+  return points;
+}
+
+/** A Vega-Lite spec: one panel per figure, a line per system, whiskers for min–max. */
+export function chartSpec(scenario: ScenarioResult, chart: ChartSpec): TopLevelSpec {
+  // Configs keep the order the scenario ran them in (rows are pushed config by config).
+  const configs = [...new Set(scenario.rows.map((r) => r.config))];
+  const points = chartPoints(scenario, chart);
+  return {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title: { text: chart.title, anchor: 'start', fontSize: 14 },
+    config: { font: 'DejaVu Sans', view: { stroke: null } },
+    hconcat: chart.panels.map((panel) => ({
+      width: 300,
+      height: 220,
+      data: { values: points.filter((p) => p.panel === panel.title) },
+      encoding: {
+        x: {
+          field: 'config',
+          type: 'ordinal',
+          sort: configs,
+          title: chart.xTitle,
+          axis: { labelAngle: 0 },
+        },
+        color: { field: 'system', type: 'nominal', title: null, legend: { orient: 'bottom' } },
+      },
+      layer: [
+        {
+          mark: { type: 'rule', opacity: 0.5 },
+          encoding: {
+            y: { field: 'min', type: 'quantitative', title: panel.title },
+            y2: { field: 'max' },
+          },
+        },
+        {
+          mark: { type: 'line', point: true },
+          encoding: { y: { field: 'median', type: 'quantitative', title: panel.title } },
+        },
+      ],
+    })),
+  };
+}
+
+/** Renders every chart of every scenario to PNG in `outDir`; returns the files written. */
+export async function renderCharts(
+  scenarios: readonly ScenarioResult[],
+  outDir: string,
+): Promise<string[]> {
+  const written: string[] = [];
+  for (const scenario of scenarios) {
+    for (const chart of scenario.charts ?? []) {
+      const view = new vega.View(vega.parse(compile(chartSpec(scenario, chart)).spec), {
+        renderer: 'none',
+      });
+      const svg = await view.toSVG(2);
+      view.finalize();
+      // resvg rasterises the SVG without a browser or a native canvas build; text needs a system
+      // font (DejaVu Sans on Debian), and falls back to whatever sans-serif font is installed.
+      const png = new Resvg(svg, {
+        background: 'white',
+        font: { loadSystemFonts: true, defaultFontFamily: 'DejaVu Sans' },
+      })
+        .render()
+        .asPng();
+      writeFileSync(`${outDir}/${chart.file}`, png);
+      written.push(chart.file);
+    }
+  }
+  return written;
+}

@@ -1,0 +1,162 @@
+import { interleaved } from '../interleave.js';
+import type { ScenarioResult } from '../results.js';
+import { buildBigTable } from './big-table.js';
+import { drainRun } from './queue-runs.js';
+import { SAGA_SYSTEMS, sagaRun } from './sagas.js';
+
+/**
+ * Cost curves: how skiplock's figures move as the work grows along one axis at a time (rows in
+ * the table, worker processes on one server, sagas in flight), each a table and a chart.
+ */
+export interface CurveOptions {
+  adminUrl: string;
+  quick: boolean;
+  reps: number;
+  log: (line: string) => void;
+}
+
+const CLAIM_PANELS = [
+  { key: 'value', title: 'jobs/s' },
+  { key: 'claimP50Ms', title: 'claim p50 ms' },
+  { key: 'claimP95Ms', title: 'claim p95 ms' },
+];
+
+/** The seed's shape (90 % completed) at 20 k, 2 M and 10 M rows, drained by 1 process × 10. */
+export async function tableSizeCurve(o: CurveOptions): Promise<ScenarioResult> {
+  const sizes = [
+    { config: '20 k rows', total: 20_000 },
+    { config: '2 M rows', total: 2_000_000 },
+    { config: '10 M rows', total: 10_000_000 },
+  ];
+  const timeoutMs = 10_000;
+  const s: ScenarioResult = {
+    id: 'table-size',
+    title:
+      'Cost curve: rows in the table (90 % completed, 10 % pending), drained by 1 process × 10',
+    metric: 'jobs/s',
+    higherIsBetter: true,
+    columns: { claimP50Ms: 'claim p50 ms', claimP95Ms: 'claim p95 ms', claims: 'claims' },
+    rows: [],
+    notes: [
+      `Each size is built once (rows written in SQL, oldest first, then VACUUM ANALYZE) and cloned per repetition; the worker drains the pending tenth for up to ${timeoutMs / 1000} s, so the 2 M and 10 M rows are rates over a 10 s window and the 20 k row is the whole 2,000-job drain including its start.`,
+      'Claim latency is the round trip of each claim statement as the worker sees it.',
+    ],
+    charts: [
+      {
+        file: 'curve-table-size.png',
+        title: 'Drain and claim latency as the table grows (skiplock, 1 process × 10)',
+        xTitle: 'rows in skiplock.jobs',
+        panels: CLAIM_PANELS,
+      },
+    ],
+  };
+  for (const size of sizes) {
+    const pending = size.total / 10;
+    o.log(`table-size · building ${size.config}`);
+    const table = await buildBigTable(o.adminUrl, 'skiplock', {
+      completed: size.total - pending,
+      pending,
+    });
+    try {
+      await interleaved(
+        s,
+        size.config,
+        ['skiplock'],
+        (system) =>
+          drainRun({ adminUrl: o.adminUrl }, system, {
+            jobs: pending,
+            processes: 1,
+            concurrency: 10,
+            timeoutMs,
+            template: table.template,
+          }),
+        { repetitions: o.reps, log: o.log },
+      );
+    } finally {
+      await table.drop();
+    }
+  }
+  return s;
+}
+
+/** 20,000 queued jobs drained by 1, 2, 4 and 8 worker processes (concurrency 10 each). */
+export async function processCurve(o: CurveOptions): Promise<ScenarioResult> {
+  const jobs = o.quick ? 1_000 : 20_000;
+  const counts = o.quick ? [1, 2] : [1, 2, 4, 8];
+  const systems = o.quick ? ['skiplock'] : ['skiplock', 'bare'];
+  const s: ScenarioResult = {
+    id: 'processes',
+    title: `Cost curve: worker processes against one server, ${jobs.toLocaleString('en-US')} queued jobs, concurrency 10 each`,
+    metric: 'jobs/s',
+    higherIsBetter: true,
+    columns: { claimP50Ms: 'claim p50 ms', claimP95Ms: 'claim p95 ms', claims: 'claims' },
+    rows: [],
+    notes: [
+      'Every process claims from the same table with SKIP LOCKED; the machine has the cores its header says, shared by the workers and PostgreSQL.',
+    ],
+    charts: [
+      {
+        file: 'curve-processes.png',
+        title: 'Drain as worker processes are added (concurrency 10 each, one server)',
+        xTitle: 'worker processes',
+        panels: CLAIM_PANELS,
+      },
+    ],
+  };
+  for (const processes of counts) {
+    await interleaved(
+      s,
+      `${processes} process${processes === 1 ? '' : 'es'}`,
+      systems,
+      (system) =>
+        drainRun({ adminUrl: o.adminUrl }, system, {
+          jobs,
+          processes,
+          concurrency: 10,
+          timeoutMs: 10_000,
+        }),
+      { repetitions: o.reps, log: o.log },
+    );
+  }
+  return s;
+}
+
+/** The benchmark's 3-step saga with 10, 50 and 200 in flight, skiplock next to DBOS. */
+export async function sagaInflightCurve(o: CurveOptions): Promise<ScenarioResult> {
+  const count = o.quick ? 40 : 400;
+  const levels = o.quick ? [10] : [10, 50, 200];
+  const systems = o.quick ? ['skiplock-saga'] : SAGA_SYSTEMS;
+  const s: ScenarioResult = {
+    id: 'saga-inflight',
+    title: `Cost curve: sagas in flight, ${count} of the benchmark's 3-step saga per run`,
+    metric: 'sagas/s',
+    higherIsBetter: true,
+    columns: { p50Ms: 'p50 ms', p95Ms: 'p95 ms', rowsPerSaga: 'rows written/saga' },
+    rows: [],
+    notes: [
+      'The saga of the sagas scenario (every 10th charge declined and compensated); the starter keeps the stated number of sagas unfinished at once, and both engines execute steps with 10 at a time in one process. p50/p95 are start-to-finish.',
+    ],
+    charts: [
+      {
+        file: 'curve-saga-inflight.png',
+        title: 'Saga throughput and start-to-finish latency as more sagas are in flight',
+        xTitle: 'sagas in flight',
+        panels: [
+          { key: 'value', title: 'sagas/s' },
+          { key: 'p50Ms', title: 'start-to-finish p50 ms' },
+          { key: 'p95Ms', title: 'start-to-finish p95 ms' },
+        ],
+      },
+    ],
+  };
+  for (const inflight of levels) {
+    await interleaved(
+      s,
+      `${inflight} in flight`,
+      systems,
+      (system) => sagaRun(o.adminUrl, system, { mode: 'throughput', count, inflight }),
+      { repetitions: o.reps, log: o.log },
+    );
+  }
+  return s;
+}
