@@ -2,7 +2,8 @@ import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type pg from 'pg';
 import { z } from 'zod';
 import { parseConfig, queueName, rejectUnknownKeys, DEFAULT_MAX_PAYLOAD_BYTES } from './config.js';
-import { runSql, runStatement, type Queryable, type Statement } from './db.js';
+import { runSql, type Queryable } from './db.js';
+import { preparedRunner } from './prepared.js';
 import type { JobDefinition, AnyJobDefinition } from './define.js';
 import { asStored, findJsonProblem } from './json-safe.js';
 import { ConfigError, InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
@@ -384,29 +385,12 @@ export function createClient(options: ClientOptions = {}): Client {
     return isThenable(payloadJson) ? payloadJson.then(toJobRow) : toJobRow(payloadJson);
   }
 
-  let preparedStatements = config.preparedStatements ?? true;
-
-  async function run<T>(target: Queryable, statement: Statement) {
-    if (!preparedStatements) return runStatement<T>(target, statement, false);
-    try {
-      return await runStatement<T>(target, statement, true);
-    } catch (error) {
-      // The server lost a statement this connection prepared, or holds one it did not expect: a
-      // pooler such as PgBouncer in transaction mode (before 1.21) moved the connection, or
-      // something ran DISCARD ALL. Either way nothing ran. From now on statements go unnamed; a
-      // statement on the pool is simply sent again, one in the caller's transaction cannot be (the
-      // error aborted that transaction), so the caller sees it once.
-      if (!isPreparedStatementError(error)) throw error;
-      preparedStatements = false;
-      logger.warn(
-        { reason: 'prepared_statements_off', code: (error as { code?: string }).code },
-        'named prepared statements do not work on this connection (PgBouncer in transaction ' +
-          'mode?); enqueue sends statements unnamed from now on — set preparedStatements: false',
-      );
-      if (target !== pool) throw error;
-      return runStatement<T>(target, statement, false);
-    }
-  }
+  const run = preparedRunner({
+    enabled: config.preparedStatements ?? true,
+    pool,
+    logger,
+    who: 'enqueue',
+  });
 
   /**
    * With `leasedTo`, the job is inserted already claimed by that worker (a hand-off) and the
@@ -552,12 +536,6 @@ export function createClient(options: ClientOptions = {}): Client {
   };
   Object.defineProperty(client, ENQUEUE_LEASED, { value: leased });
   return client;
-}
-
-/** invalid_sql_statement_name (26000) or duplicate_prepared_statement (42P05). */
-function isPreparedStatementError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return code === '26000' || code === '42P05';
 }
 
 function invisibleConflict(key: string): SkiplockError {

@@ -1,5 +1,6 @@
 import type pg from 'pg';
-import { runSql } from './db.js';
+import { runStatement } from './db.js';
+import { namedStatement, type StatementRunner } from './prepared.js';
 import { completeJobs, type LockToken } from './sql/settle.js';
 
 interface Waiting {
@@ -22,6 +23,8 @@ export class Completer {
     private readonly workerId: string,
     /** Skip the WAL flush wait on completions (the worker's `asyncCommit`). */
     private readonly asyncCommit: boolean,
+    /** How statements are sent (named prepared statements unless the worker turned them off). */
+    private readonly run: StatementRunner = (target, statement) => runStatement(target, statement),
     private readonly maxBatch = 500,
   ) {}
 
@@ -44,12 +47,15 @@ export class Completer {
       while (this.waiting.length > 0) {
         const batch = this.waiting.splice(0, this.maxBatch);
         try {
-          const { rows } = await runSql<{ id: string }>(
+          const { rows } = await this.run<{ id: string }>(
             this.pool,
-            completeJobs(
-              this.workerId,
-              batch.map((w) => w.token),
-              { durable: !this.asyncCommit },
+            namedStatement(
+              'skiplock_complete',
+              completeJobs(
+                this.workerId,
+                batch.map((w) => w.token),
+                { durable: !this.asyncCommit },
+              ),
             ),
           );
           const owned = new Set(rows.map((r) => r.id));

@@ -24,10 +24,16 @@ function isPgQueryable(target: Queryable): target is pg.Pool | pg.PoolClient | p
   return typeof (target as { query?: unknown }).query === 'function';
 }
 
+/** A drizzle query's text with `$n` markers and its parameter values. */
+export function renderSql(query: SQL): { text: string; values: unknown[] } {
+  const { sql: text, params } = dialect.sqlToQuery(query);
+  return { text, values: params };
+}
+
 export async function runSql<T>(target: Queryable, query: SQL): Promise<QueryOutcome<T>> {
   if (isPgQueryable(target)) {
-    const { sql: text, params } = dialect.sqlToQuery(query);
-    const result = await target.query(text, params);
+    const { text, values } = renderSql(query);
+    const result = await target.query(text, values);
     return { rows: result.rows as T[], rowCount: result.rowCount ?? 0 };
   }
   const result = (await target.execute(query)) as { rows?: T[]; rowCount?: number | null };

@@ -1,0 +1,66 @@
+import { createHash } from 'node:crypto';
+import type { SQL } from 'drizzle-orm';
+import {
+  renderSql,
+  runStatement,
+  type QueryOutcome,
+  type Queryable,
+  type Statement,
+} from './db.js';
+import type { Logger } from './logger.js';
+
+/**
+ * A drizzle query as a named statement. The name is derived from the text, so each distinct text
+ * (a worker's claim differs with its queues, aging and commit setting) is parsed and planned once
+ * per connection and only bound and executed after that.
+ */
+export function namedStatement(prefix: string, query: SQL): Statement {
+  const { text, values } = renderSql(query);
+  const hash = createHash('sha1').update(text).digest('hex').slice(0, 16);
+  return { name: `${prefix}_${hash}`, text, values };
+}
+
+export type StatementRunner = <T>(
+  target: Queryable,
+  statement: Statement,
+) => Promise<QueryOutcome<T>>;
+
+/**
+ * Runs statements as named prepared statements until a connection shows it cannot keep them: a
+ * pooler such as PgBouncer in transaction mode before 1.21 (or with `max_prepared_statements = 0`)
+ * moves the client to another server connection, or something ran DISCARD ALL. Either way the
+ * failed statement did not run. From then on statements go unnamed (logged once with reason
+ * `prepared_statements_off`); one sent on `pool` is simply sent again, one in a caller's
+ * transaction cannot be (the error aborted that transaction), so the caller sees it once.
+ */
+export function preparedRunner(options: {
+  enabled: boolean;
+  pool: Queryable;
+  logger: Logger;
+  /** Who sends the statements, for the log line: "enqueue", "the worker". */
+  who: string;
+}): StatementRunner {
+  let enabled = options.enabled;
+  return async function run<T>(target: Queryable, statement: Statement) {
+    if (!enabled) return runStatement<T>(target, statement, false);
+    try {
+      return await runStatement<T>(target, statement, true);
+    } catch (error) {
+      if (!isPreparedStatementError(error)) throw error;
+      enabled = false;
+      options.logger.warn(
+        { reason: 'prepared_statements_off', code: (error as { code?: string }).code },
+        'named prepared statements do not work on this connection (PgBouncer in transaction ' +
+          `mode?); ${options.who} sends statements unnamed from now on — set preparedStatements: false`,
+      );
+      if (target !== options.pool) throw error;
+      return runStatement<T>(target, statement, false);
+    }
+  };
+}
+
+/** invalid_sql_statement_name (26000) or duplicate_prepared_statement (42P05). */
+function isPreparedStatementError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === '26000' || code === '42P05';
+}
