@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { commitLatencyMs, cpuVisible, resolveServer, serverSettings } from './server.js';
 import { renderMarkdown } from './report.js';
 import type { BenchResults, ScenarioResult } from './results.js';
-import { buildBigTable } from './scenarios/big-table.js';
+import { buildBigTable, tableOf } from './scenarios/big-table.js';
 import { churnRun, drainRun, enqueueRun, latencyRun } from './scenarios/queue-runs.js';
 import { runSagas } from './scenarios/sagas.js';
 import { processCurve, sagaInflightCurve, tableSizeCurve } from './scenarios/curves.js';
@@ -78,9 +78,9 @@ const ENQUEUE_SYSTEMS = ['skiplock', 'bare', 'graphile', 'pgboss'];
 const SINGLE_ENQUEUE_SYSTEMS = quick ? ['skiplock', 'bare'] : ENQUEUE_SYSTEMS;
 const LATENCY_SYSTEMS = quick
   ? ['skiplock', 'skiplock-poll', 'graphile']
-  : ['skiplock', 'skiplock-poll', 'graphile', 'graphile-lq', 'pgboss'];
+  : ['skiplock', 'skiplock-unprepared', 'skiplock-poll', 'graphile', 'graphile-lq', 'pgboss'];
 const CHURN_SYSTEMS = quick ? ['skiplock'] : ['skiplock', 'graphile', 'pgboss'];
-const BIG_TABLE_SYSTEMS = ['skiplock', 'bare'];
+const BIG_TABLE_SYSTEMS = ['skiplock', 'skiplock-unprepared', 'bare'];
 
 function packageVersion(name: string): string {
   try {
@@ -192,7 +192,11 @@ async function main(): Promise<void> {
         title: `The seed's table shape: ${((completed + pending) / 1e6).toFixed(1)} M rows (${completed.toLocaleString('en-US')} completed, ${pending.toLocaleString('en-US')} pending), drained by 1 process × 10`,
         metric: 'jobs/s',
         higherIsBetter: true,
-        columns: { claimP50Ms: 'claim p50 ms', claimP95Ms: 'claim p95 ms' },
+        columns: {
+          claimP50Ms: 'claim p50 ms',
+          claimP95Ms: 'claim p95 ms',
+          jobsPerClaim: 'jobs/claim',
+        },
         rows: [],
         notes: [
           'Claim latency is the round trip of each claim statement as the worker sees it. Graphile Worker and pg-boss delete or archive finished jobs, so this shape is not theirs; the bare SQL baseline runs on the same shape.',
@@ -201,9 +205,9 @@ async function main(): Promise<void> {
       scenarios.push(s);
       const templates = new Map<string, { template: string; drop: () => Promise<void> }>();
       try {
-        for (const system of BIG_TABLE_SYSTEMS) {
-          log(`big-table · building ${system}'s table`);
-          templates.set(system, await buildBigTable(adminUrl, system, plan.bigTable));
+        for (const table of new Set(BIG_TABLE_SYSTEMS.map(tableOf))) {
+          log(`big-table · building ${table}'s table`);
+          templates.set(table, await buildBigTable(adminUrl, table, plan.bigTable));
         }
         await interleaved(s, '1 process × 10', BIG_TABLE_SYSTEMS, (system) =>
           drainRun(ctx, system, {
@@ -211,7 +215,7 @@ async function main(): Promise<void> {
             processes: 1,
             concurrency: 10,
             timeoutMs: 60_000,
-            template: templates.get(system)!.template,
+            template: templates.get(tableOf(system))!.template,
           }),
         );
       } finally {

@@ -30,7 +30,9 @@ const FILL: Record<string, (completed: number, total: number) => string> = {
     FROM generate_series(1, ${total}) AS g`,
 };
 
-export const bigTableSystems = Object.keys(FILL);
+/** Which table a system drains: skiplock's variants (options of one worker) share skiplock's. */
+export const tableOf = (systemId: string): string =>
+  systemId.startsWith('skiplock') ? 'skiplock' : systemId;
 
 /** Builds a template database holding the big table; each repetition clones it. */
 export async function buildBigTable(
@@ -38,10 +40,11 @@ export async function buildBigTable(
   systemId: string,
   rows: { completed: number; pending: number },
 ): Promise<{ template: string; drop: () => Promise<void> }> {
-  const fill = FILL[systemId];
+  const table = tableOf(systemId);
+  const fill = FILL[table];
   if (!fill) throw new Error(`no big-table fill for ${systemId}`);
   const db = await freshDatabase(adminUrl);
-  await (await queueSystem(systemId)).install(db.url);
+  await (await queueSystem(table)).install(db.url);
   const client = new pg.Client({ connectionString: db.url });
   await client.connect();
   try {

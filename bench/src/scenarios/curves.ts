@@ -35,7 +35,7 @@ export async function tableSizeCurve(o: CurveOptions): Promise<ScenarioResult> {
       'Cost curve: rows in the table (90 % completed, 10 % pending), drained by 1 process × 10',
     metric: 'jobs/s',
     higherIsBetter: true,
-    columns: { claimP50Ms: 'claim p50 ms', claimP95Ms: 'claim p95 ms', claims: 'claims' },
+    columns: { claimP50Ms: 'claim p50 ms', claimP95Ms: 'claim p95 ms', jobsPerClaim: 'jobs/claim' },
     rows: [],
     notes: [
       `Each size is built once (rows written in SQL, oldest first, then VACUUM ANALYZE) and cloned per repetition; the worker drains the pending tenth for up to ${timeoutMs / 1000} s, so the 2 M and 10 M rows are rates over a 10 s window and the 20 k row is the whole 2,000-job drain including its start.`,
@@ -89,7 +89,7 @@ export async function processCurve(o: CurveOptions): Promise<ScenarioResult> {
     title: `Cost curve: worker processes against one server, ${jobs.toLocaleString('en-US')} queued jobs, concurrency 10 each`,
     metric: 'jobs/s',
     higherIsBetter: true,
-    columns: { claimP50Ms: 'claim p50 ms', claimP95Ms: 'claim p95 ms', claims: 'claims' },
+    columns: { claimP50Ms: 'claim p50 ms', claimP95Ms: 'claim p95 ms', jobsPerClaim: 'jobs/claim' },
     rows: [],
     notes: [
       'Every process claims from the same table with SKIP LOCKED; the machine has the cores its header says, shared by the workers and PostgreSQL.',

@@ -131,6 +131,7 @@ export async function drainRun(
         claimP50Ms: quantile(claimLatencies, 0.5),
         claimP95Ms: quantile(claimLatencies, 0.95),
         claims: claimLatencies.length,
+        jobsPerClaim: claimLatencies.length > 0 ? done / claimLatencies.length : null,
       },
       accounting: account(done, delta, reports),
       claimLatencies,

@@ -5,6 +5,7 @@ const loaders: Record<string, () => Promise<QueueSystem>> = {
   skiplock: async () => (await import('./skiplock.js')).skiplock,
   'skiplock-poll': async () => (await import('./skiplock.js')).skiplockPolling,
   'skiplock-sync': async () => (await import('./skiplock.js')).skiplockSyncCommit,
+  'skiplock-unprepared': async () => (await import('./skiplock.js')).skiplockUnprepared,
   bare: async () => (await import('./bare.js')).bare,
   graphile: async () => (await import('./graphile.js')).graphileDefaults,
   'graphile-lq': async () => (await import('./graphile.js')).graphileLocalQueue,

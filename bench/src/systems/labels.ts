@@ -3,6 +3,7 @@ export const systemLabels: Record<string, string> = {
   skiplock: 'skiplock (defaults)',
   'skiplock-poll': 'skiplock (listen: false, 1 s poll)',
   'skiplock-sync': 'skiplock (asyncCommit: false, every commit waits for WAL)',
+  'skiplock-unprepared': 'skiplock (preparedStatements: false)',
   bare: 'bare SQL (seed claim, batch 100)',
   graphile: 'graphile-worker (defaults)',
   'graphile-lq': 'graphile-worker (localQueue 500, batched completion)',

@@ -18,7 +18,7 @@ function noopJob(onJob: (p: Payload) => void = () => {}) {
  */
 function skiplockSystem(
   id: string,
-  workerOptions: { listen?: boolean; asyncCommit?: boolean } = {},
+  workerOptions: { listen?: boolean; asyncCommit?: boolean; preparedStatements?: boolean } = {},
 ): QueueSystem {
   return {
     id,
@@ -83,3 +83,7 @@ export const skiplock = skiplockSystem('skiplock');
 export const skiplockPolling = skiplockSystem('skiplock-poll', { listen: false });
 /** Claims, completions and renewals wait for their WAL flush, as bare SQL and graphile-worker do. */
 export const skiplockSyncCommit = skiplockSystem('skiplock-sync', { asyncCommit: false });
+/** Claims and completions sent unnamed, parsed and planned on every call (as behind old PgBouncers). */
+export const skiplockUnprepared = skiplockSystem('skiplock-unprepared', {
+  preparedStatements: false,
+});
