@@ -22,7 +22,13 @@ import {
 } from './sql/admin.js';
 import { tryTransactionLock, type LockKey } from './sql/lock.js';
 
-export { runSql, withTransaction, type Queryable } from './db.js';
+export { runSql, withTransaction, type Queryable, type QueryOutcome } from './db.js';
+export {
+  isPreparedStatementError,
+  namedStatement,
+  preparedRunner,
+  type StatementRunner,
+} from './prepared.js';
 export type { DeadJobInfo } from './define.js';
 export type { DeadReason } from './retry/policy.js';
 export { errorMessage } from './errors.js';

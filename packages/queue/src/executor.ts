@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { runSql, withTransaction } from './db.js';
+import { namedStatement, type StatementRunner } from './prepared.js';
 import type { AnyJobDefinition, JobContext, JobInfo } from './define.js';
 import {
   InvalidPayloadError,
@@ -91,6 +92,8 @@ export interface ExecutorDeps {
   settleAttempts: number;
   /** The worker's `asyncCommit`: bookkeeping commits skip the WAL flush wait. */
   asyncCommit: boolean;
+  /** How the worker sends statements (named prepared ones unless turned off; see prepared.ts). */
+  run: StatementRunner;
   /** Called when the handler has finished (before the settle write), freeing its slot. */
   handlerDone(job: RunningJob, durationMs: number): void;
   /** Hand-offs of successor jobs to this worker (see `HandOffSlot`); null: none. */
@@ -243,7 +246,10 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
       }
       try {
         const value = await withTransaction(d.pool, async (tx) => {
-          const { rowCount } = await runSql(tx, completeJobs(d.workerId, [job.token]));
+          const { rowCount } = await d.run(
+            tx,
+            namedStatement('skiplock_complete', completeJobs(d.workerId, [job.token])),
+          );
           if (rowCount !== 1) throw new LockLostError(job.info.id);
           return work(tx);
         });

@@ -60,7 +60,7 @@ export function preparedRunner(options: {
 }
 
 /** invalid_sql_statement_name (26000) or duplicate_prepared_statement (42P05). */
-function isPreparedStatementError(error: unknown): boolean {
+export function isPreparedStatementError(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;
   return code === '26000' || code === '42P05';
 }

@@ -214,6 +214,7 @@ export function createWorker(options: WorkerOptions): Worker {
     events,
     settleAttempts: config.settleAttempts,
     asyncCommit: config.asyncCommit,
+    run,
     handlerDone: (_job, durationMs) => {
       active -= 1;
       averageDurationMs =

@@ -5,7 +5,7 @@ import {
   type DeadJobInfo,
   type JobContext,
 } from '@skiplock/queue';
-import { errorMessage, jobStates, runSql } from '@skiplock/queue/engine';
+import { errorMessage, jobStates } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { z } from 'zod';
 import { Completion } from './completion.js';
@@ -69,10 +69,7 @@ function jobOptions(policy: RetryPolicy, defaultAttempts: number) {
 
 /** Loads the saga and its step outputs for an attempt, in one statement (see `loadAttempt`). */
 async function loadSaga(e: Engine, sagaId: string): Promise<SagaRow & { outputs: StepOutputs }> {
-  const { rows } = await runSql<SagaRow & { outputs: StepOutputs }>(
-    e.pool,
-    loadAttempt({ sagaId }),
-  );
+  const { rows } = await e.sql<SagaRow & { outputs: StepOutputs }>(e.pool, loadAttempt({ sagaId }));
   if (!rows[0]) throw new NonRetryableError(`saga "${sagaId}" does not exist`);
   return rows[0];
 }
@@ -206,7 +203,7 @@ async function runStep(
   const completion = new Completion(job, async (tx, output) => {
     // Locks the saga and records the output in one statement, only if the saga is still here.
     const locked = (
-      await runSql<SagaRow>(
+      await e.sql<SagaRow>(
         tx,
         lockAndComplete({
           ...key,
@@ -235,10 +232,9 @@ async function runStep(
       // The step ran until the deadline cut it off: its attempt counts.
       return endBeforeRun(e, entry, spec, saga, job, false, attempt());
     }
-    await runSql(
-      e.pool,
-      recordAttemptError({ ...key, message: errorMessage(error), attempt: attempt() }),
-    ).catch(() => {});
+    await e
+      .sql(e.pool, recordAttemptError({ ...key, message: errorMessage(error), attempt: attempt() }))
+      .catch(() => {});
     throw error;
   } finally {
     deadline.clear();
@@ -259,7 +255,7 @@ async function endBeforeRun(
   attempt?: AttemptMark,
 ) {
   const transition = await job.completeWith(async (tx) => {
-    const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+    const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
     const ended = handingOff(e, job);
     return cancelled
@@ -280,9 +276,9 @@ async function runWait(
 ) {
   const wait = spec.wait!;
   const transition = await job.completeWith(async (tx) => {
-    const locked = (await runSql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+    const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
-    const { rows } = await runSql<{ payload: unknown }>(tx, selectSignal(saga.id, wait.signal));
+    const { rows } = await e.sql<{ payload: unknown }>(tx, selectSignal(saga.id, wait.signal));
     if (!rows[0]) return enterWaiting(e, tx, entry, locked, spec.index, attempt());
     const parsed = await validate(wait.payload, rows[0].payload);
     if (parsed.issues) {
@@ -297,7 +293,7 @@ async function runWait(
         attempt(),
       );
     }
-    await runSql(tx, consumeSignal(saga.id, wait.signal));
+    await e.sql(tx, consumeSignal(saga.id, wait.signal));
     return advanceAfter(
       handingOff(e, job),
       tx,
@@ -320,7 +316,7 @@ async function runTimeout(
 ) {
   const wait = spec.wait!;
   const transition = await job.completeWith(async (tx) => {
-    const locked = (await runSql<SagaRow>(tx, lockSaga(data.sagaId))).rows[0];
+    const locked = (await e.sql<SagaRow>(tx, lockSaga(data.sagaId))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['waiting'])) return 'stale' as const;
     const pastDeadline =
       !locked.pivoted && locked.deadline_left_ms !== null && locked.deadline_left_ms <= 0;
@@ -354,7 +350,7 @@ async function runCompensation(
   const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
   const completion = new Completion(job, async (tx) => {
     const locked = (
-      await runSql<SagaRow>(
+      await e.sql<SagaRow>(
         tx,
         lockAndComplete({ ...key, status: 'compensating', attempt: attempt() }),
       )
@@ -374,10 +370,9 @@ async function runCompensation(
     report(e, saga, spec.name, await completion.finish(null));
   } catch (error) {
     completion.abandon(error);
-    await runSql(
-      e.pool,
-      recordAttemptError({ ...key, message: errorMessage(error), attempt: attempt() }),
-    ).catch(() => {});
+    await e
+      .sql(e.pool, recordAttemptError({ ...key, message: errorMessage(error), attempt: attempt() }))
+      .catch(() => {});
     throw error;
   }
 }
@@ -400,7 +395,7 @@ async function stepDead(
   tx: pg.PoolClient,
   info: DeadJobInfo,
 ) {
-  const saga = (await runSql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
+  const saga = (await e.sql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
     .rows[0];
   if (!isCurrent(saga, spec.name, 'step', ['running'])) return;
   const transition = await failStep(
@@ -417,11 +412,11 @@ async function stepDead(
 }
 
 async function compensationDead(spec: StepSpec, e: Engine, tx: pg.PoolClient, info: DeadJobInfo) {
-  const saga = (await runSql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
+  const saga = (await e.sql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
     .rows[0];
   if (!isCurrent(saga, spec.name, 'compensation', ['compensating'])) return;
   const error = `${info.reason}: ${info.error}`;
-  await runSql(
+  await e.sql(
     tx,
     settleStep({
       sagaId: saga.id,
@@ -451,7 +446,7 @@ async function timeoutDead(
   const data = payload.safeParse((await e.client.getJob(info.id, { tx }))?.payload);
   const sagaId = data.success ? data.data.sagaId : sagaIdOfKey(info.idempotencyKey);
   if (sagaId === null) return;
-  const saga = (await runSql<SagaRow>(tx, lockSaga(sagaId))).rows[0];
+  const saga = (await e.sql<SagaRow>(tx, lockSaga(sagaId))).rows[0];
   if (!isCurrent(saga, spec.name, 'step', ['waiting'])) return;
   const error = `timeout job of signal "${spec.wait!.signal}" died (${info.reason}): ${info.error}`;
   e.logger.warn(

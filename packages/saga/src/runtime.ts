@@ -8,6 +8,9 @@ import {
 import {
   cancelQueuedJob,
   createDefaultLogger,
+  isPreparedStatementError,
+  namedStatement,
+  preparedRunner,
   resolvePool,
   runSql,
   withTransaction,
@@ -66,6 +69,14 @@ export interface SagaRuntimeOptions {
   reconciler?: ReconcilerOptions | undefined;
   /** Crash injection for `@skiplock/saga/testing`; leave unset in production. */
   faults?: FaultHook | undefined;
+  /**
+   * Send the saga's statements (and, when the runtime makes its client, enqueues) as named
+   * prepared statements (default true). Turn off behind PgBouncer in transaction mode before 1.21
+   * or with `max_prepared_statements = 0`, and give a `client` made with the same setting. Left
+   * on there, the first failure turns them off (reason `prepared_statements_off`) and fails that
+   * one step attempt, which is retried.
+   */
+  preparedStatements?: boolean | undefined;
 }
 
 export interface StartOptions<I> {
@@ -177,11 +188,19 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     'saga',
   );
   const pool = owned.pool;
-  const client = options.client ?? createClient({ pool, logger });
+  const preparedStatements = options.preparedStatements ?? true;
+  const client = options.client ?? createClient({ pool, logger, preparedStatements });
   const entries = new Map<string, SagaEntry>();
+  const run = preparedRunner({
+    enabled: preparedStatements,
+    pool,
+    logger,
+    who: 'the saga runtime',
+  });
   const engine: Engine = {
     pool,
     client,
+    sql: (tx, query) => run(tx, namedStatement('skiplock_saga', query)),
     logger,
     metrics: new Metrics(),
     entries,
@@ -223,8 +242,23 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     );
   }
 
+  /**
+   * Runs `work` in a transaction of the runtime's own. When a pooler lost a prepared statement,
+   * nothing committed and the sender that failed (this runtime's or its client's) goes unnamed
+   * from then on, so the transaction is simply run again: at most once per sender.
+   */
+  async function ownTransaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await withTransaction(pool, work);
+      } catch (error) {
+        if (attempt >= 3 || !isPreparedStatementError(error)) throw error;
+      }
+    }
+  }
+
   async function lock(tx: Queryable, id: string): Promise<SagaRow> {
-    const saga = (await runSql<SagaRow>(tx, lockSaga(id))).rows[0];
+    const saga = (await engine.sql<SagaRow>(tx, lockSaga(id))).rows[0];
     if (!saga) throw new SagaNotFoundError(id);
     return saga;
   }
@@ -268,7 +302,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       // The caller's input is stored, not the parsed output, so every step parses it alike.
       const inputJson = JSON.stringify(startOptions.input ?? null);
       const work = async (tx: Queryable): Promise<StartResult> => {
-        const inserted = await runSql(
+        const inserted = await engine.sql(
           tx,
           insertSaga({
             id,
@@ -301,9 +335,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         await enterStep(engine, tx, entry, id, 0);
         return { id, started: true, status: 'running' };
       };
-      const result = startOptions.tx
-        ? await work(startOptions.tx)
-        : await withTransaction(pool, work);
+      const result = startOptions.tx ? await work(startOptions.tx) : await ownTransaction(work);
       if (result.started) {
         logger.info(
           {
@@ -358,12 +390,12 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         report(saga, await advanceAfter(engine, tx, entry, saga, spec.index, output), 'signal');
         return { delivered: true, resumed: true };
       };
-      return signalOptions.tx ? work(signalOptions.tx) : withTransaction(pool, work);
+      return signalOptions.tx ? work(signalOptions.tx) : ownTransaction(work);
     },
 
     async cancel(sagaId) {
       checkSagaId(sagaId);
-      const result = await withTransaction(pool, async (tx): Promise<CancelResult> => {
+      const result = await ownTransaction(async (tx): Promise<CancelResult> => {
         const saga = await lock(tx, sagaId);
         if (TERMINAL.has(saga.status)) {
           return { accepted: false, status: saga.status, reason: 'finished' };

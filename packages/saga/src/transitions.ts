@@ -100,7 +100,7 @@ export async function enterStep(
   const spec = entry.steps[index]!;
   const jobId = await enqueue(e, tx, entry.runJobs[index]!, sagaId, stepKey(sagaId, spec.name));
   if (typeof jobId !== 'string') return failForeign(e, tx, sagaId, spec.name, jobId);
-  await runSql(
+  await e.sql(
     tx,
     enterRow({ id: sagaId, status: 'running', step: spec.name, kind: 'step', jobId }),
   );
@@ -118,7 +118,7 @@ export async function advanceAfter(
   attempt?: AttemptMark,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
-  await runSql(
+  await e.sql(
     tx,
     settleStep({
       sagaId: saga.id,
@@ -146,20 +146,20 @@ export async function moveOnAfter(
   const spec = entry.steps[index]!;
   let pivoted = saga.pivoted;
   if (spec.role === 'pivot') {
-    await runSql(tx, setSagaFlags(saga.id, { pivoted: true }));
+    await e.sql(tx, setSagaFlags(saga.id, { pivoted: true }));
     pivoted = true;
   }
   if (saga.cancel_requested) {
     if (!pivoted) {
-      await runSql(tx, setSagaFlags(saga.id, { error: 'cancelled' }));
+      await e.sql(tx, setSagaFlags(saga.id, { error: 'cancelled' }));
       return compensateNext(e, tx, entry, saga, index + 1);
     }
     // The pivot finished while the cancel waited for it: too late to undo, the saga goes on.
-    await runSql(tx, setSagaFlags(saga.id, { cancelRequested: false }));
+    await e.sql(tx, setSagaFlags(saga.id, { cancelRequested: false }));
     e.logger.warn({ reason: 'cancel_too_late', sagaId: saga.id }, 'cancel ignored after the pivot');
   }
   if (index + 1 < entry.steps.length) return enterStep(e, tx, entry, saga.id, index + 1);
-  await runSql(tx, finishSaga(saga.id, 'completed', null));
+  await e.sql(tx, finishSaga(saga.id, 'completed', null));
   return 'completed';
 }
 
@@ -173,11 +173,11 @@ export async function enterWaiting(
   attempt?: AttemptMark,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
-  await runSql(
+  await e.sql(
     tx,
     settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status: 'waiting', attempt }),
   );
-  await runSql(tx, setSagaStatus(saga.id, 'waiting'));
+  await e.sql(tx, setSagaStatus(saga.id, 'waiting'));
   const limits = [spec.wait?.timeoutMs ?? null, saga.pivoted ? null : saga.deadline_left_ms];
   const delays = limits.filter((l): l is number => l !== null);
   const timeoutJob = entry.timeoutJobs[index];
@@ -205,7 +205,7 @@ export async function failStep(
   attempt?: AttemptMark,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
-  await runSql(
+  await e.sql(
     tx,
     settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status, error, attempt }),
   );
@@ -213,7 +213,7 @@ export async function failStep(
     return failSaga(tx, saga.id, `step "${spec.name}" failed after the pivot: ${error}`);
   }
   const why = saga.cancel_requested ? 'cancelled' : `step "${spec.name}" failed: ${error}`;
-  await runSql(tx, setSagaFlags(saga.id, { error: why }));
+  await e.sql(tx, setSagaFlags(saga.id, { error: why }));
   return compensateNext(e, tx, entry, saga, index);
 }
 
@@ -225,17 +225,17 @@ export async function compensateNext(
   saga: SagaRow,
   beforeIndex: number,
 ): Promise<Transition> {
-  const { rows } = await runSql<{ step: string }>(tx, selectOutputs(saga.id));
+  const { rows } = await e.sql<{ step: string }>(tx, selectOutputs(saga.id));
   const next = nextCompensation(entry.steps, new Set(rows.map((r) => r.step)), beforeIndex);
   if (!next) {
     const status = saga.cancel_requested ? 'cancelled' : 'compensated';
-    await runSql(tx, finishSaga(saga.id, status, undefined));
+    await e.sql(tx, finishSaga(saga.id, status, undefined));
     return status;
   }
   const job = entry.compensateJobs[next.index]!;
   const jobId = await enqueue(e, tx, job, saga.id, compensationKey(saga.id, next.name));
   if (typeof jobId !== 'string') return failForeign(e, tx, saga.id, next.name, jobId);
-  await runSql(
+  await e.sql(
     tx,
     enterRow({
       id: saga.id,

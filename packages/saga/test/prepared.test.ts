@@ -1,0 +1,100 @@
+import { createWorker } from '@skiplock/queue';
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createSagaRuntime, defineSaga } from '../src/index.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
+import { fast, settled, silent, timeline } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+/**
+ * The saga's statements go out as named prepared statements. One connection for the runtime and
+ * its worker lets the test read that connection's `pg_prepared_statements` and take them away.
+ */
+const pools: pg.Pool[] = [];
+afterAll(async () => {
+  await Promise.all(pools.map((p) => p.end()));
+});
+
+function onePool(): pg.Pool {
+  const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  pools.push(pool);
+  return pool;
+}
+
+async function prepared(pool: pg.Pool): Promise<string[]> {
+  const { rows } = await pool.query<{ name: string }>(
+    `SELECT DISTINCT regexp_replace(name, '_[0-9a-f]{16}$', '') AS name
+     FROM pg_prepared_statements WHERE name LIKE 'skiplock_%' ORDER BY 1`,
+  );
+  return rows.map((r) => r.name);
+}
+
+const effects: string[] = [];
+const saga = defineSaga({ name: 'prepared', version: 1, input: z.object({ n: z.number() }) })
+  .step('a', { ...fast, run: (ctx) => void effects.push(`a${ctx.input.n}`), compensate: () => {} })
+  .step('b', { ...fast, run: (ctx) => void effects.push(`b${ctx.input.n}`) });
+
+function start(pool: pg.Pool, preparedStatements?: boolean, logger = silent) {
+  const flag = preparedStatements === undefined ? {} : { preparedStatements };
+  const runtime = createSagaRuntime({ pool, sagas: [saga], logger, ...flag });
+  const worker = createWorker({
+    pool,
+    jobs: runtime.jobs,
+    logger,
+    concurrency: 1,
+    pollIntervalMs: 20,
+    sweeper: false,
+    retention: false,
+    ...flag,
+  });
+  return { runtime, worker };
+}
+
+describe('saga statements', () => {
+  it('are prepared once per connection, and a lost prepared statement costs one retried attempt', async () => {
+    const pool = onePool();
+    const logs = captureLogs();
+    const { runtime, worker } = start(pool, undefined, logs.logger);
+    await worker.start();
+    try {
+      await runtime.start(saga, { id: 'p1', input: { n: 1 } });
+      expect((await settled(runtime, 'p1')).status).toBe('completed');
+      expect(await prepared(pool)).toEqual(
+        expect.arrayContaining(['skiplock_claim', 'skiplock_complete', 'skiplock_saga']),
+      );
+      expect(logs.reasons()).not.toContain('prepared_statements_off');
+
+      // What a pooler that moves connections, or a DISCARD ALL, does to prepared statements.
+      await pool.query('DEALLOCATE ALL');
+      await runtime.start(saga, { id: 'p2', input: { n: 2 } });
+      const done = await settled(runtime, 'p2');
+      expect(done.status).toBe('completed');
+      expect(timeline(done)).toEqual(['a:completed', 'b:completed']);
+      // Each sender (saga runtime, its client, the worker) turns them off at most once.
+      const off = logs.lines.filter((l) => l.reason === 'prepared_statements_off');
+      expect(off.length).toBeGreaterThanOrEqual(1);
+      expect(off.length).toBeLessThanOrEqual(3);
+      expect(await prepared(pool)).toEqual([]);
+      expect(effects.filter((e) => e.endsWith('2')).sort()).toContain('b2');
+    } finally {
+      await worker.stop({ timeoutMs: 1_000 });
+      await runtime.close();
+    }
+  });
+
+  it('go unnamed with preparedStatements: false', async () => {
+    const pool = onePool();
+    const { runtime, worker } = start(pool, false);
+    await worker.start();
+    try {
+      await runtime.start(saga, { id: 'u1', input: { n: 3 } });
+      expect((await settled(runtime, 'u1')).status).toBe('completed');
+      expect(await prepared(pool)).toEqual([]);
+    } finally {
+      await worker.stop({ timeoutMs: 1_000 });
+      await runtime.close();
+    }
+  });
+});
