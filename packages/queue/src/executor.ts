@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { runSql, withTransaction } from './db.js';
-import { namedStatement, type StatementRunner } from './prepared.js';
+import { isPreparedStatementError, namedStatement, type StatementRunner } from './prepared.js';
 import type { AnyJobDefinition, JobContext, JobInfo } from './define.js';
 import {
   InvalidPayloadError,
@@ -245,14 +245,7 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
         slot.pending = [];
       }
       try {
-        const value = await withTransaction(d.pool, async (tx) => {
-          const { rowCount } = await d.run(
-            tx,
-            namedStatement('skiplock_complete', completeJobs(d.workerId, [job.token])),
-          );
-          if (rowCount !== 1) throw new LockLostError(job.info.id);
-          return work(tx);
-        });
+        const value = await completingTransaction(d, job, slot, work);
         job.settledExplicitly = true;
         // Committed: the successors inserted leased to this worker exist now; run them here.
         for (const row of slot?.pending ?? []) d.handOff!.adopt(row, job.handOffDepth + 1);
@@ -267,6 +260,36 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
   };
   if (slot) ctx[HAND_OFF] = slot;
   return ctx;
+}
+
+/**
+ * The completing transaction: the fenced completion, then `work` in the same transaction. When a
+ * pooler lost a prepared statement (the worker's completion, or one `work` sends), nothing
+ * committed and the sender that failed goes unnamed from then on, so the transaction is run
+ * again, at most once per sender (worker, client, saga runtime), instead of failing the attempt.
+ */
+async function completingTransaction<T>(
+  d: ExecutorDeps,
+  job: RunningJob,
+  slot: HandOffSlot | null,
+  work: (tx: pg.PoolClient) => Promise<T>,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await withTransaction(d.pool, async (tx) => {
+        const { rowCount } = await d.run(
+          tx,
+          namedStatement('skiplock_complete', completeJobs(d.workerId, [job.token])),
+        );
+        if (rowCount !== 1) throw new LockLostError(job.info.id);
+        return work(tx);
+      });
+    } catch (error) {
+      if (attempt >= 3 || !isPreparedStatementError(error)) throw error;
+      // Hand-offs inserted in the rolled-back transaction do not exist.
+      if (slot) slot.pending = [];
+    }
+  }
 }
 
 function abortedOutcome(reason: unknown): Outcome | null {

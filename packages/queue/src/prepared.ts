@@ -47,12 +47,15 @@ export function preparedRunner(options: {
       return await runStatement<T>(target, statement, true);
     } catch (error) {
       if (!isPreparedStatementError(error)) throw error;
-      enabled = false;
-      options.logger.warn(
-        { reason: 'prepared_statements_off', code: (error as { code?: string }).code },
-        'named prepared statements do not work on this connection (PgBouncer in transaction ' +
-          `mode?); ${options.who} sends statements unnamed from now on — set preparedStatements: false`,
-      );
+      // Statements that failed together turn them off once, and say so once.
+      if (enabled) {
+        enabled = false;
+        options.logger.warn(
+          { reason: 'prepared_statements_off', code: (error as { code?: string }).code },
+          'named prepared statements do not work on this connection (PgBouncer in transaction ' +
+            `mode?); ${options.who} sends statements unnamed from now on — set preparedStatements: false`,
+        );
+      }
       if (target !== options.pool) throw error;
       return runStatement<T>(target, statement, false);
     }

@@ -73,8 +73,9 @@ export interface SagaRuntimeOptions {
    * Send the saga's statements (and, when the runtime makes its client, enqueues) as named
    * prepared statements (default true). Turn off behind PgBouncer in transaction mode before 1.21
    * or with `max_prepared_statements = 0`, and give a `client` made with the same setting. Left
-   * on there, the first failure turns them off (reason `prepared_statements_off`) and fails that
-   * one step attempt, which is retried.
+   * on there, the first failure turns them off (reason `prepared_statements_off`) and the
+   * transaction it happened in is run again when it is skiplock's own (a step's completion;
+   * `start`, `signal`, `cancel` without your `tx`); in your transaction, the call fails.
    */
   preparedStatements?: boolean | undefined;
 }
@@ -381,7 +382,6 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           insertSignal(sagaId, name, JSON.stringify(payload ?? null)),
         );
         if (stored.rowCount === 0) return { delivered: false, resumed: false };
-        logger.info({ reason: 'signal_received', sagaId, signal: name }, 'signal received');
         if (saga.status !== 'waiting' || saga.current_step !== spec.name) {
           return { delivered: true, resumed: false };
         }
@@ -390,7 +390,12 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         report(saga, await advanceAfter(engine, tx, entry, saga, spec.index, output), 'signal');
         return { delivered: true, resumed: true };
       };
-      return signalOptions.tx ? work(signalOptions.tx) : ownTransaction(work);
+      const result = signalOptions.tx ? await work(signalOptions.tx) : await ownTransaction(work);
+      // Logged once the work is done, so a transaction run again does not log twice.
+      if (result.delivered) {
+        logger.info({ reason: 'signal_received', sagaId, signal: name }, 'signal received');
+      }
+      return result;
     },
 
     async cancel(sagaId) {
