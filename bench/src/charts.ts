@@ -9,6 +9,7 @@ import { median } from './stats.js';
 interface Point {
   panel: string;
   config: string;
+  x: number;
   system: string;
   median: number;
   min: number;
@@ -23,6 +24,8 @@ export function chartPoints(scenario: ScenarioResult, chart: ChartSpec): Point[]
   const points: Point[] = [];
   for (const panel of chart.panels) {
     for (const row of scenario.rows) {
+      const x = chart.xValues[row.config];
+      if (x === undefined || panel.omit?.includes(row.config)) continue;
       const v = row.runs
         .map((m) => pick(m, panel.key))
         .filter((x): x is number => x !== null && Number.isFinite(x));
@@ -31,6 +34,7 @@ export function chartPoints(scenario: ScenarioResult, chart: ChartSpec): Point[]
       points.push({
         panel: panel.title,
         config: row.config,
+        x,
         system: row.label,
         median: mid,
         min: Math.min(...v),
@@ -43,12 +47,21 @@ export function chartPoints(scenario: ScenarioResult, chart: ChartSpec): Point[]
 
 /** A Vega-Lite spec: one panel per figure, a line per system, whiskers for min–max. */
 export function chartSpec(scenario: ScenarioResult, chart: ChartSpec): TopLevelSpec {
-  // Configs keep the order the scenario ran them in (rows are pushed config by config).
-  const configs = [...new Set(scenario.rows.map((r) => r.config))];
   const points = chartPoints(scenario, chart);
+  const ticks = Object.values(chart.xValues);
+  // A median of fewer runs than the others is flagged, not drawn as if it were as solid.
+  const runs = scenario.rows.map((r) => r.runs.filter((m) => m.value !== null).length);
+  const partial = runs.some((n) => n < Math.max(...runs));
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: { text: chart.title, anchor: 'start', fontSize: 14 },
+    title: {
+      text: chart.title,
+      ...(partial
+        ? { subtitle: 'some runs failed: see the table for how many each point has' }
+        : {}),
+      anchor: 'start',
+      fontSize: 14,
+    },
     config: { font: 'DejaVu Sans', view: { stroke: null } },
     hconcat: chart.panels.map((panel) => ({
       width: 300,
@@ -56,11 +69,11 @@ export function chartSpec(scenario: ScenarioResult, chart: ChartSpec): TopLevelS
       data: { values: points.filter((p) => p.panel === panel.title) },
       encoding: {
         x: {
-          field: 'config',
-          type: 'ordinal',
-          sort: configs,
+          field: 'x',
+          type: 'quantitative',
           title: chart.xTitle,
-          axis: { labelAngle: 0 },
+          scale: chart.xLog ? { type: 'log' } : { zero: false },
+          axis: { values: ticks, labelExpr: 'format(datum.value, "~s")' },
         },
         color: { field: 'system', type: 'nominal', title: null, legend: { orient: 'bottom' } },
       },

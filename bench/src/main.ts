@@ -302,7 +302,12 @@ async function main(): Promise<void> {
   const markdown = renderMarkdown(results);
   writeFileSync(`${outDir}/latest.md`, markdown);
   writeFileSync(`${outDir}/latest.json`, `${JSON.stringify(results, null, 2)}\n`);
-  const charts = await renderCharts(scenarios, outDir);
+  // A chart that cannot be drawn fails the run (CI runs this), after the tables are written.
+  const charts = await renderCharts(scenarios, outDir).catch((error: unknown) => {
+    log(`charts failed: ${error instanceof Error ? error.message : String(error)}`);
+    process.exitCode = 1;
+    return [] as string[];
+  });
   process.stdout.write(`${markdown}\n`);
   log(`wrote ${outDir}/latest.md, latest.json${charts.map((f) => `, ${f}`).join('')}`);
   const failed = scenarios.flatMap((s) =>

@@ -30,8 +30,14 @@ export interface ChartSpec {
   title: string;
   /** What the configs on the x axis are, e.g. "worker processes (× concurrency 10)". */
   xTitle: string;
-  /** One panel per figure: `value` (the scenario's metric) or a key of `Measurement.extra`. */
-  panels: { key: string; title: string }[];
+  /**
+   * One panel per figure: `value` (the scenario's metric) or a key of `Measurement.extra`;
+   * `omit` leaves configs out of that panel (a point not comparable with the others).
+   */
+  panels: { key: string; title: string; omit?: string[] }[];
+  /** Where each config sits on a numeric x axis (drawn to scale, log when `xLog`). */
+  xValues: Record<string, number>;
+  xLog?: boolean;
 }
 
 export interface TargetResult {
