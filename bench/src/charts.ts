@@ -1,9 +1,11 @@
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Resvg } from '@resvg/resvg-js';
 import * as vega from 'vega';
 import { compile, type TopLevelSpec } from 'vega-lite';
 import type { Measurement } from './measurement.js';
-import type { ChartSpec, ScenarioResult } from './results.js';
+import type { BenchResults, ChartSpec, ScenarioResult } from './results.js';
 import { median } from './stats.js';
 
 interface Point {
@@ -65,6 +67,8 @@ export function chartSpec(scenario: ScenarioResult, chart: ChartSpec): TopLevelS
     config: { font: 'DejaVu Sans', view: { stroke: null } },
     hconcat: chart.panels.map((panel) => ({
       width: 300,
+      // Room at the ends of the axis for the first and last points and their labels.
+      padding: { left: 10, right: 20 },
       height: 220,
       data: { values: points.filter((p) => p.panel === panel.title) },
       encoding: {
@@ -72,10 +76,21 @@ export function chartSpec(scenario: ScenarioResult, chart: ChartSpec): TopLevelS
           field: 'x',
           type: 'quantitative',
           title: chart.xTitle,
-          scale: chart.xLog ? { type: 'log' } : { zero: false },
+          // The axis spans the configs run, not the next "nice" power of ten.
+          scale: {
+            type: chart.xLog ? 'log' : 'linear',
+            domain: [Math.min(...ticks), Math.max(...ticks)],
+            nice: false,
+            ...(chart.xLog ? {} : { zero: false }),
+          },
           axis: { values: ticks, labelExpr: 'format(datum.value, "~s")' },
         },
-        color: { field: 'system', type: 'nominal', title: null, legend: { orient: 'bottom' } },
+        color: {
+          field: 'system',
+          type: 'nominal',
+          title: null,
+          legend: { orient: 'bottom', labelLimit: 0 },
+        },
       },
       layer: [
         {
@@ -120,4 +135,16 @@ export async function renderCharts(
     }
   }
   return written;
+}
+
+/**
+ * Redraws the charts of a results file next to it (after a change to how charts are drawn):
+ *
+ *   pnpm --filter @skiplock/bench charts [results/latest.json]
+ */
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const file = process.argv[2] ?? fileURLToPath(new URL('../results/latest.json', import.meta.url));
+  const results = JSON.parse(readFileSync(file, 'utf8')) as BenchResults;
+  const written = await renderCharts(results.scenarios, dirname(file));
+  process.stdout.write(`${written.join('\n')}\n`);
 }

@@ -20,6 +20,9 @@ const PROFILED: Record<string, readonly string[]> = {
   'big-table': ['1 process × 10'],
   sagas: ['throughput'],
   churn: [],
+  processes: ['8 processes'],
+  'saga-inflight': ['200 in flight'],
+  'table-size': ['10 M rows'],
 };
 
 export function profileTable(results: BenchResults): string {
