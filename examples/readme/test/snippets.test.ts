@@ -35,6 +35,15 @@ describe('the README programs', () => {
     );
   });
 
+  it('schedule.ts runs a schedule in a worker, each tick once, then pauses it', async () => {
+    expect(await runProgram('schedule.ts')).toBe(
+      [
+        'ticks run: 3 or more, each once',
+        'schedule usage-report (* * * * * *, Europe/Paris): paused',
+      ].join('\n'),
+    );
+  });
+
   it('saga.ts completes one saga and compensates the declined one', async () => {
     expect(await runProgram('saga.ts')).toBe(
       [

@@ -162,5 +162,11 @@ export function queueGrants(roles: RoleNames): string[] {
       `GRANT SELECT, INSERT ON skiplock.jobs TO ${producer}`,
       `GRANT USAGE ON SEQUENCE skiplock.jobs_id_seq TO ${producer}`,
     ]),
+    // Schedulers run in workers (they upsert definitions and move ticks on); producers list.
+    grantsOnTable('schedules', [
+      `GRANT SELECT, INSERT, UPDATE ON skiplock.schedules TO ${worker}`,
+      `REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.schedules FROM ${producer}`,
+      `GRANT SELECT ON skiplock.schedules TO ${producer}`,
+    ]),
   ];
 }

@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import {
   bigserial,
+  boolean,
   check,
   index,
   integer,
@@ -102,3 +103,22 @@ export const jobs = skiplockSchema.table(
     check('jobs_lease_ms_check', sql`lease_ms >= 1000`),
   ],
 );
+
+/**
+ * One row per cron schedule (`defineSchedule`). Schedulers in every process upsert their
+ * definitions here, lock a row with SKIP LOCKED to enqueue its due ticks (each under the key
+ * `schedule:<name>:<tick>`, so a tick is one job however many schedulers race), and move
+ * `last_tick_at` on in the same transaction. `paused` is the operator's switch.
+ */
+export const schedules = skiplockSchema.table('schedules', {
+  name: text('name').primaryKey(),
+  cron: text('cron').notNull(),
+  timezone: text('timezone').notNull(),
+  jobType: text('job_type').notNull(),
+  queue: text('queue').notNull(),
+  paused: boolean('paused').notNull().default(false),
+  /** The latest tick handled (enqueued or skipped by the catch-up policy); the first row's is its creation. */
+  lastTickAt: timestamp('last_tick_at', { withTimezone: true }).notNull(),
+  createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
+  updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+});

@@ -19,6 +19,8 @@ import { claimJobs, type ClaimedRow } from './sql/claim.js';
 import { namedStatement, preparedRunner } from './prepared.js';
 import { releaseJobs } from './sql/settle.js';
 import { createSweeper, type Sweeper, type SweeperOptions } from './sweeper.js';
+import type { ScheduleDefinition } from './schedule.js';
+import { createScheduler, type Scheduler, type SchedulerOptions } from './scheduler.js';
 import { retryDelayMs, sleep, withJitter } from './timers.js';
 
 const workerOptionsSchema = z.object({
@@ -75,6 +77,12 @@ export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsS
   sweeper?: boolean | SweeperOptions | undefined;
   /** Prune finished jobs from this process (default true; one pass at a time across hosts). */
   retention?: boolean | RetentionOptions | undefined;
+  /**
+   * Cron schedules (`defineSchedule`) this process enqueues the ticks of. Any number of workers
+   * may run the same schedules: each tick is enqueued once, with no leader.
+   */
+  schedules?: readonly ScheduleDefinition[] | undefined;
+  scheduler?: SchedulerOptions | undefined;
 }
 
 export interface StopOptions {
@@ -89,6 +97,8 @@ export interface Worker {
   readonly metrics: Metrics;
   readonly sweeper: Sweeper | null;
   readonly retention: Retention | null;
+  /** Runs `schedules`; null when the worker has none. */
+  readonly scheduler: Scheduler | null;
   /** Starts claiming; resolves once the loop runs. */
   start(): Promise<void>;
   /**
@@ -132,6 +142,8 @@ export function createWorker(options: WorkerOptions): Worker {
     'logger',
     'sweeper',
     'retention',
+    'schedules',
+    'scheduler',
     'pool',
     'connectionString',
     'maxConnections',
@@ -272,6 +284,16 @@ export function createWorker(options: WorkerOptions): Worker {
           metrics,
           ...(typeof retentionOption === 'object' ? retentionOption : {}),
         });
+  const scheduler =
+    options.schedules && options.schedules.length > 0
+      ? createScheduler({
+          pool,
+          logger,
+          metrics,
+          schedules: options.schedules,
+          ...(options.scheduler ?? {}),
+        })
+      : null;
   const listener = config.listen
     ? new Listener({
         connection: pool.options as pg.ClientConfig,
@@ -501,7 +523,12 @@ export function createWorker(options: WorkerOptions): Worker {
         await completer.drain();
         if (wasRunning) {
           await heartbeat.stop();
-          await Promise.all([listener?.stop(), sweeper?.stop(), retention?.stop()]);
+          await Promise.all([
+            listener?.stop(),
+            sweeper?.stop(),
+            retention?.stop(),
+            scheduler?.stop(),
+          ]);
         }
         await owned.release();
       })(),
@@ -521,6 +548,7 @@ export function createWorker(options: WorkerOptions): Worker {
     metrics,
     sweeper,
     retention,
+    scheduler,
     get inFlight() {
       return running.size;
     },
@@ -531,6 +559,7 @@ export function createWorker(options: WorkerOptions): Worker {
       heartbeat.start();
       sweeper?.start();
       retention?.start();
+      scheduler?.start();
       loopDone = loop().catch((error) => {
         logger.fatal({ reason: 'loop_crashed', err: errorMessage(error) }, 'worker loop crashed');
       });

@@ -1,0 +1,109 @@
+import { Cron } from 'croner';
+import { parseConfig, queueName } from './config.js';
+import type { AnyJobDefinition } from './define.js';
+import { ConfigError } from './errors.js';
+import { z } from 'zod';
+
+/**
+ * What a scheduler does with ticks it finds already past (the process was down, the schedule
+ * was paused): `'skip'` enqueues only ticks at most a minute late; `'latest'` enqueues the most
+ * recent missed tick once and skips the rest; `{ withinMs }` enqueues every missed tick no older
+ * than that (at most `MAX_TICKS_PER_PASS` per pass, oldest first).
+ */
+export type CatchUp = 'skip' | 'latest' | { withinMs: number };
+
+/** A tick more than this late counts as missed under `'skip'`. */
+export const ON_TIME_MS = 60_000;
+/** Bounds the work and the transaction of one schedule's pass. */
+export const MAX_TICKS_PER_PASS = 1_000;
+
+export interface ScheduleDefinition<P = unknown> {
+  readonly name: string;
+  readonly cron: string;
+  readonly timezone: string;
+  readonly job: AnyJobDefinition;
+  /** The payload of the tick's job: a value, or built from the tick's time. */
+  readonly payload: (tick: Date) => P;
+  readonly catchUp: CatchUp;
+  /** Ticks after `after`, up to and including `until`, ascending (at most `limit`). */
+  ticks(after: Date, until: Date, limit: number): Date[];
+  /** The latest tick at or before `until`, or null. */
+  latest(until: Date): Date | null;
+}
+
+export interface ScheduleInput<P> {
+  /** Unique per schedule; its ticks' idempotency keys are `schedule:<name>:<tick ISO time>`. */
+  name: string;
+  /** 5 fields (minute precision) or 6 (seconds first), as croner reads them. */
+  cron: string;
+  /** IANA time zone the cron is read in (default UTC). */
+  timezone?: string;
+  job: AnyJobDefinition;
+  payload: P | ((tick: Date) => P);
+  catchUp?: CatchUp;
+}
+
+const catchUpSchema = z.union([
+  z.literal('skip'),
+  z.literal('latest'),
+  z
+    .object({
+      withinMs: z
+        .number()
+        .int()
+        .min(1)
+        .max(366 * 86_400_000),
+    })
+    .strict(),
+]);
+
+/**
+ * A cron schedule: every tick enqueues one job of `job` with `payload`, exactly once however many
+ * schedulers (workers with `schedules`) run it, with no leader. Daylight-saving changes follow
+ * croner: a time that does not exist (spring forward) fires at the first valid time after it, a
+ * time that happens twice (fall back) fires once, at its first occurrence.
+ */
+export function defineSchedule<P>(input: ScheduleInput<P>): ScheduleDefinition<P> {
+  const name = parseConfig('schedule name', queueName, input?.name);
+  const what = `schedule "${name}"`;
+  if (typeof input.cron !== 'string' || input.cron.trim() === '') {
+    throw new ConfigError(`invalid ${what}: cron: give a cron pattern such as "*/5 * * * *"`);
+  }
+  const timezone = input.timezone ?? 'UTC';
+  let cron: Cron;
+  try {
+    cron = new Cron(input.cron, { timezone, paused: true });
+    // croner checks the time zone only when it computes a time.
+    cron.nextRun(new Date(0));
+  } catch (error) {
+    throw new ConfigError(
+      `invalid ${what}: ${error instanceof Error ? error.message : String(error)}`,
+    );
+  }
+  if (!input.job || typeof input.job.type !== 'string') {
+    throw new ConfigError(`invalid ${what}: job: give a job definition made with defineJob`);
+  }
+  const catchUp = parseConfig(`${what} catchUp`, catchUpSchema, input.catchUp ?? 'skip');
+  const payload = input.payload;
+  return {
+    name,
+    cron: input.cron,
+    timezone,
+    job: input.job,
+    payload: typeof payload === 'function' ? (payload as (tick: Date) => P) : () => payload as P,
+    catchUp,
+    ticks(after, until, limit) {
+      const out: Date[] = [];
+      let next = cron.nextRun(after);
+      while (next && next.getTime() <= until.getTime() && out.length < limit) {
+        out.push(next);
+        next = cron.nextRun(next);
+      }
+      return out;
+    },
+    latest(until) {
+      // previousRuns counts strictly before its reference; a tick exactly at `until` counts.
+      return cron.previousRuns(1, new Date(until.getTime() + 1))[0] ?? null;
+    },
+  };
+}

@@ -1,0 +1,223 @@
+import type pg from 'pg';
+import { z } from 'zod';
+import { createClient, type Client } from './client.js';
+import { parseConfig } from './config.js';
+import { runSql, withTransaction, type Queryable } from './db.js';
+import type { JobDefinition } from './define.js';
+import { ConfigError, errorMessage } from './errors.js';
+import { createDefaultLogger, type Logger } from './logger.js';
+import { Metrics } from './metrics.js';
+import { ON_TIME_MS, MAX_TICKS_PER_PASS, type ScheduleDefinition } from './schedule.js';
+import { IntervalService } from './service.js';
+import {
+  advanceSchedule,
+  databaseNow,
+  lockSchedule,
+  selectSchedules,
+  setSchedulePaused,
+  upsertSchedule,
+  type ScheduleRow,
+} from './sql/schedules.js';
+
+const schedulerOptionsSchema = z.object({
+  /** How often due ticks are looked for; a tick is enqueued within about this long. */
+  intervalMs: z.number().int().min(100).max(3_600_000).default(1_000),
+});
+
+export type SchedulerOptions = z.input<typeof schedulerOptionsSchema>;
+
+export interface SchedulerResult {
+  /** Jobs enqueued per schedule in this pass (a tick another scheduler enqueued counts 0). */
+  enqueued: Record<string, number>;
+  /** Schedules another scheduler held, or paused, so this pass left them alone. */
+  skipped: string[];
+  /** Schedules whose pass failed (logged with reason `schedule_failed`); retried next pass. */
+  failed: string[];
+}
+
+export interface Scheduler {
+  start(): void;
+  stop(): Promise<void>;
+  /** One pass over every schedule; `now` stands in for the database clock (tests). */
+  runOnce(options?: { now?: Date }): Promise<SchedulerResult>;
+  readonly metrics: Metrics;
+}
+
+/**
+ * Enqueues the due ticks of `schedules`, in every process that runs one, without a leader: each
+ * schedule's row is locked with SKIP LOCKED for its pass, each tick's job carries the key
+ * `schedule:<name>:<tick>` (so a tick is one job even if two passes raced past the lock, e.g.
+ * after a crash), and `last_tick_at` moves on in the same transaction as the enqueues.
+ */
+export function createScheduler(
+  options: SchedulerOptions & {
+    pool: pg.Pool;
+    schedules: readonly ScheduleDefinition[];
+    logger?: Logger;
+    metrics?: Metrics;
+    client?: Client;
+  },
+): Scheduler {
+  const { pool, schedules, logger = createDefaultLogger(), metrics = new Metrics() } = options;
+  const config = parseConfig('scheduler options', schedulerOptionsSchema, {
+    intervalMs: options.intervalMs,
+  });
+  const names = new Set<string>();
+  for (const s of schedules) {
+    if (names.has(s.name)) {
+      throw new ConfigError(`invalid scheduler options: schedule "${s.name}" is listed twice`);
+    }
+    names.add(s.name);
+  }
+  const client = options.client ?? createClient({ pool, logger });
+  let synced = false;
+
+  async function clock(): Promise<Date> {
+    return (await runSql<{ now: Date }>(pool, databaseNow())).rows[0]!.now;
+  }
+
+  /** The ticks of one schedule to enqueue now, and how far its pointer moves. */
+  function due(s: ScheduleDefinition, last: Date, now: Date): { ticks: Date[]; through: Date } {
+    if (s.catchUp === 'latest') {
+      const latest = s.latest(now);
+      return latest && latest > last
+        ? { ticks: [latest], through: latest }
+        : { ticks: [], through: last };
+    }
+    const windowMs = s.catchUp === 'skip' ? ON_TIME_MS : s.catchUp.withinMs;
+    const from = new Date(Math.max(last.getTime(), now.getTime() - windowMs));
+    const ticks = s.ticks(from, now, MAX_TICKS_PER_PASS);
+    // Everything up to now is handled, unless the pass stopped at its bound: then the next pass
+    // goes on from the last tick enqueued.
+    const through =
+      ticks.length === MAX_TICKS_PER_PASS ? ticks[ticks.length - 1]! : (s.latest(now) ?? last);
+    if (from > last && s.ticks(last, from, 1).length > 0) {
+      logger.warn(
+        { reason: 'schedule_ticks_missed', schedule: s.name, since: last.toISOString() },
+        'schedule missed ticks while no scheduler ran it; skipped per its catchUp policy',
+      );
+    }
+    return { ticks, through: through > last ? through : last };
+  }
+
+  async function runSchedule(s: ScheduleDefinition, now: Date): Promise<number | null> {
+    return withTransaction(pool, async (tx: Queryable) => {
+      const row = (await runSql<Pick<ScheduleRow, 'last_tick_at'>>(tx, lockSchedule(s.name)))
+        .rows[0];
+      if (!row) return null;
+      const { ticks, through } = due(s, row.last_tick_at, now);
+      let enqueued = 0;
+      if (ticks.length > 0) {
+        const results = await client.enqueueMany(
+          s.job as unknown as JobDefinition<never>,
+          ticks.map((tick) => ({
+            payload: s.payload(tick) as never,
+            idempotencyKey: `schedule:${s.name}:${tick.toISOString()}`,
+          })),
+          { tx },
+        );
+        enqueued = results.filter((r) => r.inserted).length;
+      }
+      if (through > row.last_tick_at) await runSql(tx, advanceSchedule(s.name, through));
+      return enqueued;
+    });
+  }
+
+  async function pass(passOptions: { now?: Date } = {}): Promise<SchedulerResult> {
+    const now = passOptions.now ?? (await clock());
+    if (!synced) {
+      for (const s of schedules) {
+        await runSql(
+          pool,
+          upsertSchedule({
+            name: s.name,
+            cron: s.cron,
+            timezone: s.timezone,
+            jobType: s.job.type,
+            queue: s.job.queue,
+            now,
+          }),
+        );
+      }
+      synced = true;
+    }
+    const result: SchedulerResult = { enqueued: {}, skipped: [], failed: [] };
+    for (const s of schedules) {
+      let enqueued: number | null;
+      try {
+        enqueued = await runSchedule(s, now);
+      } catch (error) {
+        // One schedule's bad payload or lost connection does not hold up the others.
+        metrics.inc('schedule_failures_total');
+        logger.error(
+          { reason: 'schedule_failed', schedule: s.name, err: errorMessage(error) },
+          'schedule pass failed; its ticks stay due',
+        );
+        result.failed.push(s.name);
+        continue;
+      }
+      if (enqueued === null) {
+        result.skipped.push(s.name);
+        continue;
+      }
+      result.enqueued[s.name] = enqueued;
+      if (enqueued > 0) {
+        metrics.inc('schedule_ticks_enqueued_total', enqueued);
+        logger.info(
+          { reason: 'schedule_enqueued', schedule: s.name, jobs: enqueued },
+          'schedule enqueued its due ticks',
+        );
+      }
+    }
+    return result;
+  }
+
+  const service = new IntervalService('scheduler', config.intervalMs, () => pass(), logger);
+  return {
+    start: () => service.start(),
+    stop: () => service.stop(),
+    runOnce: (o) => pass(o),
+    metrics,
+  };
+}
+
+export interface ScheduleState {
+  name: string;
+  cron: string;
+  timezone: string;
+  jobType: string;
+  queue: string;
+  paused: boolean;
+  lastTickAt: Date;
+  updatedAt: Date;
+}
+
+const toState = (r: ScheduleRow): ScheduleState => ({
+  name: r.name,
+  cron: r.cron,
+  timezone: r.timezone,
+  jobType: r.job_type,
+  queue: r.queue,
+  paused: r.paused,
+  lastTickAt: r.last_tick_at,
+  updatedAt: r.updated_at,
+});
+
+/** Every schedule a scheduler has recorded, by name. */
+export async function listSchedules(db: Queryable): Promise<ScheduleState[]> {
+  return (await runSql<ScheduleRow>(db, selectSchedules())).rows.map(toState);
+}
+
+/**
+ * Pauses a schedule: no scheduler enqueues its ticks until it is resumed; the ticks missed
+ * meanwhile are then handled by its catch-up policy. Returns null for an unknown name.
+ */
+export async function pauseSchedule(db: Queryable, name: string): Promise<ScheduleState | null> {
+  const row = (await runSql<ScheduleRow>(db, setSchedulePaused(name, true))).rows[0];
+  return row ? toState(row) : null;
+}
+
+export async function resumeSchedule(db: Queryable, name: string): Promise<ScheduleState | null> {
+  const row = (await runSql<ScheduleRow>(db, setSchedulePaused(name, false))).rows[0];
+  return row ? toState(row) : null;
+}

@@ -1,0 +1,69 @@
+import { sql } from 'drizzle-orm';
+
+export interface ScheduleRow {
+  name: string;
+  cron: string;
+  timezone: string;
+  job_type: string;
+  queue: string;
+  paused: boolean;
+  last_tick_at: Date;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/**
+ * Records a schedule's definition. A new schedule starts at `now` (no ticks before it existed);
+ * a changed one keeps its `last_tick_at`, so changing the cron does not replay the past, and
+ * keeps `paused`, which belongs to the operator.
+ */
+export function upsertSchedule(p: {
+  name: string;
+  cron: string;
+  timezone: string;
+  jobType: string;
+  queue: string;
+  now: Date;
+}) {
+  return sql`
+    INSERT INTO skiplock.schedules (name, cron, timezone, job_type, queue, last_tick_at)
+    VALUES (${p.name}, ${p.cron}, ${p.timezone}, ${p.jobType}, ${p.queue}, ${p.now.toISOString()}::timestamptz)
+    ON CONFLICT (name) DO UPDATE
+    SET cron = excluded.cron, timezone = excluded.timezone, job_type = excluded.job_type,
+        queue = excluded.queue, updated_at = now()
+    WHERE (schedules.cron, schedules.timezone, schedules.job_type, schedules.queue)
+          IS DISTINCT FROM (excluded.cron, excluded.timezone, excluded.job_type, excluded.queue)`;
+}
+
+/** Locks a schedule that is not paused; another scheduler holding it is skipped, not waited for. */
+export function lockSchedule(name: string) {
+  return sql`
+    SELECT name, last_tick_at FROM skiplock.schedules
+    WHERE name = ${name} AND NOT paused
+    FOR UPDATE SKIP LOCKED`;
+}
+
+/** Moves the schedule past the ticks just handled; never backwards. */
+export function advanceSchedule(name: string, lastTickAt: Date) {
+  return sql`
+    UPDATE skiplock.schedules
+    SET last_tick_at = greatest(last_tick_at, ${lastTickAt.toISOString()}::timestamptz),
+        updated_at = now()
+    WHERE name = ${name}`;
+}
+
+export function selectSchedules() {
+  return sql`
+    SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at
+    FROM skiplock.schedules ORDER BY name`;
+}
+
+/** Pauses or resumes; on resume the schedule's catch-up policy decides about the missed ticks. */
+export function setSchedulePaused(name: string, paused: boolean) {
+  return sql`
+    UPDATE skiplock.schedules SET paused = ${paused}, updated_at = now()
+    WHERE name = ${name}
+    RETURNING name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at`;
+}
+
+export const databaseNow = () => sql`SELECT clock_timestamp() AS now`;

@@ -1,0 +1,237 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
+import {
+  ConfigError,
+  createScheduler,
+  defineJob,
+  defineSchedule,
+  listSchedules,
+  pauseSchedule,
+  resumeSchedule,
+} from '../src/index.js';
+import { quiet, testWorker } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+const at = (iso: string) => new Date(iso);
+const minutes = (base: Date, n: number) => new Date(base.getTime() + n * 60_000);
+
+/** Ticks enqueued for a schedule, by their keys, oldest first. */
+async function ticksOf(name: string): Promise<string[]> {
+  const { rows } = await db.pool.query<{ key: string }>(
+    `SELECT idempotency_key AS key FROM skiplock.jobs
+     WHERE idempotency_key LIKE $1 ORDER BY idempotency_key`,
+    [`schedule:${name}:%`],
+  );
+  return rows.map((r) => r.key.slice(`schedule:${name}:`.length));
+}
+
+function job(queue: string) {
+  return defineJob({
+    type: `tick.${queue}`,
+    queue,
+    payload: z.object({ at: z.string() }),
+    handler: async () => {},
+  });
+}
+
+describe('defineSchedule', () => {
+  const j = job('define');
+  it.each([
+    [{ cron: '61 * * * *' }, /schedule "s": .*minute/],
+    [{ cron: '' }, /schedule "s": cron/],
+    [{ cron: '* * * * *', timezone: 'Mars/Base' }, /schedule "s": .*Mars\/Base/],
+    [{ cron: '* * * * *', catchUp: 'all' }, /schedule "s" catchUp/],
+    [{ cron: '* * * * *', catchUp: { withinMs: 0 } }, /schedule "s" catchUp: withinMs/],
+  ])('refuses %j, naming what is wrong', (bad, message) => {
+    expect(() =>
+      defineSchedule({ name: 's', job: j, payload: { at: '' }, ...(bad as { cron: string }) }),
+    ).toThrow(ConfigError);
+    expect(() =>
+      defineSchedule({ name: 's', job: j, payload: { at: '' }, ...(bad as { cron: string }) }),
+    ).toThrow(message);
+  });
+
+  it('refuses a name that is not a queue-style name, and a schedule listed twice', () => {
+    expect(() => defineSchedule({ name: 'a b', cron: '* * * * *', job: j, payload: {} })).toThrow(
+      /schedule name/,
+    );
+    const s = defineSchedule({ name: 'twice', cron: '* * * * *', job: j, payload: { at: '' } });
+    expect(() => createScheduler({ pool: db.pool, schedules: [s, s], logger: quiet })).toThrow(
+      /"twice" is listed twice/,
+    );
+  });
+});
+
+describe('scheduler', () => {
+  it('enqueues every tick once, with its tick in the key and the payload built from it', async () => {
+    const j = job('every-minute');
+    const s = defineSchedule({
+      name: 'every-minute',
+      cron: '* * * * *',
+      job: j,
+      payload: (tick) => ({ at: tick.toISOString() }),
+    });
+    const scheduler = createScheduler({ pool: db.pool, schedules: [s], logger: quiet });
+    const t0 = at('2026-01-01T00:00:30Z');
+    // The first pass records the schedule; ticks before it existed are not enqueued.
+    expect((await scheduler.runOnce({ now: t0 })).enqueued).toEqual({ 'every-minute': 0 });
+    for (let n = 1; n <= 10; n++) await scheduler.runOnce({ now: minutes(t0, n / 2) });
+    // A pass at the same time again finds nothing new.
+    expect((await scheduler.runOnce({ now: minutes(t0, 5) })).enqueued).toEqual({
+      'every-minute': 0,
+    });
+    const keys = await ticksOf('every-minute');
+    expect(keys).toEqual(
+      [1, 2, 3, 4, 5].map((m) => minutes(at('2026-01-01T00:00:00Z'), m).toISOString()),
+    );
+    const { rows } = await db.pool.query<{ payload: { at: string } }>(
+      `SELECT payload FROM skiplock.jobs WHERE idempotency_key = $1`,
+      [`schedule:every-minute:${keys[0]}`],
+    );
+    expect(rows[0]!.payload).toEqual({ at: keys[0] });
+  });
+
+  it('after downtime: skip enqueues none of the late ticks, latest one, withinMs those in the window', async () => {
+    const logs = captureLogs();
+    const policies = {
+      skip: 'skip' as const,
+      latest: 'latest' as const,
+      window: { withinMs: 5 * 60_000 },
+    };
+    const t0 = at('2026-02-01T10:00:30Z');
+    for (const [name, catchUp] of Object.entries(policies)) {
+      const s = defineSchedule({
+        name: `down-${name}`,
+        cron: '* * * * *',
+        job: job(`down-${name}`),
+        payload: (tick) => ({ at: tick.toISOString() }),
+        catchUp,
+      });
+      const scheduler = createScheduler({ pool: db.pool, schedules: [s], logger: logs.logger });
+      await scheduler.runOnce({ now: t0 });
+      // Twenty minutes without a scheduler, then one pass 30 s after the 20th tick.
+      await scheduler.runOnce({ now: minutes(t0, 20) });
+    }
+    const tick = (m: number) => minutes(at('2026-02-01T10:00:00Z'), m).toISOString();
+    // The tick 30 s ago is on time (within a minute); the 19 before it were missed.
+    expect(await ticksOf('down-skip')).toEqual([tick(20)]);
+    expect(await ticksOf('down-latest')).toEqual([tick(20)]);
+    expect(await ticksOf('down-window')).toEqual([16, 17, 18, 19, 20].map(tick));
+    const missed = logs.lines.filter((l) => l.reason === 'schedule_ticks_missed');
+    expect(missed.map((l) => l.schedule).sort()).toEqual(['down-skip', 'down-window']);
+  });
+
+  it('latest catches up one tick however late, and nothing twice', async () => {
+    const s = defineSchedule({
+      name: 'hourly-latest',
+      cron: '0 * * * *',
+      job: job('hourly-latest'),
+      payload: (tick) => ({ at: tick.toISOString() }),
+      catchUp: 'latest',
+    });
+    const scheduler = createScheduler({ pool: db.pool, schedules: [s], logger: quiet });
+    await scheduler.runOnce({ now: at('2026-02-02T00:10:00Z') });
+    await scheduler.runOnce({ now: at('2026-02-02T05:59:00Z') });
+    await scheduler.runOnce({ now: at('2026-02-02T06:20:00Z') });
+    await scheduler.runOnce({ now: at('2026-02-02T06:40:00Z') });
+    expect(await ticksOf('hourly-latest')).toEqual([
+      '2026-02-02T05:00:00.000Z',
+      '2026-02-02T06:00:00.000Z',
+    ]);
+  });
+
+  it('follows daylight saving: a daily time that does not exist runs once, one that repeats runs once', async () => {
+    const s = defineSchedule({
+      name: 'berlin-0230',
+      cron: '30 2 * * *',
+      timezone: 'Europe/Berlin',
+      job: job('berlin-0230'),
+      payload: (tick) => ({ at: tick.toISOString() }),
+      catchUp: { withinMs: 2 * 3_600_000 },
+    });
+    const scheduler = createScheduler({ pool: db.pool, schedules: [s], logger: quiet });
+    for (const [from, days] of [
+      ['2026-03-27T12:00:00Z', 4],
+      ['2026-10-23T12:00:00Z', 4],
+    ] as const) {
+      const start = at(from);
+      for (let hour = 0; hour <= days * 24; hour++) {
+        await scheduler.runOnce({ now: minutes(start, hour * 60) });
+      }
+    }
+    expect(await ticksOf('berlin-0230')).toEqual([
+      '2026-03-28T01:30:00.000Z', // 02:30 CET
+      '2026-03-29T01:00:00.000Z', // 02:30 does not exist: 03:00 CEST, the first valid time
+      '2026-03-30T00:30:00.000Z', // 02:30 CEST
+      '2026-03-31T00:30:00.000Z',
+      '2026-10-24T00:30:00.000Z', // 02:30 CEST
+      '2026-10-25T00:30:00.000Z', // 02:30 happens twice; only its first occurrence (CEST) runs
+      '2026-10-26T01:30:00.000Z', // 02:30 CET
+      '2026-10-27T01:30:00.000Z',
+    ]);
+  });
+
+  it('pauses and resumes, lists schedules, and keeps the operator’s pause when redefined', async () => {
+    const j = job('pausable');
+    const define = (cron: string) =>
+      defineSchedule({ name: 'pausable', cron, job: j, payload: (t) => ({ at: t.toISOString() }) });
+    const scheduler = createScheduler({
+      pool: db.pool,
+      schedules: [define('* * * * *')],
+      logger: quiet,
+    });
+    const t0 = at('2026-03-01T00:00:30Z');
+    await scheduler.runOnce({ now: t0 });
+    expect((await pauseSchedule(db.pool, 'pausable'))?.paused).toBe(true);
+    expect(await pauseSchedule(db.pool, 'no-such-schedule')).toBeNull();
+    const paused = await scheduler.runOnce({ now: minutes(t0, 1) });
+    expect(paused.skipped).toEqual(['pausable']);
+    expect(await ticksOf('pausable')).toEqual([]);
+
+    // Another process with a new cron for it: the definition changes, the pause stays.
+    const other = createScheduler({
+      pool: db.pool,
+      schedules: [define('*/2 * * * *')],
+      logger: quiet,
+    });
+    await other.runOnce({ now: minutes(t0, 2) });
+    const listed = (await listSchedules(db.pool)).find((s) => s.name === 'pausable');
+    expect(listed).toMatchObject({ cron: '*/2 * * * *', paused: true, queue: 'pausable' });
+
+    expect((await resumeSchedule(db.pool, 'pausable'))?.paused).toBe(false);
+    await other.runOnce({ now: minutes(t0, 4) });
+    // Resumed under 'skip': the tick 30 s ago runs; the one missed while paused does not.
+    expect(await ticksOf('pausable')).toEqual(['2026-03-01T00:04:00.000Z']);
+  });
+
+  it('runs in a worker that has schedules, and one bad schedule does not hold up the others', async () => {
+    const logs = captureLogs();
+    const j = job('in-worker');
+    const good = defineSchedule({
+      name: 'in-worker-good',
+      cron: '* * * * *',
+      job: j,
+      payload: (t) => ({ at: t.toISOString() }),
+    });
+    // The payload does not match the job's schema: refused at enqueue, logged, retried next pass.
+    const bad = defineSchedule({
+      name: 'in-worker-bad',
+      cron: '* * * * *',
+      job: j,
+      payload: { at: 42 } as unknown as { at: string },
+    });
+    const worker = testWorker(db.pool, [j], { schedules: [bad, good], logger: logs.logger });
+    expect(worker.scheduler).not.toBeNull();
+    const t0 = at('2026-04-01T00:00:30Z');
+    await worker.scheduler!.runOnce({ now: t0 });
+    const result = await worker.scheduler!.runOnce({ now: minutes(t0, 1) });
+    expect(result.failed).toEqual(['in-worker-bad']);
+    expect(result.enqueued).toEqual({ 'in-worker-good': 1 });
+    expect(logs.reasons()).toContain('schedule_failed');
+    expect(await ticksOf('in-worker-bad')).toEqual([]);
+    await worker.stop();
+    expect(testWorker(db.pool, [j]).scheduler).toBeNull();
+  });
+});
