@@ -7,6 +7,11 @@ import { migrateCommand } from './commands/migrate.js';
 import { rolesCommand } from './commands/roles.js';
 import { sagasListCommand } from './commands/sagas-list.js';
 import { sagasShowCommand } from './commands/sagas-show.js';
+import {
+  schedulesListCommand,
+  schedulesPauseCommand,
+  schedulesResumeCommand,
+} from './commands/schedules.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
 import type { CliIo, Command } from './io.js';
@@ -23,6 +28,9 @@ const commands: Command[] = [
   jobsCancelCommand,
   sagasListCommand,
   sagasShowCommand,
+  schedulesListCommand,
+  schedulesPauseCommand,
+  schedulesResumeCommand,
   rolesCommand,
 ];
 

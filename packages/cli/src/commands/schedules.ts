@@ -1,0 +1,101 @@
+import type { ScheduleState } from '@skiplock/queue';
+import { databaseOption, databaseUrl, jsonOption, parseOptions, positionalArgs } from '../args.js';
+import { cell, renderTable } from '../format/table.js';
+import { relativeTime } from '../format/time.js';
+import { printJson, type Command } from '../io.js';
+
+const scheduleJson = (s: ScheduleState) => ({
+  name: s.name,
+  cron: s.cron,
+  timezone: s.timezone,
+  jobType: s.jobType,
+  queue: s.queue,
+  paused: s.paused,
+  lastTickAt: s.lastTickAt.toISOString(),
+  updatedAt: s.updatedAt.toISOString(),
+});
+
+export const schedulesListCommand: Command = {
+  name: 'schedules list',
+  summary: 'list cron schedules: pattern, job, paused, last tick',
+  usage: ['usage: skiplock schedules list [--json] [--database-url URL]'].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
+    positionalArgs(positionals, []);
+    const url = databaseUrl(values['database-url'], io.env);
+    const [{ withDatabase }, { listSchedules }] = await Promise.all([
+      import('../database.js'),
+      import('@skiplock/queue'),
+    ]);
+    const { list, now } = await withDatabase(url, async (db) => ({
+      list: await listSchedules(db.pool),
+      now: db.now,
+    }));
+    if (values.json) {
+      printJson(io, { schedules: list.map(scheduleJson) });
+      return 0;
+    }
+    if (list.length === 0) {
+      io.stdout('no schedules (a worker with `schedules` records them on its first pass)\n');
+      return 0;
+    }
+    io.stdout(
+      renderTable(
+        [
+          { header: 'name' },
+          { header: 'cron' },
+          { header: 'timezone' },
+          { header: 'job' },
+          { header: 'state' },
+          { header: 'last tick' },
+        ],
+        list.map((s) => [
+          cell(s.name, 30),
+          cell(s.cron, 20),
+          cell(s.timezone, 20),
+          cell(`${s.jobType} (${s.queue})`, 40),
+          s.paused ? 'paused' : 'active',
+          relativeTime(s.lastTickAt, now),
+        ]),
+      ),
+    );
+    return 0;
+  },
+};
+
+function pauseCommand(paused: boolean): Command {
+  const verb = paused ? 'pause' : 'resume';
+  return {
+    name: `schedules ${verb}`,
+    summary: paused ? 'pause a schedule: no ticks are enqueued' : 'resume a paused schedule',
+    usage: [
+      `usage: skiplock schedules ${verb} <name> [--json] [--database-url URL]`,
+      '',
+      paused
+        ? 'No worker enqueues its ticks until it is resumed.'
+        : "Ticks missed while it was paused follow the schedule's catchUp policy.",
+      'Exits 1 when no schedule has that name.',
+    ].join('\n'),
+    async run(args, io) {
+      const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
+      const [name] = positionalArgs(positionals, ['name']);
+      const url = databaseUrl(values['database-url'], io.env);
+      const [{ withDatabase }, queue] = await Promise.all([
+        import('../database.js'),
+        import('@skiplock/queue'),
+      ]);
+      const set = paused ? queue.pauseSchedule : queue.resumeSchedule;
+      const state = await withDatabase(url, (db) => set(db.pool, name!));
+      if (!state) {
+        io.stderr(`skiplock: no schedule named "${name}" (see \`skiplock schedules list\`)\n`);
+        return 1;
+      }
+      if (values.json) printJson(io, scheduleJson(state));
+      else io.stdout(`schedule ${state.name} ${paused ? 'paused' : 'resumed'}\n`);
+      return 0;
+    },
+  };
+}
+
+export const schedulesPauseCommand = pauseCommand(true);
+export const schedulesResumeCommand = pauseCommand(false);

@@ -1,0 +1,73 @@
+import { createScheduler, defineJob, defineSchedule } from '@skiplock/queue';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { runCli } from './run-cli.js';
+
+const db = await useTestDatabase();
+const env = { DATABASE_URL: db.url };
+const job = defineJob({
+  type: 'report.daily',
+  queue: 'reports',
+  payload: z.object({ at: z.string() }),
+  handler: () => {},
+});
+const schedule = defineSchedule({
+  name: 'daily-report',
+  cron: '0 6 * * *',
+  timezone: 'Europe/Paris',
+  job,
+  payload: (tick) => ({ at: tick.toISOString() }),
+});
+const scheduler = createScheduler({
+  pool: db.pool,
+  schedules: [schedule],
+  logger: pino({ level: 'silent' }),
+});
+
+describe('skiplock schedules', () => {
+  it('says there are none before any scheduler ran', async () => {
+    const result = await runCli(['schedules', 'list'], env);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain('no schedules');
+  });
+
+  it('lists, pauses and resumes a schedule, as the database shows', async () => {
+    await scheduler.runOnce();
+    const listed = await runCli(['schedules', 'list'], env);
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stdout).toMatch(/daily-report\s+0 6 \* \* \*\s+Europe\/Paris\s+report\.daily/);
+    expect(listed.stdout).toContain('active');
+    for (const line of listed.stdout.split('\n')) expect(line.length).toBeLessThanOrEqual(80);
+
+    const paused = await runCli(['schedules', 'pause', 'daily-report'], env);
+    expect(paused.code, paused.stderr).toBe(0);
+    expect(paused.stdout).toBe('schedule daily-report paused\n');
+    const { rows } = await db.pool.query<{ paused: boolean }>(
+      `SELECT paused FROM skiplock.schedules WHERE name = 'daily-report'`,
+    );
+    expect(rows[0]!.paused).toBe(true);
+    expect((await scheduler.runOnce()).skipped).toEqual(['daily-report']);
+
+    const json = await runCli(['schedules', 'list', '--json'], env);
+    const { schedules } = JSON.parse(json.stdout) as { schedules: Record<string, unknown>[] };
+    expect(schedules).toEqual([
+      expect.objectContaining({ name: 'daily-report', paused: true, queue: 'reports' }),
+    ]);
+
+    const resumed = await runCli(['schedules', 'resume', 'daily-report', '--json'], env);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(JSON.parse(resumed.stdout)).toMatchObject({ name: 'daily-report', paused: false });
+    expect((await scheduler.runOnce()).skipped).toEqual([]);
+  });
+
+  it('exits 1 naming an unknown schedule, and 2 without a name', async () => {
+    const unknown = await runCli(['schedules', 'pause', 'nope'], env);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain('no schedule named "nope"');
+    const missing = await runCli(['schedules', 'resume'], env);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('missing name');
+  });
+});
