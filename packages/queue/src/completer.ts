@@ -1,5 +1,4 @@
 import type pg from 'pg';
-import { runStatement } from './db.js';
 import { namedStatement, type StatementRunner } from './prepared.js';
 import { completeJobs, type LockToken } from './sql/settle.js';
 
@@ -24,7 +23,7 @@ export class Completer {
     /** Skip the WAL flush wait on completions (the worker's `asyncCommit`). */
     private readonly asyncCommit: boolean,
     /** How statements are sent (named prepared statements unless the worker turned them off). */
-    private readonly run: StatementRunner = (target, statement) => runStatement(target, statement),
+    private readonly run: StatementRunner,
     private readonly maxBatch = 500,
   ) {}
 

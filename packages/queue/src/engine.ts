@@ -24,9 +24,9 @@ import { tryTransactionLock, type LockKey } from './sql/lock.js';
 
 export { runSql, withTransaction, type Queryable, type QueryOutcome } from './db.js';
 export {
-  isPreparedStatementError,
   namedStatement,
   preparedRunner,
+  withOwnTransaction,
   type StatementRunner,
 } from './prepared.js';
 export type { DeadJobInfo } from './define.js';

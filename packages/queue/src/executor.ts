@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { runSql, withTransaction } from './db.js';
-import { isPreparedStatementError, namedStatement, type StatementRunner } from './prepared.js';
+import { namedStatement, withOwnTransaction, type StatementRunner } from './prepared.js';
 import type { AnyJobDefinition, JobContext, JobInfo } from './define.js';
 import {
   InvalidPayloadError,
@@ -263,33 +263,26 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
 }
 
 /**
- * The completing transaction: the fenced completion, then `work` in the same transaction. When a
- * pooler lost a prepared statement (the worker's completion, or one `work` sends), nothing
- * committed and the sender that failed goes unnamed from then on, so the transaction is run
- * again, at most once per sender (worker, client, saga runtime), instead of failing the attempt.
+ * The completing transaction: the fenced completion, then `work` in the same transaction, run
+ * again if a pooler lost a prepared statement (see `withOwnTransaction`) instead of failing the
+ * attempt.
  */
-async function completingTransaction<T>(
+function completingTransaction<T>(
   d: ExecutorDeps,
   job: RunningJob,
   slot: HandOffSlot | null,
   work: (tx: pg.PoolClient) => Promise<T>,
 ): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await withTransaction(d.pool, async (tx) => {
-        const { rowCount } = await d.run(
-          tx,
-          namedStatement('skiplock_complete', completeJobs(d.workerId, [job.token])),
-        );
-        if (rowCount !== 1) throw new LockLostError(job.info.id);
-        return work(tx);
-      });
-    } catch (error) {
-      if (attempt >= 3 || !isPreparedStatementError(error)) throw error;
-      // Hand-offs inserted in the rolled-back transaction do not exist.
-      if (slot) slot.pending = [];
-    }
-  }
+  return withOwnTransaction(d.pool, async (tx) => {
+    // Hand-offs inserted by a rolled-back try do not exist.
+    if (slot) slot.pending = [];
+    const { rowCount } = await d.run(
+      tx,
+      namedStatement('skiplock_complete', completeJobs(d.workerId, [job.token])),
+    );
+    if (rowCount !== 1) throw new LockLostError(job.info.id);
+    return work(tx);
+  });
 }
 
 function abortedOutcome(reason: unknown): Outcome | null {

@@ -1,8 +1,10 @@
 import { createHash } from 'node:crypto';
 import type { SQL } from 'drizzle-orm';
+import type pg from 'pg';
 import {
   renderSql,
   runStatement,
+  withTransaction,
   type QueryOutcome,
   type Queryable,
   type Statement,
@@ -62,8 +64,27 @@ export function preparedRunner(options: {
   };
 }
 
+/**
+ * Runs `work` in a transaction of skiplock's own. When a pooler lost a prepared statement,
+ * nothing committed and the sender that failed (worker, client or saga runtime) sends unnamed
+ * statements from then on, so the transaction is simply run again: at most once per sender.
+ * `work` must expect to run more than once (it runs from its start each time).
+ */
+export async function withOwnTransaction<T>(
+  pool: pg.Pool,
+  work: (tx: pg.PoolClient) => Promise<T>,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await withTransaction(pool, work);
+    } catch (error) {
+      if (attempt >= 3 || !isPreparedStatementError(error)) throw error;
+    }
+  }
+}
+
 /** invalid_sql_statement_name (26000) or duplicate_prepared_statement (42P05). */
-export function isPreparedStatementError(error: unknown): boolean {
+function isPreparedStatementError(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;
   return code === '26000' || code === '42P05';
 }

@@ -8,12 +8,11 @@ import {
 import {
   cancelQueuedJob,
   createDefaultLogger,
-  isPreparedStatementError,
   namedStatement,
   preparedRunner,
   resolvePool,
   runSql,
-  withTransaction,
+  withOwnTransaction,
   type Queryable,
 } from '@skiplock/queue/engine';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
@@ -243,20 +242,8 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     );
   }
 
-  /**
-   * Runs `work` in a transaction of the runtime's own. When a pooler lost a prepared statement,
-   * nothing committed and the sender that failed (this runtime's or its client's) goes unnamed
-   * from then on, so the transaction is simply run again: at most once per sender.
-   */
-  async function ownTransaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await withTransaction(pool, work);
-      } catch (error) {
-        if (attempt >= 3 || !isPreparedStatementError(error)) throw error;
-      }
-    }
-  }
+  /** A transaction of the runtime's own, run again if a pooler lost a prepared statement. */
+  const ownTransaction = <T>(work: (tx: Queryable) => Promise<T>) => withOwnTransaction(pool, work);
 
   async function lock(tx: Queryable, id: string): Promise<SagaRow> {
     const saga = (await engine.sql<SagaRow>(tx, lockSaga(id))).rows[0];
