@@ -169,6 +169,20 @@ describe('skiplock worker', () => {
     expect((await jobStates()).map((j) => j.status)).toEqual(['processing']);
   });
 
+  it('stops with exit 0 on a SIGTERM sent the moment it logs jobs_loaded, mid start-up', async () => {
+    // A supervisor may signal as soon as it sees the worker announce itself, while start() is
+    // still checking the schema: stop() then races start() and must still end cleanly. (Under
+    // tsx, as here, the loader's own signal listeners hide a missing handler; the consumer test
+    // repeats this on the compiled bin, where the handlers' order once lost one signal in three.)
+    for (let attempt = 0; attempt < 4; attempt += 1) {
+      const worker = startCli(['worker', fixture('default-array.ts'), '--no-listen'], env);
+      worker.child.stdout!.on('data', (chunk: Buffer) => {
+        if (chunk.toString().includes('"reason":"jobs_loaded"')) worker.child.kill('SIGTERM');
+      });
+      expect({ attempt, ...(await worker.exited) }).toEqual({ attempt, code: 0, signal: null });
+    }
+  });
+
   it('loads a "jobs" array, named exports and bare definitions, each once', async () => {
     const worker = startCli(['worker', fixture('jobs-array.ts'), '--no-listen'], env);
     const loaded = await worker.waitForLine(reason('jobs_loaded'));

@@ -95,11 +95,13 @@ export const workerCommand: Command = {
       if (error instanceof ConfigError) throw new UsageError(error.message);
       throw error;
     }
+    // The handlers go in before the line that tells a supervisor the worker is up: a SIGTERM sent
+    // on seeing that line used to arrive first about one time in three and kill the process.
+    const exitCode = untilSignal(worker, logger, shutdownTimeoutMs, db.close);
     logger.info(
       { reason: 'jobs_loaded', module: specifier, jobTypes: loaded.jobs.map((j) => j.type) },
       'job definitions loaded',
     );
-    const exitCode = untilSignal(worker, logger, shutdownTimeoutMs, db.close);
     await worker.start();
     return exitCode;
   },
