@@ -53,6 +53,8 @@ describe('formatting', () => {
       jobType: 't',
       payload: {},
       idempotencyKey: null,
+      concurrencyKey: null,
+      concurrencyLimit: null,
       status: 'dead',
       priority: 0,
       attempts: 2,

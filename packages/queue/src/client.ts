@@ -1,7 +1,13 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type pg from 'pg';
 import { z } from 'zod';
-import { parseConfig, queueName, rejectUnknownKeys, DEFAULT_MAX_PAYLOAD_BYTES } from './config.js';
+import {
+  concurrencyKeySchema,
+  parseConfig,
+  queueName,
+  rejectUnknownKeys,
+  DEFAULT_MAX_PAYLOAD_BYTES,
+} from './config.js';
 import { runSql, type Queryable } from './db.js';
 import { preparedRunner } from './prepared.js';
 import type { JobDefinition, AnyJobDefinition } from './define.js';
@@ -11,6 +17,7 @@ import { createDefaultLogger, type Logger } from './logger.js';
 import { resolvePool, type PoolSource } from './pool.js';
 import type { JobStatus } from './schema.js';
 import { ENQUEUE_LEASED, type LeasedInsert } from './handoff.js';
+import { admitKeys } from './sql/admit.js';
 import type { ClaimedRow } from './sql/claim.js';
 import { isThenable, issuesAt, runValidation } from './standard.js';
 import {
@@ -42,6 +49,13 @@ export interface EnqueueOptions {
   /** Unique per queue: a second enqueue with the same key inserts nothing and returns the first id. */
   idempotencyKey?: string | undefined;
   maxAttempts?: number | undefined;
+  /**
+   * This job's concurrency key, instead of the one its type's `concurrencyKey` names (null: none).
+   * At most `concurrencyLimit` jobs of a key are admitted to run at a time, across all workers.
+   */
+  concurrencyKey?: string | null | undefined;
+  /** Slots of the key for this job (default: its type's `concurrencyLimit`, else 1). */
+  concurrencyLimit?: number | undefined;
 }
 
 export interface TransactionOption {
@@ -65,6 +79,9 @@ export interface Job {
   jobType: string;
   payload: unknown;
   idempotencyKey: string | null;
+  /** Its concurrency key and that key's slots, when it has one. */
+  concurrencyKey: string | null;
+  concurrencyLimit: number | null;
   status: JobStatus;
   priority: number;
   attempts: number;
@@ -132,6 +149,8 @@ export const enqueueOptionsSchema = z
       .refine(storableText, 'must be well-formed text without NUL characters')
       .optional(),
     maxAttempts: z.number().int().min(1).max(1_000).optional(),
+    concurrencyKey: concurrencyKeySchema.nullable().optional(),
+    concurrencyLimit: z.number().int().min(1).max(10_000).optional(),
   })
   .strict();
 
@@ -184,6 +203,11 @@ export interface Client {
 
 const ID_PATTERN = /^[0-9]{1,19}$/;
 
+interface KeyedRow {
+  id: string;
+  concurrency_key: string | null;
+}
+
 function checkId(id: string): string {
   if (typeof id !== 'string' || !ID_PATTERN.test(id)) {
     throw new SkiplockError(
@@ -215,6 +239,8 @@ interface RawJobRow {
   completed_at: Date | null;
   created_at: Date;
   updated_at: Date;
+  concurrency_key: string | null;
+  concurrency_limit: number | null;
 }
 
 export function toJob(row: RawJobRow): Job {
@@ -225,6 +251,8 @@ export function toJob(row: RawJobRow): Job {
     jobType: row.job_type,
     payload: row.payload,
     idempotencyKey: row.idempotency_key,
+    concurrencyKey: row.concurrency_key,
+    concurrencyLimit: row.concurrency_limit,
     status: row.status,
     priority: row.priority,
     attempts: row.attempts,
@@ -369,6 +397,7 @@ export function createClient(options: ClientOptions = {}): Client {
     where: string,
   ): JobRow | Promise<JobRow> {
     const opts = readOptions(definition, options, where);
+    const concurrencyKey = keyOf(definition, payload, opts, where);
     const toJobRow = (payloadJson: string): JobRow => ({
       queue: opts.queue ?? definition.queue,
       jobType: definition.type,
@@ -380,9 +409,40 @@ export function createClient(options: ClientOptions = {}): Client {
       maxAttempts: opts.maxAttempts ?? definition.maxAttempts,
       timeoutMs: definition.timeoutMs,
       leaseMs: definition.leaseMs,
+      concurrencyKey,
+      concurrencyLimit:
+        concurrencyKey === null ? null : (opts.concurrencyLimit ?? definition.concurrencyLimit),
     });
     const payloadJson = serialize(definition, payload, where);
     return isThenable(payloadJson) ? payloadJson.then(toJobRow) : toJobRow(payloadJson);
+  }
+
+  /** The enqueue option when given, else what the type's `concurrencyKey` names, checked. */
+  function keyOf(
+    definition: AnyJobDefinition,
+    payload: unknown,
+    opts: EnqueueOptions,
+    where: string,
+  ): string | null {
+    if (opts.concurrencyKey !== undefined) return opts.concurrencyKey;
+    if (!definition.concurrencyKey) return null;
+    let key: unknown;
+    try {
+      key = definition.concurrencyKey(payload);
+    } catch (error) {
+      throw new ConfigError(
+        `job type "${definition.type}"${where}: concurrencyKey threw: ${errorText(error)}`,
+      );
+    }
+    if (key === null) return null;
+    const checked = concurrencyKeySchema.safeParse(key);
+    if (!checked.success) {
+      throw new ConfigError(
+        `job type "${definition.type}"${where}: concurrencyKey returned ${JSON.stringify(key)}; ` +
+          `it must be a string of 1 to 200 characters without NUL, or null (${checked.error.issues[0]?.message})`,
+      );
+    }
+    return checked.data;
   }
 
   const run = preparedRunner({
@@ -451,6 +511,19 @@ export function createClient(options: ClientOptions = {}): Client {
     return results as EnqueueResult[];
   }
 
+  /**
+   * A cancel frees its job's slot and a retry makes it wait for one: admit the key now. Inside the
+   * caller's transaction the change is not visible to others yet; workers' admission passes (every
+   * second by default) take it from there.
+   */
+  async function admitAfter(row: KeyedRow | undefined, tx: Queryable | undefined): Promise<void> {
+    if (!row?.concurrency_key || tx) return;
+    await runSql(
+      pool,
+      admitKeys({ keys: [row.concurrency_key], wait: true, maxKeys: 1, afterKey: null }),
+    );
+  }
+
   const client: Client = {
     pool,
     async enqueue(definition, payload, opts = {}) {
@@ -468,7 +541,7 @@ export function createClient(options: ClientOptions = {}): Client {
         );
       }
       const target = opts.tx ?? pool;
-      if (items.every(hasPayloadOnly)) {
+      if (definition.concurrencyKey === null && items.every(hasPayloadOnly)) {
         // The common bulk: no item carries options, so every column but the payload comes from
         // the definition and travels once, not once per job.
         const payloads = await settleAll(items, (item, i) =>
@@ -509,12 +582,14 @@ export function createClient(options: ClientOptions = {}): Client {
       return rows.map(toJob);
     },
     async cancelJob(id, opts = {}) {
-      const { rowCount } = await runSql(opts.tx ?? pool, cancelJob(checkId(id)));
-      return rowCount === 1;
+      const { rows } = await runSql<KeyedRow>(opts.tx ?? pool, cancelJob(checkId(id)));
+      await admitAfter(rows[0], opts.tx);
+      return rows.length === 1;
     },
     async retryJob(id, opts = {}) {
-      const { rowCount } = await runSql(opts.tx ?? pool, retryJob(checkId(id)));
-      return rowCount === 1;
+      const { rows } = await runSql<KeyedRow>(opts.tx ?? pool, retryJob(checkId(id)));
+      await admitAfter(rows[0], opts.tx);
+      return rows.length === 1;
     },
     async stats() {
       const { rows } = await runSql<QueueStatsRow>(pool, selectQueueStats());
@@ -617,6 +692,14 @@ export function checkEnqueueOptions(options: Record<string, unknown>): EnqueueOp
         break;
       case 'maxAttempts':
         if (!isIntIn(value, 1, 1_000)) return null;
+        break;
+      case 'concurrencyKey':
+        if (value === null) break;
+        if (typeof value !== 'string' || value.length < 1 || value.length > 200) return null;
+        if (value.includes('\u0000')) return null;
+        break;
+      case 'concurrencyLimit':
+        if (!isIntIn(value, 1, 10_000)) return null;
         break;
       default:
         return null;

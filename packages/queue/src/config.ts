@@ -43,8 +43,16 @@ export const jobOptionsSchema = z
     backoff: backoffSchema.optional(),
     timeoutMs: z.number().int().min(1).max(86_400_000).nullable().optional(),
     leaseMs: z.number().int().min(1_000).max(86_400_000).optional(),
+    concurrencyLimit: z.number().int().min(1).max(10_000).optional(),
   })
   .passthrough();
+
+/** A concurrency key: travels in NOTIFY payloads (8,000 bytes at most), so it is kept short. */
+export const concurrencyKeySchema = z
+  .string()
+  .min(1)
+  .max(200)
+  .refine((s) => !s.includes('\u0000'), 'must not contain NUL characters');
 
 /** Default size limit for one serialized payload; large blobs belong in object storage. */
 export const DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024;

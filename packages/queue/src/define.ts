@@ -61,9 +61,20 @@ export interface JobOptions {
    * work such as a saga's compensation commits together with the dead state.
    */
   onDead?: ((tx: pg.PoolClient, job: DeadJobInfo) => Promise<void>) | undefined;
+  /**
+   * Max jobs of one concurrency key admitted at a time (default 1), across every worker and host.
+   * Used with `concurrencyKey`; an enqueue may override it.
+   */
+  concurrencyLimit?: number | undefined;
 }
 
 export interface JobDefinitionInput<S extends StandardSchemaV1> extends JobOptions {
+  /**
+   * Names the concurrency key of a job from its payload (a tenant, a customer, an external API):
+   * at no instant do more than `concurrencyLimit` jobs of one key run, across all workers. Keys
+   * are shared across job types and queues. Return null for a job that takes no slot.
+   */
+  concurrencyKey?: ((payload: StandardSchemaV1.InferInput<S>) => string | null) | null | undefined;
   /** Stable name stored with each job; keep it when renaming code so queued jobs still run. */
   type: string;
   /**
@@ -92,6 +103,8 @@ export interface JobDefinition<S extends StandardSchemaV1 = StandardSchemaV1> {
   readonly leaseMs: number;
   readonly nonRetryable: readonly ErrorClass[];
   readonly onDead: JobOptions['onDead'];
+  readonly concurrencyKey: ((payload: StandardSchemaV1.InferInput<S>) => string | null) | null;
+  readonly concurrencyLimit: number;
 }
 
 /** The payload type a producer must pass when enqueueing a definition. */
@@ -123,6 +136,11 @@ export function defineJob<S extends StandardSchemaV1>(
   if (typeof input.handler !== 'function') {
     throw new TypeError(`job type "${type}": handler must be a function`);
   }
+  if (input.concurrencyKey != null && typeof input.concurrencyKey !== 'function') {
+    throw new TypeError(
+      `job type "${type}": concurrencyKey must be a function of the payload returning a string`,
+    );
+  }
   return Object.freeze({
     type,
     payload: input.payload,
@@ -135,6 +153,8 @@ export function defineJob<S extends StandardSchemaV1>(
     leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
     nonRetryable: input.nonRetryable ?? [],
     onDead: input.onDead,
+    concurrencyKey: input.concurrencyKey ?? null,
+    concurrencyLimit: options.concurrencyLimit ?? 1,
   });
 }
 

@@ -96,6 +96,8 @@ export interface ExecutorDeps {
   run: StatementRunner;
   /** Called when the handler has finished (before the settle write), freeing its slot. */
   handlerDone(job: RunningJob, durationMs: number): void;
+  /** A job of this concurrency key settled: its slot is free for the key's next waiting job. */
+  slotFreed(key: string): void;
   /** Hand-offs of successor jobs to this worker (see `HandOffSlot`); null: none. */
   handOff: {
     limit: number;
@@ -120,6 +122,10 @@ export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void
   d.handlerDone(job, performance.now() - started);
   try {
     await settle(d, job, outcome, performance.now() - started);
+    // A settled job of a concurrency key gave its slot back (a released one keeps it: it is
+    // pending again). After a lost lock the admission is harmless: it counts before admitting.
+    const key = job.row.concurrency_key;
+    if (key !== null && outcome.kind !== 'shutdown') d.slotFreed(key);
   } catch (error) {
     // The job stays processing under its lease; the sweeper will take it back.
     d.metrics.inc('settle_failed_total');

@@ -29,6 +29,8 @@ export { defineSchedule } from './schedule.js';
 export type { CatchUp, ScheduleDefinition, ScheduleInput } from './schedule.js';
 export { createScheduler, listSchedules, pauseSchedule, resumeSchedule } from './scheduler.js';
 export type { ScheduleState, Scheduler, SchedulerOptions, SchedulerResult } from './scheduler.js';
+export { createAdmitter } from './admitter.js';
+export type { AdmitResult, Admitter, AdmitterOptions } from './admitter.js';
 export type { Retention, RetentionOptions, RetentionResult } from './retention.js';
 export { migrate, queueMigrations } from './migrate.js';
 export type { MigrateOptions, MigrateResult, MigrationSet } from './migrate.js';

@@ -3,11 +3,14 @@ import type { Logger } from './logger.js';
 import { retryDelayMs, sleep } from './timers.js';
 
 export const NOTIFY_CHANNEL = 'skiplock_jobs';
+/** Inserts of jobs waiting for a concurrency slot notify their key here (`*`: many keys). */
+export const ADMIT_CHANNEL = 'skiplock_admit';
 
 export interface ListenerOptions {
   /** Connection settings of the pool; the listener opens one connection of its own. */
   connection: pg.ClientConfig;
   onNotify: (queue: string) => void;
+  onAdmit?: ((key: string) => void) | undefined;
   logger: Logger;
   /** Reconnect attempts in a row before giving up on LISTEN (polling carries on). */
   maxReconnectAttempts?: number | undefined;
@@ -82,10 +85,11 @@ export class Listener {
     client.on('end', () => ended());
     client.on('notification', (msg) => {
       if (msg.channel === NOTIFY_CHANNEL) this.options.onNotify(msg.payload ?? '');
+      else if (msg.channel === ADMIT_CHANNEL) this.options.onAdmit?.(msg.payload ?? '*');
     });
     try {
       await client.connect();
-      await client.query(`LISTEN ${NOTIFY_CHANNEL}`);
+      await client.query(`LISTEN ${NOTIFY_CHANNEL}; LISTEN ${ADMIT_CHANNEL}`);
     } catch (error) {
       this.options.logger.debug({ reason: 'listen_error', err: String(error) }, 'listen failed');
       await client.end().catch(() => {});
@@ -99,6 +103,7 @@ export class Listener {
     this.connected = true;
     // Work may have arrived while we were not listening.
     this.options.onNotify('*');
+    this.options.onAdmit?.('*');
     const onStop = () => void client.end().catch(() => {});
     this.stopper.signal.addEventListener('abort', onStop, { once: true });
     await done;

@@ -31,6 +31,18 @@ export const queueMigrations: MigrationSet = {
   table: 'migrations',
 };
 
+/**
+ * The queue's second set, applied in its own transaction right after the first. Its statements
+ * name the job status `waiting`, which the first set adds: PostgreSQL refuses any use of an enum
+ * value in the transaction that added it, and drizzle applies one set's pending migrations in one
+ * transaction. Hand-written SQL (an index on the new value, the admission function).
+ */
+export const queueFlowMigrations: MigrationSet = {
+  name: 'queue-flow',
+  folder: fileURLToPath(new URL('../migrations-flow', import.meta.url)),
+  table: 'migrations_flow',
+};
+
 export interface MigrateOptions {
   /** Used when no pool is given; defaults to `$DATABASE_URL`. */
   connectionString?: string | undefined;
@@ -60,7 +72,7 @@ export async function migrate(options: MigrateOptions = {}): Promise<MigrateResu
   if (!options.pool && !connectionString) {
     throw new TypeError('migrate: pass a pool or a connectionString (or set DATABASE_URL)');
   }
-  const sets = [queueMigrations, ...(options.include ?? [])];
+  const sets = [queueMigrations, queueFlowMigrations, ...(options.include ?? [])];
   const pooled = options.pool ? await options.pool.connect() : null;
   const own = pooled
     ? null

@@ -13,7 +13,7 @@
  * Every statement is text built from validated, quoted identifiers (DDL takes no parameters),
  * and safe to run again: the script is idempotent and is re-run after each upgrade.
  */
-import { queueMigrations } from './migrate.js';
+import { queueFlowMigrations, queueMigrations } from './migrate.js';
 
 /** The three roles, as plain (unquoted) names. */
 export interface RoleNames {
@@ -155,6 +155,9 @@ export function queueGrants(roles: RoleNames): string[] {
   return [
     ...schemaGrants(roles),
     bookkeepingGrants(roles, queueMigrations.table),
+    bookkeepingGrants(roles, queueFlowMigrations.table),
+    // skiplock.admit() (concurrency keys) runs as its caller and updates jobs: workers only.
+    // Functions are executable by PUBLIC unless revoked; a producer's call fails on the UPDATE.
     grantsOnTable('jobs', [
       `GRANT SELECT, INSERT, UPDATE, DELETE ON skiplock.jobs TO ${worker}`,
       `GRANT USAGE ON SEQUENCE skiplock.jobs_id_seq TO ${worker}`,

@@ -25,6 +25,8 @@ export const skiplockSchema = pgSchema('skiplock');
  * - `dead`       will never run again: attempts exhausted, invalid payload, unknown type, or a
  *                non-retryable error; `last_error` and `errors` say why (terminal, retry by hand)
  * - `cancelled`  cancelled by a user before it ran (terminal)
+ * - `waiting`    a job with a concurrency key, waiting for a slot of its key: not claimable until
+ *                `skiplock.admit()` makes it pending (migrations-flow/0000_admission.sql)
  */
 export const jobStatus = skiplockSchema.enum('job_status', [
   'pending',
@@ -33,6 +35,7 @@ export const jobStatus = skiplockSchema.enum('job_status', [
   'completed',
   'dead',
   'cancelled',
+  'waiting',
 ]);
 
 export type JobStatus = (typeof jobStatus.enumValues)[number];
@@ -61,6 +64,14 @@ export const jobs = skiplockSchema.table(
     /** One entry per failed attempt: { attempt, reason, message, at }. Bounded by the settle SQL. */
     errors: jsonb('errors').notNull().default([]),
     completedAt: timestamp('completed_at', { withTimezone: true }),
+    /**
+     * At most `concurrency_limit` jobs of one key are admitted (pending, retryable or processing)
+     * at a time, across every worker; the rest wait in status `waiting`. Keys span queues and job
+     * types. The indexes and the admission function name the `waiting` value, which must be
+     * committed before use, so they live in the second migration set (migrations-flow).
+     */
+    concurrencyKey: text('concurrency_key'),
+    concurrencyLimit: integer('concurrency_limit'),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
   },
@@ -101,6 +112,10 @@ export const jobs = skiplockSchema.table(
     ),
     check('jobs_attempts_check', sql`attempts >= 0 AND max_attempts >= 1`),
     check('jobs_lease_ms_check', sql`lease_ms >= 1000`),
+    check(
+      'jobs_concurrency_check',
+      sql`(concurrency_key IS NULL) = (concurrency_limit IS NULL) AND concurrency_limit >= 1`,
+    ),
   ],
 );
 

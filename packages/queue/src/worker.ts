@@ -21,6 +21,7 @@ import { releaseJobs } from './sql/settle.js';
 import { createSweeper, type Sweeper, type SweeperOptions } from './sweeper.js';
 import type { ScheduleDefinition } from './schedule.js';
 import { createScheduler, type Scheduler, type SchedulerOptions } from './scheduler.js';
+import { createAdmitter, type Admitter, type AdmitterOptions } from './admitter.js';
 import { retryDelayMs, sleep, withJitter } from './timers.js';
 
 const workerOptionsSchema = z.object({
@@ -83,6 +84,11 @@ export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsS
    */
   schedules?: readonly ScheduleDefinition[] | undefined;
   scheduler?: SchedulerOptions | undefined;
+  /**
+   * Admits jobs with a concurrency key into free slots of their key (default true). At least one
+   * worker must run it; turn it off only where another process does.
+   */
+  admitter?: boolean | AdmitterOptions | undefined;
 }
 
 export interface StopOptions {
@@ -99,6 +105,8 @@ export interface Worker {
   readonly retention: Retention | null;
   /** Runs `schedules`; null when the worker has none. */
   readonly scheduler: Scheduler | null;
+  /** Admits waiting jobs of concurrency keys; null with `admitter: false`. */
+  readonly admitter: Admitter | null;
   /** Starts claiming; resolves once the loop runs. */
   start(): Promise<void>;
   /**
@@ -144,6 +152,7 @@ export function createWorker(options: WorkerOptions): Worker {
     'retention',
     'schedules',
     'scheduler',
+    'admitter',
     'pool',
     'connectionString',
     'maxConnections',
@@ -217,6 +226,15 @@ export function createWorker(options: WorkerOptions): Worker {
   let averageDurationMs: number | null = null;
   /** Running average of the payload JSON size of claimed jobs, for `maxPrefetchBytes`. */
   let averagePayloadBytes = 0;
+  const admitter =
+    options.admitter === false
+      ? null
+      : createAdmitter({
+          pool,
+          logger,
+          metrics,
+          ...(typeof options.admitter === 'object' ? options.admitter : {}),
+        });
   const deps: ExecutorDeps = {
     pool,
     workerId: id,
@@ -235,6 +253,7 @@ export function createWorker(options: WorkerOptions): Worker {
       pump();
       wake('slot');
     },
+    slotFreed: (key) => admitter?.freed(key),
     handOff:
       config.maxHandOffs === 0
         ? null
@@ -301,6 +320,7 @@ export function createWorker(options: WorkerOptions): Worker {
         onNotify: (queue) => {
           if (queue === '*' || queues.includes(queue)) wake('work');
         },
+        onAdmit: (key) => admitter?.poke(key),
       })
     : null;
 
@@ -528,6 +548,7 @@ export function createWorker(options: WorkerOptions): Worker {
             sweeper?.stop(),
             retention?.stop(),
             scheduler?.stop(),
+            admitter?.stop(),
           ]);
         }
         await owned.release();
@@ -549,6 +570,7 @@ export function createWorker(options: WorkerOptions): Worker {
     sweeper,
     retention,
     scheduler,
+    admitter,
     get inFlight() {
       return running.size;
     },
@@ -560,6 +582,7 @@ export function createWorker(options: WorkerOptions): Worker {
       sweeper?.start();
       retention?.start();
       scheduler?.start();
+      admitter?.start();
       loopDone = loop().catch((error) => {
         logger.fatal({ reason: 'loop_crashed', err: errorMessage(error) }, 'worker loop crashed');
       });

@@ -2,13 +2,14 @@ import { jobActionCommand } from './job-action-command.js';
 
 export const jobsCancelCommand = jobActionCommand({
   action: 'cancel',
-  summary: 'cancel a job that is not running: pending or waiting for a retry',
+  summary: 'cancel a job that is not running: pending, waiting for a retry or for a slot',
   help: [
-    'Only pending and retryable (waiting for a retry) jobs can be cancelled; a running job cannot.',
+    'Only pending, retryable (waiting for a retry) and waiting (for a slot of its concurrency key)',
+    'jobs can be cancelled; a running job cannot.',
     'Exits 1 when the job does not exist or is in another status.',
   ],
   verb: 'cancelled',
-  allowed: ['pending', 'retryable'],
+  allowed: ['pending', 'retryable', 'waiting'],
   apply: (client, id) => client.cancelJob(id),
   outcome: 'it is cancelled',
 });

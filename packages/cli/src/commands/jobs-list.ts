@@ -23,6 +23,7 @@ export const jobStatuses: readonly JobStatus[] = [
   'completed',
   'dead',
   'cancelled',
+  'waiting',
 ];
 const statuses: readonly string[] = jobStatuses;
 
@@ -107,7 +108,9 @@ export const jobsListCommand: Command = {
           `${j.attempts}/${j.maxAttempts}`,
           relativeTime(j.createdAt, now),
           relativeTime(j.updatedAt, now),
-          j.status === 'pending' || j.status === 'retryable' ? relativeTime(j.runAt, now) : '-',
+          j.status === 'pending' || j.status === 'retryable' || j.status === 'waiting'
+            ? relativeTime(j.runAt, now)
+            : '-',
           cell(j.lastError, 50),
         ]),
       ),

@@ -4,11 +4,12 @@ export const jobsRetryCommand = jobActionCommand({
   action: 'retry',
   summary: 'run a dead, cancelled or retry-waiting job again now, with fresh attempts',
   help: [
-    'Only dead, cancelled and failed (waiting for a retry) jobs can be retried; the job keeps',
-    'its error history. Exits 1 when the job does not exist or is in another status.',
+    'Only dead, cancelled, retryable (waiting for a retry) and waiting (for a slot) jobs can be',
+    'retried; the job keeps its error history. A job with a concurrency key waits for a slot of',
+    'its key first. Exits 1 when the job does not exist or is in another status.',
   ],
   verb: 'retried',
-  allowed: ['dead', 'cancelled', 'retryable'],
+  allowed: ['dead', 'cancelled', 'retryable', 'waiting'],
   apply: (client, id) => client.retryJob(id),
   outcome: 'it is pending and runs now',
 });

@@ -42,7 +42,14 @@ export function jobJson(job: Job) {
 export interface TimelineEntry {
   at: string;
   event:
-    'enqueued' | 'attempt_failed' | 'claimed' | 'next_run' | 'completed' | 'dead' | 'cancelled';
+    | 'enqueued'
+    | 'attempt_failed'
+    | 'claimed'
+    | 'next_run'
+    | 'waits_for_slot'
+    | 'completed'
+    | 'dead'
+    | 'cancelled';
   attempt: number | null;
   reason: string | null;
   message: string | null;
@@ -81,6 +88,14 @@ export function jobTimeline(job: Job): TimelineEntry[] {
     case 'pending':
     case 'retryable':
       entries.push(entry(job.runAt, 'next_run', { attempt: job.attempts + 1 }));
+      break;
+    case 'waiting':
+      entries.push(
+        entry(job.runAt, 'waits_for_slot', {
+          attempt: job.attempts + 1,
+          message: `concurrency key ${job.concurrencyKey ?? '?'}, limit ${job.concurrencyLimit ?? '?'}`,
+        }),
+      );
       break;
     case 'completed':
       entries.push(entry(job.completedAt ?? job.updatedAt, 'completed', { attempt: job.attempts }));

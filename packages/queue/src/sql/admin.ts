@@ -4,7 +4,7 @@ import type { JobStatus } from '../schema.js';
 const jobColumns = sql`
   id::text AS id, queue, job_type, payload, idempotency_key, status, priority, attempts,
   max_attempts, run_at, locked_at, locked_by, lease_expires_at, lease_ms, timeout_ms, last_error,
-  errors, completed_at, created_at, updated_at`;
+  errors, completed_at, created_at, updated_at, concurrency_key, concurrency_limit`;
 
 export function selectJob(id: string) {
   return sql`SELECT ${jobColumns} FROM skiplock.jobs WHERE id = ${id}`;
@@ -38,12 +38,15 @@ export function selectJobs(filter: JobFilter) {
     ORDER BY jobs.id DESC LIMIT ${filter.limit}`;
 }
 
-/** Cancels a job that has not started: only pending or retry-waiting rows change. */
+/**
+ * Cancels a job that has not started: only pending, retry-waiting or slot-waiting rows change.
+ * Returns the job's concurrency key, whose slot a cancelled pending job gives back.
+ */
 export function cancelJob(id: string) {
   return sql`
     UPDATE skiplock.jobs SET status = 'cancelled', updated_at = now()
-    WHERE id = ${id} AND status IN ('pending', 'retryable')
-    RETURNING id::text AS id`;
+    WHERE id = ${id} AND status IN ('pending', 'retryable', 'waiting')
+    RETURNING id::text AS id, concurrency_key`;
 }
 
 /**
@@ -56,7 +59,7 @@ export function cancelUnlockedJob(id: string) {
   return sql`
     UPDATE skiplock.jobs SET status = 'cancelled', updated_at = now()
     WHERE id = (SELECT id FROM skiplock.jobs
-                WHERE id = ${id}::bigint AND status IN ('pending', 'retryable')
+                WHERE id = ${id}::bigint AND status IN ('pending', 'retryable', 'waiting')
                 FOR UPDATE SKIP LOCKED)
     RETURNING id::text AS id`;
 }
@@ -93,18 +96,22 @@ export function selectJobStatusesByKey(pairs: readonly { queue: string; key: str
 
 /**
  * Puts a dead, cancelled or retry-waiting job back to pending to run now, with a fresh set of
- * attempts; its error history is kept. Notifies waiting workers.
+ * attempts; its error history is kept. Notifies waiting workers. A job with a concurrency key goes
+ * back to `waiting` instead, and the caller admits its key.
  */
 export function retryJob(id: string) {
   return sql`
     WITH retried AS (
       UPDATE skiplock.jobs
-      SET status = 'pending', run_at = now(), attempts = 0, lease_expires_at = NULL,
+      SET status = CASE WHEN concurrency_key IS NULL THEN 'pending'
+                        ELSE 'waiting' END::skiplock.job_status,
+          run_at = now(), attempts = 0, lease_expires_at = NULL,
           locked_by = NULL, locked_at = NULL, updated_at = now()
-      WHERE id = ${id} AND status IN ('dead', 'cancelled', 'retryable')
-      RETURNING id, queue
+      WHERE id = ${id} AND status IN ('dead', 'cancelled', 'retryable', 'waiting')
+      RETURNING id, queue, concurrency_key
     )
-    SELECT id::text AS id, pg_notify('skiplock_jobs', queue) IS NULL AS notified FROM retried`;
+    SELECT id::text AS id, concurrency_key,
+           pg_notify('skiplock_jobs', queue) IS NULL AS notified FROM retried`;
 }
 
 export interface QueueStatsRow {

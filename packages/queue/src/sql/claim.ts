@@ -12,6 +12,8 @@ export interface ClaimedRow {
   timeout_ms: number | null;
   lease_ms: number;
   idempotency_key: string | null;
+  /** Its slot is freed when the job settles; the worker then admits the key's next job. */
+  concurrency_key: string | null;
   /**
    * Size of the payload's JSON text in bytes, for the prefetch buffer's byte bound. Not
    * `pg_column_size`: that is the compressed size on disk, and repetitive JSON compresses 5-20x.
@@ -94,10 +96,11 @@ export function claimJobs(params: ClaimParams) {
       WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
       RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts,
                 j.priority, j.run_at, j.timeout_ms, j.lease_ms, j.idempotency_key,
-                octet_length(j.payload::text) AS payload_bytes
+                j.concurrency_key, octet_length(j.payload::text) AS payload_bytes
     )
     SELECT c.id::text AS id, c.queue, c.job_type, c.payload, c.attempts, c.max_attempts,
-           c.priority, c.timeout_ms, c.lease_ms, c.idempotency_key, c.payload_bytes
+           c.priority, c.timeout_ms, c.lease_ms, c.idempotency_key, c.concurrency_key,
+           c.payload_bytes
     FROM claimed c
     ORDER BY ${order}`;
 }

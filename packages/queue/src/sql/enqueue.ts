@@ -12,10 +12,16 @@ export interface JobRow {
   maxAttempts: number;
   timeoutMs: number | null;
   leaseMs: number;
+  /** With a key, the job is inserted `waiting` for a slot of it (see skiplock.admit). */
+  concurrencyKey: string | null;
+  concurrencyLimit: number | null;
 }
 
 /** The columns every job of one bulk shares when no item carries options of its own. */
-export type SharedColumns = Omit<JobRow, 'payloadJson' | 'idempotencyKey'>;
+export type SharedColumns = Omit<
+  JobRow,
+  'payloadJson' | 'idempotencyKey' | 'concurrencyKey' | 'concurrencyLimit'
+>;
 
 export interface InsertedRow {
   id: string;
@@ -29,10 +35,16 @@ export interface InsertedRow {
 
 const RUN_AT = `coalesce($6::timestamptz, now() + coalesce($7::bigint, 0) * interval '1 millisecond')`;
 
+/** A job with a concurrency key starts out waiting for a slot; skiplock.admit() makes it pending. */
+const statusFor = (key: string) =>
+  `CASE WHEN ${key} IS NULL THEN 'pending' ELSE 'waiting' END::skiplock.job_status`;
+
 const INSERT_ONE = `
 INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
-                           max_attempts, timeout_ms, lease_ms)
-VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int, $10::int)
+                           max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
+                           status)
+VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int, $10::int,
+        $11::text, $12::int, ${statusFor('$11::text')})
 ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id::text AS id`;
 
@@ -45,7 +57,7 @@ RETURNING id::text AS id`;
  */
 export function insertJob(row: JobRow): Statement {
   return {
-    name: 'skiplock_insert_job_v2',
+    name: 'skiplock_insert_job_v3',
     text: INSERT_ONE,
     values: [
       row.queue,
@@ -58,6 +70,8 @@ export function insertJob(row: JobRow): Statement {
       row.maxAttempts,
       row.timeoutMs,
       row.leaseMs,
+      row.concurrencyKey,
+      row.concurrencyLimit,
     ],
   };
 }
@@ -131,6 +145,8 @@ function columnArrays(rows: readonly JobRow[], withKey: boolean): unknown[] {
     rows.map((r) => r.maxAttempts),
     rows.map((r) => r.timeoutMs),
     rows.map((r) => r.leaseMs),
+    rows.map((r) => r.concurrencyKey),
+    rows.map((r) => r.concurrencyLimit),
   ];
 }
 
@@ -138,16 +154,17 @@ const INSERT_UNKEYED = `
 WITH input AS (
   SELECT nextval('skiplock.jobs_id_seq') AS id, t.*
   FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::bigint[],
-              $7::int[], $8::int[], $9::int[])
+              $7::int[], $8::int[], $9::int[], $10::text[], $11::int[])
     WITH ORDINALITY AS t(queue, job_type, payload, priority, run_at, delay_ms, max_attempts,
-                         timeout_ms, lease_ms, ord)
+                         timeout_ms, lease_ms, concurrency_key, concurrency_limit, ord)
 ),
 ins AS (
   INSERT INTO skiplock.jobs (id, queue, job_type, payload, priority, run_at, max_attempts,
-                             timeout_ms, lease_ms)
+                             timeout_ms, lease_ms, concurrency_key, concurrency_limit, status)
   SELECT id, queue, job_type, payload, priority,
          coalesce(run_at, now() + coalesce(delay_ms, 0) * interval '1 millisecond'),
-         max_attempts, timeout_ms, lease_ms
+         max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
+         ${statusFor('concurrency_key')}
   FROM input
 )
 SELECT id::text AS id FROM input ORDER BY ord`;
@@ -155,7 +172,7 @@ SELECT id::text AS id FROM input ORDER BY ord`;
 /** Inserts jobs with options of their own but no idempotency key: nothing can conflict. */
 export function insertUnkeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_unkeyed_jobs_v1',
+    name: 'skiplock_insert_unkeyed_jobs_v2',
     text: INSERT_UNKEYED,
     values: columnArrays(rows, false),
   };
@@ -165,16 +182,19 @@ const INSERT_KEYED = `
 WITH input AS (
   SELECT nextval('skiplock.jobs_id_seq') AS id, t.*
   FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::int[], $6::timestamptz[],
-              $7::bigint[], $8::int[], $9::int[], $10::int[])
+              $7::bigint[], $8::int[], $9::int[], $10::int[], $11::text[], $12::int[])
     WITH ORDINALITY AS t(queue, job_type, payload, idempotency_key, priority, run_at, delay_ms,
-                         max_attempts, timeout_ms, lease_ms, ord)
+                         max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
+                         ord)
 ),
 ins AS (
   INSERT INTO skiplock.jobs (id, queue, job_type, payload, idempotency_key, priority, run_at,
-                             max_attempts, timeout_ms, lease_ms)
+                             max_attempts, timeout_ms, lease_ms, concurrency_key,
+                             concurrency_limit, status)
   SELECT id, queue, job_type, payload, idempotency_key, priority,
          coalesce(run_at, now() + coalesce(delay_ms, 0) * interval '1 millisecond'),
-         max_attempts, timeout_ms, lease_ms
+         max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
+         ${statusFor('concurrency_key')}
   FROM input ORDER BY ord
   ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING id
@@ -196,7 +216,7 @@ ORDER BY input.ord`;
  */
 export function insertKeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_keyed_jobs_v2',
+    name: 'skiplock_insert_keyed_jobs_v3',
     text: INSERT_KEYED,
     values: columnArrays(rows, true),
   };
@@ -225,7 +245,7 @@ VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, now(), $6::int, $7::in
         'processing', 1, $9::text, now(), now() + $8::int * interval '1 millisecond')
 ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id::text AS id, queue, job_type, payload, attempts, max_attempts, priority, timeout_ms,
-          lease_ms, idempotency_key`;
+          lease_ms, idempotency_key, concurrency_key`;
 
 /**
  * Inserts one job already claimed by `workerId` (attempt 1, under a lease), for a worker that
@@ -235,7 +255,7 @@ RETURNING id::text AS id, queue, job_type, payload, attempts, max_attempts, prio
  */
 export function insertLeasedJob(row: JobRow, workerId: string): Statement {
   return {
-    name: 'skiplock_insert_leased_job_v1',
+    name: 'skiplock_insert_leased_job_v2',
     text: INSERT_LEASED,
     values: [
       row.queue,

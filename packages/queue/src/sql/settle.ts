@@ -59,8 +59,11 @@ export function failJob(p: FailParams) {
  * `MAX_ERROR_HISTORY` entries.
  */
 export function failedAttempt(f: { status: SQL; delayMs: SQL; reason: SQL; message: SQL }) {
+  // A job with a concurrency key gives its slot back while it waits for the retry: it goes
+  // `waiting`, and an admission pass makes it pending again once it is due and a slot is free.
   return sql`
-        status = ${f.status},
+        status = CASE WHEN ${f.status} = 'retryable' AND j.concurrency_key IS NOT NULL
+                      THEN 'waiting'::skiplock.job_status ELSE ${f.status} END,
         run_at = CASE WHEN ${f.status} = 'retryable'
                       THEN now() + ${f.delayMs} * interval '1 millisecond' ELSE j.run_at END,
         last_error = ${f.message},

@@ -1,0 +1,256 @@
+import { describe, expect, it, beforeEach } from 'vitest';
+import { z } from 'zod';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { ConfigError, createAdmitter, createClient, defineJob } from '../src/index.js';
+import { fastBackoff, quiet, testWorker } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+const admitter = createAdmitter({ pool: db.pool, logger: quiet });
+
+beforeEach(async () => {
+  await db.pool.query('TRUNCATE skiplock.jobs');
+});
+
+const tenantJob = defineJob({
+  type: 'tenant.sync',
+  queue: 'ck',
+  payload: z.object({ tenant: z.string(), n: z.number() }),
+  concurrencyKey: (p) => `tenant:${p.tenant}`,
+  concurrencyLimit: 2,
+  handler: async () => {},
+});
+
+/** Jobs by status for each concurrency key (unkeyed jobs under ''). */
+async function byKey(): Promise<Record<string, Record<string, number>>> {
+  const { rows } = await db.pool.query<{ key: string; status: string; n: number }>(
+    `SELECT coalesce(concurrency_key, '') AS key, status, count(*)::int AS n
+     FROM skiplock.jobs GROUP BY 1, 2 ORDER BY 1, 2`,
+  );
+  const out: Record<string, Record<string, number>> = {};
+  for (const r of rows) (out[r.key] ??= {})[r.status] = r.n;
+  return out;
+}
+
+describe('concurrency keys', () => {
+  it('inserts keyed jobs waiting, and admission makes at most `limit` of a key pending', async () => {
+    await client.enqueueMany(
+      tenantJob,
+      ['a', 'a', 'a', 'a', 'b'].map((tenant, n) => ({ payload: { tenant, n } })),
+    );
+    expect(await byKey()).toEqual({ 'tenant:a': { waiting: 4 }, 'tenant:b': { waiting: 1 } });
+    expect(await admitter.runOnce()).toEqual({ admitted: 3 });
+    expect(await byKey()).toEqual({
+      'tenant:a': { pending: 2, waiting: 2 },
+      'tenant:b': { pending: 1 },
+    });
+    // Nothing freed, nothing more admitted, however often it runs.
+    expect(await admitter.runOnce()).toEqual({ admitted: 0 });
+    expect(await admitter.runOnce({ keys: ['tenant:a'] })).toEqual({ admitted: 0 });
+    // Admission order within a key is the claim order: priority, then run_at, then id.
+    const { rows } = await db.pool.query<{ n: number }>(
+      `SELECT (payload->>'n')::int AS n FROM skiplock.jobs
+       WHERE concurrency_key = 'tenant:a' AND status = 'pending' ORDER BY id`,
+    );
+    expect(rows.map((r) => r.n)).toEqual([0, 1]);
+  });
+
+  it('never holds other keys or unkeyed jobs back behind a busy key (no head-of-line blocking)', async () => {
+    const plain = defineJob({
+      type: 'plain',
+      queue: 'ck',
+      payload: z.object({}),
+      handler: async () => {},
+    });
+    // 200 jobs of one key, limit 1, ahead of everything else in the queue and at higher priority.
+    await client.enqueueMany(
+      tenantJob,
+      Array.from({ length: 200 }, (_, n) => ({
+        payload: { tenant: 'busy', n },
+        priority: 10,
+        concurrencyLimit: 1,
+      })),
+    );
+    await client.enqueue(tenantJob, { tenant: 'calm', n: 0 });
+    await client.enqueue(plain, {});
+    await admitter.runOnce();
+    const ran: string[] = [];
+    const worker = testWorker(
+      db.pool,
+      [
+        { ...tenantJob, handler: (p: { tenant: string }) => void ran.push(p.tenant) },
+        { ...plain, handler: () => void ran.push('plain') },
+      ],
+      { queues: ['ck'], concurrency: 10, admitter: false },
+    );
+    // One claim takes the busy key's one admitted job, the calm key's and the plain job: the
+    // 199 waiting jobs are not in the claim's index, so the claim never reads them.
+    expect(await worker.runOnce()).toBe(3);
+    expect(ran.sort()).toEqual(['busy', 'calm', 'plain']);
+    expect((await byKey())['tenant:busy']).toEqual({ completed: 1, waiting: 199 });
+  });
+
+  it('a worker drains a key through its slots: never more than `limit` processing', async () => {
+    let maxSeen = 0;
+    const worker = testWorker(
+      db.pool,
+      [
+        {
+          ...tenantJob,
+          handler: async () => {
+            const { rows } = await db.pool.query<{ n: number }>(
+              `SELECT count(*)::int AS n FROM skiplock.jobs
+               WHERE concurrency_key = 'tenant:x' AND status = 'processing'`,
+            );
+            maxSeen = Math.max(maxSeen, rows[0]!.n);
+            await new Promise((r) => setTimeout(r, 5));
+          },
+        },
+      ],
+      { queues: ['ck'], concurrency: 8, listen: true, admitter: { intervalMs: 200 } },
+    );
+    await worker.start();
+    try {
+      await client.enqueueMany(
+        tenantJob,
+        Array.from({ length: 40 }, (_, n) => ({ payload: { tenant: 'x', n } })),
+      );
+      await waitFor(async () => (await byKey())['tenant:x']?.['completed'] === 40, {
+        what: '40 jobs of one key completed',
+        timeoutMs: 30_000,
+      });
+    } finally {
+      await worker.stop();
+    }
+    expect(maxSeen).toBe(2);
+    expect(worker.admitter!.metrics.counter('jobs_admitted_total')).toBe(40);
+  });
+
+  it('a retry gives the slot back while it waits, and the job is admitted again once due', async () => {
+    let calls = 0;
+    const flaky = defineJob({
+      ...tenantJob,
+      type: 'tenant.flaky',
+      concurrencyLimit: 1,
+      backoff: { ...fastBackoff, baseMs: 300, maxMs: 300 },
+      handler: async (p: { n: number }) => {
+        calls += 1;
+        if (p.n === 0 && calls === 1) throw new Error('first attempt fails');
+      },
+    });
+    const [first] = await client.enqueueMany(flaky, [
+      { payload: { tenant: 't', n: 0 } },
+      { payload: { tenant: 't', n: 1 } },
+    ]);
+    const worker = testWorker(db.pool, [flaky], { queues: ['ck'], admitter: false });
+    await admitter.runOnce();
+    expect(await worker.runOnce()).toBe(1);
+    // The failed job waits for its retry without its slot, so the second job was admitted.
+    const job = await client.getJob(first!.id);
+    expect(job).toMatchObject({ status: 'waiting', attempts: 1, concurrencyKey: 'tenant:t' });
+    await admitter.runOnce({ keys: ['tenant:t'] });
+    expect(await byKey()).toEqual({ 'tenant:t': { pending: 1, waiting: 1 } });
+    expect(await worker.runOnce()).toBe(1);
+    // Not due yet: the pass leaves it waiting; once due, the pass admits it and it runs.
+    expect(await admitter.runOnce()).toEqual({ admitted: 0 });
+    await new Promise((r) => setTimeout(r, 350));
+    expect(await admitter.runOnce()).toEqual({ admitted: 1 });
+    expect(await worker.runOnce()).toBe(1);
+    expect(await byKey()).toEqual({ 'tenant:t': { completed: 2 } });
+  });
+
+  it('cancelling a pending job admits the next; a retried dead job waits for a slot', async () => {
+    const one = defineJob({ ...tenantJob, type: 'tenant.one', concurrencyLimit: 1 });
+    const [a, b] = await client.enqueueMany(one, [
+      { payload: { tenant: 'c', n: 0 } },
+      { payload: { tenant: 'c', n: 1 } },
+    ]);
+    await admitter.runOnce();
+    expect((await client.getJob(a!.id))!.status).toBe('pending');
+    expect(await client.cancelJob(a!.id)).toBe(true);
+    expect((await client.getJob(b!.id))!.status).toBe('pending');
+    // A cancelled job retried by an operator goes back through admission: b holds the slot.
+    expect(await client.retryJob(a!.id)).toBe(true);
+    expect((await client.getJob(a!.id))!.status).toBe('waiting');
+    expect(await client.cancelJob(b!.id)).toBe(true);
+    expect((await client.getJob(a!.id))!.status).toBe('pending');
+  });
+
+  it('a delayed job is admitted only when due, so it holds no slot before', async () => {
+    const one = defineJob({ ...tenantJob, type: 'tenant.later', concurrencyLimit: 1 });
+    const later = await client.enqueue(one, { tenant: 'd', n: 0 }, { delayMs: 60_000 });
+    const now = await client.enqueue(one, { tenant: 'd', n: 1 });
+    await admitter.runOnce();
+    expect((await client.getJob(later.id))!.status).toBe('waiting');
+    expect((await client.getJob(now.id))!.status).toBe('pending');
+  });
+
+  it('takes the key and limit from the enqueue when given; null means no key', async () => {
+    const plainKeyed = defineJob({
+      type: 'opt',
+      queue: 'ck',
+      payload: z.object({}),
+      handler: async () => {},
+    });
+    const a = await client.enqueue(plainKeyed, {}, { concurrencyKey: 'api', concurrencyLimit: 3 });
+    const b = await client.enqueue(tenantJob, { tenant: 'e', n: 0 }, { concurrencyKey: null });
+    expect(await client.getJob(a.id)).toMatchObject({
+      status: 'waiting',
+      concurrencyKey: 'api',
+      concurrencyLimit: 3,
+    });
+    expect(await client.getJob(b.id)).toMatchObject({ status: 'pending', concurrencyKey: null });
+  });
+
+  it('refuses a bad key, naming the job type and what was wrong, and stores nothing', async () => {
+    const bad = defineJob({
+      ...tenantJob,
+      type: 'tenant.bad',
+      concurrencyKey: (p) => (p.tenant === 'long' ? 'x'.repeat(201) : ''),
+    });
+    await expect(client.enqueue(bad, { tenant: 'long', n: 0 })).rejects.toThrow(ConfigError);
+    await expect(client.enqueue(bad, { tenant: 'empty', n: 0 })).rejects.toThrow(
+      /job type "tenant.bad": concurrencyKey returned ""/,
+    );
+    await expect(
+      client.enqueue(tenantJob, { tenant: 'a', n: 0 }, { concurrencyLimit: 0 }),
+    ).rejects.toThrow(/concurrencyLimit/);
+    expect(() =>
+      defineJob({ ...tenantJob, concurrencyKey: 'tenant' as unknown as () => string }),
+    ).toThrow(/concurrencyKey must be a function/);
+    expect(await byKey()).toEqual({});
+  });
+
+  it('admitters racing on one key over many connections never admit past the limit', async () => {
+    const one = defineJob({ ...tenantJob, type: 'tenant.race', concurrencyLimit: 3 });
+    await client.enqueueMany(
+      one,
+      Array.from({ length: 50 }, (_, n) => ({ payload: { tenant: 'r', n } })),
+    );
+    const pools = Array.from({ length: 4 }, () => db.newPool(5));
+    const racers = pools.map((pool) => createAdmitter({ pool, logger: quiet }));
+    // 20 admissions at once, half waiting for the key's lock and half skipping it when held.
+    await Promise.all(
+      racers.flatMap((r) =>
+        Array.from({ length: 5 }, (_, i) =>
+          i % 2 ? r.runOnce() : r.runOnce({ keys: ['tenant:r'] }),
+        ),
+      ),
+    );
+    expect(await byKey()).toEqual({ 'tenant:r': { pending: 3, waiting: 47 } });
+  });
+
+  it('refuses to admit under a fixed snapshot, which could miss a concurrent admission', async () => {
+    const tx = await db.pool.connect();
+    try {
+      await tx.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      await expect(
+        tx.query(`SELECT * FROM skiplock.admit(ARRAY['k'], true, 1, NULL)`),
+      ).rejects.toThrow(/READ COMMITTED/);
+    } finally {
+      await tx.query('ROLLBACK');
+      tx.release();
+    }
+  });
+});

@@ -1,0 +1,20 @@
+import { defineJob } from '@skiplock/queue';
+import { z } from 'zod';
+
+/**
+ * The job type of the concurrency-key crash test: `tenant` names the key, limit 2. The test
+ * enqueues it; keyed-worker-process.ts runs it with a handler that sleeps.
+ */
+export function keyedJob(handler: () => Promise<void> = async () => {}, leaseMs = 2_000) {
+  return defineJob({
+    type: 'keyed.work',
+    queue: 'keyed',
+    payload: z.object({ tenant: z.number().int(), n: z.number().int() }),
+    concurrencyKey: (p) => `tenant:${p.tenant}`,
+    concurrencyLimit: 2,
+    maxAttempts: 100,
+    leaseMs,
+    backoff: { baseMs: 20, maxMs: 200 },
+    handler,
+  });
+}

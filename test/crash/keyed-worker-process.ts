@@ -1,0 +1,30 @@
+/**
+ * One worker process of the concurrency-key crash test (concurrency-keys.test.ts): runs
+ * `keyed.work` jobs, each sleeping 40-80 ms (long enough that 5,000 of them outlast a lease), with a 2 s lease and a fast sweeper and admitter, so
+ * a SIGKILLed process's jobs come back within seconds. Logs `{ reason: 'started' }` when it runs.
+ */
+import { createWorker } from '@skiplock/queue';
+import pg from 'pg';
+import { pino } from 'pino';
+import { keyedJob } from './keyed-job.js';
+
+const url = process.env.DATABASE_URL;
+if (!url) throw new Error('keyed-worker-process: set DATABASE_URL');
+const pool = new pg.Pool({ connectionString: url, max: 6 });
+pool.on('error', () => {});
+const job = keyedJob(
+  () => new Promise((resolve) => setTimeout(resolve, 40 + Math.floor(Math.random() * 41))),
+);
+const worker = createWorker({
+  pool,
+  jobs: [job],
+  queues: ['keyed'],
+  concurrency: 8,
+  heartbeatIntervalMs: 300,
+  sweeper: { intervalMs: 300 },
+  retention: false,
+  admitter: { intervalMs: 250 },
+  logger: pino({ level: 'info' }),
+});
+process.on('SIGTERM', () => void worker.stop().then(() => pool.end()));
+await worker.start();
