@@ -44,6 +44,10 @@ describe('the README programs', () => {
     );
   });
 
+  it('concurrency.ts runs one tenant two at a time without holding the other back', async () => {
+    expect(await runProgram('concurrency.ts')).toBe('acme: at most 2 at once; globex: 1');
+  });
+
   it('saga.ts completes one saga and compensates the declined one', async () => {
     expect(await runProgram('saga.ts')).toBe(
       [

@@ -2,7 +2,9 @@ import { describe, expect, it, beforeEach } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
+import { PgDialect } from 'drizzle-orm/pg-core';
 import { ConfigError, createAdmitter, createClient, defineJob } from '../src/index.js';
+import { claimJobs } from '../src/sql/claim.js';
 import { fastBackoff, quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
@@ -252,5 +254,54 @@ describe('concurrency keys', () => {
       await tx.query('ROLLBACK');
       tx.release();
     }
+  });
+
+  it('reads indexes only: the claim skips 40,000 waiting jobs, admission reads a few pages', async () => {
+    // 40 waiting jobs in each of 1,000 keys, one admitted per key, and 40,000 finished jobs.
+    await db.pool.query(`
+      INSERT INTO skiplock.jobs (queue, job_type, status, concurrency_key, concurrency_limit)
+      SELECT 'plan', 't', 'waiting', 'tenant:' || (g % 1000), 1 FROM generate_series(1, 41000) g;
+      INSERT INTO skiplock.jobs (queue, job_type, status, completed_at)
+      SELECT 'plan', 't', 'completed', now() FROM generate_series(1, 40000);
+      ANALYZE skiplock.jobs`);
+    await admitter.runOnce();
+    const plan = async (text: string, params: unknown[] = []) =>
+      (
+        await db.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${text}`, params)
+      ).rows
+        .map((r) => r['QUERY PLAN'])
+        .join('\n');
+    // The statements skiplock.admit() runs for one key (migrations-flow/0000_admission.sql).
+    const head = await plan(`
+      SELECT j.concurrency_limit FROM skiplock.jobs j
+      WHERE j.concurrency_key = 'tenant:7' AND j.status = 'waiting' AND j.run_at <= now()
+      ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1`);
+    expect(head).toMatch(/Index Scan using jobs_waiting_idx/);
+    const slots = await plan(`
+      SELECT count(*) FROM skiplock.jobs j
+      WHERE j.concurrency_key = 'tenant:7' AND j.status IN ('pending', 'retryable', 'processing')`);
+    expect(slots).toMatch(/Index Only Scan using jobs_admitted_idx/);
+    const nextKey = await plan(`
+      SELECT j.concurrency_key FROM skiplock.jobs j
+      WHERE j.status = 'waiting' AND j.concurrency_key > 'tenant:7'
+      ORDER BY j.concurrency_key LIMIT 1`);
+    expect(nextKey).toMatch(/Index Only Scan using jobs_waiting_idx/);
+    for (const p of [head, slots, nextKey]) {
+      expect(p).not.toMatch(/Seq Scan|Sort/);
+      // A handful of pages, not a scan of the key's backlog or of the table.
+      const hits = [...p.matchAll(/shared hit=(\d+)/g)].map((m) => Number(m[1]));
+      expect(Math.max(...hits)).toBeLessThan(20);
+    }
+    // The claim: one ordered scan of the claim index, which holds the 1,000 admitted jobs only.
+    const q = new PgDialect().sqlToQuery(
+      claimJobs({ queues: ['plan'], limit: 100, workerId: 'w', agingMs: null, asyncCommit: true }),
+    );
+    const claim = await plan(q.sql, q.params);
+    expect(claim).toMatch(/Index Scan using jobs_claim_idx/);
+    expect(claim).not.toMatch(/Seq Scan|jobs_waiting_idx/);
+    // It reads the 100 rows it takes: no waiting row is in its way.
+    expect(claim).toMatch(
+      /Index Scan using jobs_claim_idx on jobs j .*actual time=\S+ rows=100 loops=1/,
+    );
   });
 });
