@@ -40,6 +40,7 @@ const KNOWN = [
   'processes',
   'saga-inflight',
   'table-size',
+  'keys',
 ];
 for (const name of only ?? []) {
   if (!KNOWN.includes(name))
@@ -70,6 +71,7 @@ const plan = {
   latencyWarmup: quick ? 5 : 20,
   churnJobs: quick ? 1_000 : 200_000,
   bigTable: { completed: 1_800_000, pending: 200_000 },
+  keysJobs: quick ? 2_000 : 20_000,
 };
 
 // Quick runs (CI) drive every adapter at least once, with the fewest runs that do so.
@@ -222,6 +224,37 @@ async function main(): Promise<void> {
         for (const t of templates.values()) await t.drop();
       }
     }
+    if (wanted('keys')) {
+      const s: ScenarioResult = {
+        id: 'keys',
+        title: `Drain with concurrency keys: ${plan.keysJobs.toLocaleString('en-US')} jobs over 1,000 keys, limit 1 per key, 2 processes × 10`,
+        metric: 'jobs/s',
+        higherIsBetter: true,
+        columns: {
+          mostPerKey: 'most of a key at once',
+          perKeySamples: 'samples',
+        },
+        rows: [],
+        notes: [
+          'Job i has key k<i mod 1000>. skiplock-keyed names it with concurrencyKey (limit 1); pg-boss 12 puts the job in that group and its workers fetch with groupConcurrency 1 (limit across all nodes). skiplock (defaults) and pg-boss 12 without groups drain the same jobs unlimited.',
+          '"most of a key at once" is the largest number of jobs of one key the database showed running (skiplock: processing, pg-boss: active), sampled back to back on a separate connection during the drain; above 1 is overshoot. The sampling connection is the same load for both.',
+        ],
+      };
+      scenarios.push(s);
+      await interleaved(
+        s,
+        '2 processes × 10',
+        ['skiplock', 'skiplock-keyed', 'pgboss12', 'pgboss12-group'],
+        (system) =>
+          drainRun(ctx, system, {
+            jobs: plan.keysJobs,
+            processes: 2,
+            concurrency: 10,
+            timeoutMs: quick ? 10_000 : 30_000,
+            samplePerKey: system === 'skiplock-keyed' || system === 'pgboss12-group',
+          }),
+      );
+    }
     if (wanted('sagas')) {
       scenarios.push(await runSagas({ adminUrl, quick, reps, log }));
     }
@@ -290,6 +323,7 @@ async function main(): Promise<void> {
         '@skiplock/queue': packageVersion('@skiplock/queue'),
         'graphile-worker': packageVersion('graphile-worker'),
         'pg-boss': packageVersion('pg-boss'),
+        'pg-boss 12 (keys scenario)': packageVersion('pg-boss-12'),
         '@dbos-inc/dbos-sdk': packageVersion('@dbos-inc/dbos-sdk'),
         pg: packageVersion('pg'),
       },

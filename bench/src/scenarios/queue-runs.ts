@@ -77,6 +77,37 @@ async function finish(children: ChildHandle[]): Promise<ChildReport[]> {
 }
 
 /**
+ * Samples, back to back on its own connection while a drain runs, the most jobs of one key (or
+ * group) the system shows running at one instant: above the limit is overshoot.
+ */
+async function perKeySampler(url: string, system: QueueSystem) {
+  const sql = system.mostActivePerKeySql;
+  if (!sql) throw new Error(`${system.id} cannot report jobs running per key`);
+  const client = await connect(url);
+  let running = true;
+  let loop: Promise<void> = Promise.resolve();
+  const state = {
+    most: 0,
+    samples: 0,
+    start() {
+      loop = (async () => {
+        while (running) {
+          const { rows } = await client.query<{ n: number }>(sql);
+          state.most = Math.max(state.most, rows[0]!.n);
+          state.samples += 1;
+        }
+      })();
+    },
+    async stop() {
+      if (!running) return;
+      running = false;
+      await loop.finally(() => client.end());
+    },
+  };
+  return state;
+}
+
+/**
  * Drains `jobs` queued jobs with worker processes; the clock runs from `go` until the database
  * shows every job settled (a handler run is not enough: the completion must be committed).
  */
@@ -89,11 +120,14 @@ export async function drainRun(
     concurrency: number;
     timeoutMs: number;
     template?: string;
+    /** Sample the most jobs of one key running at once, on a connection of its own. */
+    samplePerKey?: boolean;
   },
 ): Promise<Measurement & { claimLatencies: number[] }> {
   const system = await queueSystem(systemId);
   const db = await preparedDatabase(ctx, system, opts.template ? 0 : opts.jobs, opts.template);
   const admin = await connect(db.url);
+  const sampler = opts.samplePerKey ? await perKeySampler(db.url, system) : null;
   try {
     const children = await startWorkers(db.url, systemId, opts.processes, opts.concurrency);
     let reports: ChildReport[];
@@ -104,6 +138,7 @@ export async function drainRun(
     const t0 = performance.now();
     try {
       for (const c of children) c.send({ type: 'go' });
+      sampler?.start();
       const deadline = t0 + opts.timeoutMs;
       // Handler counts come over IPC (cheap); the database is asked only near the end.
       while (children.reduce((n, c) => n + c.handled, 0) < opts.jobs) {
@@ -116,6 +151,7 @@ export async function drainRun(
         await sleep(5);
       }
       elapsedMs = performance.now() - t0;
+      await sampler?.stop();
       done = opts.jobs - (await remaining(admin, system));
       after = await sampleServer(admin, db.name);
     } finally {
@@ -132,6 +168,7 @@ export async function drainRun(
         claimP95Ms: quantile(claimLatencies, 0.95),
         claims: claimLatencies.length,
         jobsPerClaim: claimLatencies.length > 0 ? done / claimLatencies.length : null,
+        ...(sampler ? { mostPerKey: sampler.most, perKeySamples: sampler.samples } : {}),
       },
       accounting: account(done, delta, reports),
       claimLatencies,
@@ -140,6 +177,7 @@ export async function drainRun(
         : {}),
     };
   } finally {
+    await sampler?.stop();
     await admin.end();
     await db.drop();
   }

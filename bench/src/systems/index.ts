@@ -10,6 +10,9 @@ const loaders: Record<string, () => Promise<QueueSystem>> = {
   graphile: async () => (await import('./graphile.js')).graphileDefaults,
   'graphile-lq': async () => (await import('./graphile.js')).graphileLocalQueue,
   pgboss: async () => (await import('./pgboss.js')).pgboss,
+  'skiplock-keyed': async () => (await import('./skiplock.js')).skiplockKeyed,
+  pgboss12: async () => (await import('./pgboss12.js')).pgboss12,
+  'pgboss12-group': async () => (await import('./pgboss12.js')).pgboss12Group,
 };
 
 export const queueSystemIds = Object.keys(loaders);

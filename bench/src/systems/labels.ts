@@ -8,6 +8,9 @@ export const systemLabels: Record<string, string> = {
   graphile: 'graphile-worker (defaults)',
   'graphile-lq': 'graphile-worker (localQueue 500, batched completion)',
   pgboss: 'pg-boss (batch 100, poll 0.5 s)',
+  'skiplock-keyed': 'skiplock (concurrencyKey over 1,000 keys, limit 1)',
+  pgboss12: 'pg-boss 12 (batch 100, poll 0.5 s)',
+  'pgboss12-group': 'pg-boss 12 (groupConcurrency 1 over 1,000 groups)',
   'skiplock-saga': 'skiplock saga (defaults)',
   dbos: 'DBOS 5.3 workflow',
 };

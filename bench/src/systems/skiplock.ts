@@ -8,8 +8,16 @@ import { chunks, type Payload, type QueueSystem } from './types.js';
 const logger = pino({ level: 'warn' });
 const payload = z.object({ i: z.number(), t: z.number() });
 
-function noopJob(onJob: (p: Payload) => void = () => {}) {
-  return defineJob({ type: 'bench.noop', payload, handler: (p) => onJob(p) });
+/** Jobs of the concurrency-key drain spread over this many keys (`i % KEYS`). */
+export const KEYS = 1_000;
+
+function noopJob(onJob: (p: Payload) => void = () => {}, keyed = false) {
+  return defineJob({
+    type: 'bench.noop',
+    payload,
+    handler: (p) => onJob(p),
+    ...(keyed ? { concurrencyKey: (p: Payload) => `k${p.i % KEYS}`, concurrencyLimit: 1 } : {}),
+  });
 }
 
 /**
@@ -19,6 +27,7 @@ function noopJob(onJob: (p: Payload) => void = () => {}) {
 function skiplockSystem(
   id: string,
   workerOptions: { listen?: boolean; asyncCommit?: boolean; preparedStatements?: boolean } = {},
+  keyed = false,
 ): QueueSystem {
   return {
     id,
@@ -28,7 +37,7 @@ function skiplockSystem(
     },
     async enqueueBulk(url, payloads, chunk) {
       const client = createClient({ connectionString: url, logger });
-      const job = noopJob();
+      const job = noopJob(undefined, keyed);
       try {
         for (const part of chunks(payloads, chunk)) {
           await client.enqueueMany(
@@ -42,7 +51,7 @@ function skiplockSystem(
     },
     async producer(url) {
       const client = createClient({ connectionString: url, logger });
-      const job = noopJob();
+      const job = noopJob(undefined, keyed);
       return {
         enqueue: async (p) => {
           await client.enqueue(job, p);
@@ -59,7 +68,7 @@ function skiplockSystem(
     async worker({ url, concurrency, onJob, retention }) {
       const worker = createWorker({
         connectionString: url,
-        jobs: [noopJob(onJob)],
+        jobs: [noopJob(onJob, keyed)],
         concurrency,
         logger,
         ...workerOptions,
@@ -75,6 +84,9 @@ function skiplockSystem(
     remainingSql: `SELECT count(*)::int AS n FROM skiplock.jobs WHERE status NOT IN ('completed', 'dead', 'cancelled')`,
     schema: 'skiplock',
     isClaim: (text) => text.includes("SET status = 'processing'"),
+    mostActivePerKeySql: `SELECT coalesce(max(n), 0)::int AS n FROM (
+      SELECT count(*) AS n FROM skiplock.jobs
+      WHERE status = 'processing' AND concurrency_key IS NOT NULL GROUP BY concurrency_key) k`,
   };
 }
 
@@ -87,3 +99,5 @@ export const skiplockSyncCommit = skiplockSystem('skiplock-sync', { asyncCommit:
 export const skiplockUnprepared = skiplockSystem('skiplock-unprepared', {
   preparedStatements: false,
 });
+/** Every job names a concurrency key (`k<i % 1000>`) with limit 1. */
+export const skiplockKeyed = skiplockSystem('skiplock-keyed', {}, true);

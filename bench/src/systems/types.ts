@@ -42,6 +42,8 @@ export interface QueueSystem {
   schema: string;
   /** Recognizes the statement that claims jobs, for claim latency. */
   isClaim(text: string): boolean;
+  /** The most jobs of one concurrency key (group) running at one instant, for the keys drain. */
+  mostActivePerKeySql?: string;
 }
 
 export const wallClockMs = (): number => performance.timeOrigin + performance.now();

@@ -7,6 +7,7 @@ import { createDefaultLogger, type Logger } from './logger.js';
 import { Metrics } from './metrics.js';
 import { IntervalService } from './service.js';
 import { admitKeys, type AdmitRow } from './sql/admit.js';
+import type { ClaimedRow } from './sql/claim.js';
 
 const admitterOptionsSchema = z
   .object({
@@ -19,6 +20,19 @@ const admitterOptionsSchema = z
   .strict();
 
 export type AdmitterOptions = z.input<typeof admitterOptionsSchema>;
+
+/**
+ * A worker that takes admitted jobs itself: they come back leased to it, as a claim would return
+ * them, and never go through NOTIFY and a claim. Only jobs of its queues and types, up to `room()`.
+ */
+export interface AdmitterLease {
+  workerId: string;
+  queues: readonly string[];
+  types: readonly string[];
+  /** How many more jobs the worker can hold now (0 while it stops). */
+  room(): number;
+  adopt(rows: ClaimedRow[]): void;
+}
 
 export interface AdmitResult {
   admitted: number;
@@ -51,16 +65,22 @@ const MAX_REMEMBERED_KEYS = 10_000;
  * hosts can run it at once: this service only decides when. Three triggers:
  * - `freed(key)` after this worker settled a job of the key: its slot is free, so the next
  *   waiting job is admitted at once (the key's lock is waited for, so the admission cannot be
- *   missed). Settles that land together are admitted in one statement.
+ *   missed). Settles that land together are admitted in one statement. With `lease`, admitted
+ *   jobs this worker can run come back leased to it and start at once: no NOTIFY, no claim.
  * - `poke(key)` on the NOTIFY an insert of waiting jobs sends; a key whose lock is held is
  *   skipped, since its holder or the next pass admits it.
  * - a full pass every `intervalMs`: waiting jobs that became due (a retry's backoff, a delayed
  *   job), slots given back where no worker noticed (a lease expired, a job cancelled).
  */
 export function createAdmitter(
-  options: AdmitterOptions & { pool: pg.Pool; logger?: Logger; metrics?: Metrics },
+  options: AdmitterOptions & {
+    pool: pg.Pool;
+    logger?: Logger;
+    metrics?: Metrics;
+    lease?: AdmitterLease | undefined;
+  },
 ): Admitter {
-  const { pool, logger = createDefaultLogger(), metrics = new Metrics(), ...rest } = options;
+  const { pool, logger = createDefaultLogger(), metrics = new Metrics(), lease, ...rest } = options;
   const config = parseConfig('admitter options', admitterOptionsSchema, rest);
   let freedKeys = new Set<string>();
   let pokedKeys = new Set<string>();
@@ -70,13 +90,24 @@ export function createAdmitter(
   let cursor: string | null = null;
 
   async function admit(keys: readonly string[] | null, wait: boolean): Promise<AdmitRow> {
+    const room = lease ? lease.room() : 0;
     const row = (
       await runSql<AdmitRow>(
         pool,
-        admitKeys({ keys, wait, maxKeys: config.maxKeys, afterKey: keys ? null : cursor }),
+        admitKeys({
+          keys,
+          wait,
+          maxKeys: config.maxKeys,
+          afterKey: keys ? null : cursor,
+          lease: lease && room > 0 ? { ...lease, max: room } : null,
+        }),
       )
     ).rows[0]!;
     if (row.admitted > 0) metrics.inc('jobs_admitted_total', row.admitted);
+    if (row.leased.length > 0) {
+      metrics.inc('jobs_admitted_leased_total', row.leased.length);
+      lease!.adopt(row.leased);
+    }
     return row;
   }
 

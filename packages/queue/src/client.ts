@@ -520,7 +520,13 @@ export function createClient(options: ClientOptions = {}): Client {
     if (!row?.concurrency_key || tx) return;
     await runSql(
       pool,
-      admitKeys({ keys: [row.concurrency_key], wait: true, maxKeys: 1, afterKey: null }),
+      admitKeys({
+        keys: [row.concurrency_key],
+        wait: true,
+        maxKeys: 1,
+        afterKey: null,
+        lease: null,
+      }),
     );
   }
 

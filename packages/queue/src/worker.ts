@@ -234,6 +234,18 @@ export function createWorker(options: WorkerOptions): Worker {
           logger,
           metrics,
           ...(typeof options.admitter === 'object' ? options.admitter : {}),
+          // The next job of a key this worker just freed runs here at once, leased by the
+          // admission itself: a key's jobs follow each other without a NOTIFY and a claim.
+          lease: {
+            workerId: id,
+            queues,
+            types: [...definitions.keys()],
+            room: () => (state === 'running' ? leaseRoom() : 0),
+            adopt: (rows) => {
+              for (const row of rows) void accept(row);
+              pump();
+            },
+          },
         });
   const deps: ExecutorDeps = {
     pool,
@@ -411,6 +423,15 @@ export function createWorker(options: WorkerOptions): Worker {
     const room = target - buffered.length - active;
     const unsettledRoom = 2 * target - running.size;
     return Math.min(room, unsettledRoom, batchSize);
+  }
+
+  /** Jobs an admission may lease to this worker now: the claim's bound, without its hysteresis. */
+  function leaseRoom(): number {
+    const target = config.concurrency + prefetchLimit();
+    return Math.max(
+      0,
+      Math.min(target - buffered.length - active, 2 * target - running.size, batchSize),
+    );
   }
 
   /**

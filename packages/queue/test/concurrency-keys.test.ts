@@ -127,6 +127,8 @@ describe('concurrency keys', () => {
     }
     expect(maxSeen).toBe(2);
     expect(worker.admitter!.metrics.counter('jobs_admitted_total')).toBe(40);
+    // After the first two, each job came leased by the admission its predecessor's settle ran.
+    expect(worker.admitter!.metrics.counter('jobs_admitted_leased_total')).toBeGreaterThan(30);
   });
 
   it('a retry gives the slot back while it waits, and the job is admitted again once due', async () => {
@@ -160,6 +162,41 @@ describe('concurrency keys', () => {
     expect(await admitter.runOnce()).toEqual({ admitted: 1 });
     expect(await worker.runOnce()).toBe(1);
     expect(await byKey()).toEqual({ 'tenant:t': { completed: 2 } });
+  });
+
+  it('leases an admitted job to the admitting worker only if it runs its queue and type', async () => {
+    const one = defineJob({ ...tenantJob, type: 'tenant.lease', concurrencyLimit: 1 });
+    await client.enqueueMany(one, [
+      { payload: { tenant: 'l', n: 0 } },
+      { payload: { tenant: 'm', n: 0 } },
+    ]);
+    const adopted: string[] = [];
+    const leasing = (types: string[]) =>
+      createAdmitter({
+        pool: db.pool,
+        logger: quiet,
+        lease: {
+          workerId: 'w-lease',
+          queues: ['ck'],
+          types,
+          room: () => 1,
+          adopt: (rows) => adopted.push(...rows.map((r) => `${r.concurrency_key}:${r.attempts}`)),
+        },
+      });
+    // Another type: both jobs become pending for whoever claims them.
+    await leasing(['other']).runOnce({ keys: ['tenant:l'] });
+    expect(adopted).toEqual([]);
+    expect((await byKey())['tenant:l']).toEqual({ pending: 1 });
+    // Its type, room for one: leased to it as a claim would (attempt 1, lock token, lease).
+    await leasing(['tenant.lease']).runOnce({ keys: ['tenant:m'] });
+    expect(adopted).toEqual(['tenant:m:1']);
+    const { rows } = await db.pool.query(
+      `SELECT status, locked_by, attempts, lease_expires_at > now() AS leased
+       FROM skiplock.jobs WHERE concurrency_key = 'tenant:m'`,
+    );
+    expect(rows).toEqual([
+      { status: 'processing', locked_by: 'w-lease', attempts: 1, leased: true },
+    ]);
   });
 
   it('cancelling a pending job admits the next; a retried dead job waits for a slot', async () => {
@@ -248,7 +285,7 @@ describe('concurrency keys', () => {
     try {
       await tx.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
       await expect(
-        tx.query(`SELECT * FROM skiplock.admit(ARRAY['k'], true, 1, NULL)`),
+        tx.query(`SELECT * FROM skiplock.admit(ARRAY['k'], true, 1, NULL, NULL, 0, NULL, NULL)`),
       ).rejects.toThrow(/READ COMMITTED/);
     } finally {
       await tx.query('ROLLBACK');
