@@ -48,6 +48,12 @@ describe('the README programs', () => {
     expect(await runProgram('concurrency.ts')).toBe('acme: at most 2 at once; globex: 1');
   });
 
+  it('singleton.ts keeps one queued job per key, with the latest payload', async () => {
+    expect(await runProgram('singleton.ts')).toBe(
+      '3 edits, 1 queued job, with the latest edit: 10:02',
+    );
+  });
+
   it('saga.ts completes one saga and compensates the declined one', async () => {
     expect(await runProgram('saga.ts')).toBe(
       [

@@ -55,6 +55,7 @@ describe('formatting', () => {
       idempotencyKey: null,
       concurrencyKey: null,
       concurrencyLimit: null,
+      singletonKey: null,
       status: 'dead',
       priority: 0,
       attempts: 2,

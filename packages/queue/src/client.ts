@@ -3,14 +3,15 @@ import type pg from 'pg';
 import { z } from 'zod';
 import {
   concurrencyKeySchema,
+  MAX_WINDOW_MS,
   parseConfig,
   queueName,
   rejectUnknownKeys,
   DEFAULT_MAX_PAYLOAD_BYTES,
 } from './config.js';
-import { runSql, type Queryable } from './db.js';
+import { runSql, withTransaction, type Queryable } from './db.js';
 import { preparedRunner } from './prepared.js';
-import type { JobDefinition, AnyJobDefinition } from './define.js';
+import type { JobDefinition, AnyJobDefinition, SingletonMode } from './define.js';
 import { asStored, findJsonProblem } from './json-safe.js';
 import { ConfigError, InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
@@ -31,8 +32,11 @@ import {
 import {
   findJobByKey,
   findJobsByKeys,
+  findSingleton,
   insertJob,
   insertKeyedJobs,
+  insertSingletonKeep,
+  insertSingletonReplace,
   insertLeasedJob,
   insertUniformJobs,
   insertUnkeyedJobs,
@@ -56,6 +60,14 @@ export interface EnqueueOptions {
   concurrencyKey?: string | null | undefined;
   /** Slots of the key for this job (default: its type's `concurrencyLimit`, else 1). */
   concurrencyLimit?: number | undefined;
+  /**
+   * At most one queued job per queue and singleton key (instead of the type's `singletonKey`;
+   * null: none). What happens to a second one is `singletonMode`'s choice (default `keep`).
+   */
+  singletonKey?: string | null | undefined;
+  singletonMode?: SingletonMode | undefined;
+  singletonWindowMs?: number | undefined;
+  singletonRunning?: boolean | undefined;
 }
 
 export interface TransactionOption {
@@ -82,6 +94,8 @@ export interface Job {
   /** Its concurrency key and that key's slots, when it has one. */
   concurrencyKey: string | null;
   concurrencyLimit: number | null;
+  /** At most one queued job per queue holds it (see `singletonMode`). */
+  singletonKey: string | null;
   status: JobStatus;
   priority: number;
   attempts: number;
@@ -151,6 +165,16 @@ export const enqueueOptionsSchema = z
     maxAttempts: z.number().int().min(1).max(1_000).optional(),
     concurrencyKey: concurrencyKeySchema.nullable().optional(),
     concurrencyLimit: z.number().int().min(1).max(10_000).optional(),
+    singletonKey: z
+      .string()
+      .min(1)
+      .max(512)
+      .refine(storableText, 'must be well-formed text without NUL characters')
+      .nullable()
+      .optional(),
+    singletonMode: z.enum(['keep', 'replace', 'throttle']).optional(),
+    singletonWindowMs: z.number().int().min(1).max(MAX_WINDOW_MS).optional(),
+    singletonRunning: z.boolean().optional(),
   })
   .strict();
 
@@ -241,6 +265,7 @@ interface RawJobRow {
   updated_at: Date;
   concurrency_key: string | null;
   concurrency_limit: number | null;
+  singleton_key: string | null;
 }
 
 export function toJob(row: RawJobRow): Job {
@@ -253,6 +278,7 @@ export function toJob(row: RawJobRow): Job {
     idempotencyKey: row.idempotency_key,
     concurrencyKey: row.concurrency_key,
     concurrencyLimit: row.concurrency_limit,
+    singletonKey: row.singleton_key,
     status: row.status,
     priority: row.priority,
     attempts: row.attempts,
@@ -398,11 +424,13 @@ export function createClient(options: ClientOptions = {}): Client {
   ): JobRow | Promise<JobRow> {
     const opts = readOptions(definition, options, where);
     const concurrencyKey = keyOf(definition, payload, opts, where);
+    const { singleton, idempotencyKey } = singletonOf(definition, payload, opts, where);
     const toJobRow = (payloadJson: string): JobRow => ({
       queue: opts.queue ?? definition.queue,
       jobType: definition.type,
       payloadJson,
-      idempotencyKey: opts.idempotencyKey ?? null,
+      idempotencyKey,
+      singleton,
       priority: opts.priority ?? definition.priority,
       runAt: opts.runAt ?? null,
       delayMs: opts.delayMs ?? null,
@@ -445,6 +473,61 @@ export function createClient(options: ClientOptions = {}): Client {
     return checked.data;
   }
 
+  /**
+   * The singleton rule of one enqueue: its key (the option, else the type's `singletonKey`), its
+   * mode and whether running jobs count. A throttle becomes an idempotency key per window
+   * (windows aligned to the epoch in this host's clock), so it holds whatever the job's state.
+   */
+  function singletonOf(
+    definition: AnyJobDefinition,
+    payload: unknown,
+    opts: EnqueueOptions,
+    where: string,
+  ): { singleton: JobRow['singleton']; idempotencyKey: string | null } {
+    const given = opts.idempotencyKey ?? null;
+    let key: unknown = opts.singletonKey;
+    if (key === undefined && definition.singletonKey) {
+      try {
+        key = definition.singletonKey(payload);
+      } catch (error) {
+        throw new ConfigError(
+          `job type "${definition.type}"${where}: singletonKey threw: ${errorText(error)}`,
+        );
+      }
+      if (key !== null && (typeof key !== 'string' || key.length < 1 || key.length > 512)) {
+        throw new ConfigError(
+          `job type "${definition.type}"${where}: singletonKey returned ${JSON.stringify(key)}; ` +
+            'it must be a string of 1 to 512 characters, or null',
+        );
+      }
+    }
+    if (key === undefined || key === null) return { singleton: null, idempotencyKey: given };
+    const mode = opts.singletonMode ?? definition.singletonMode;
+    const refuse = (why: string) =>
+      new ConfigError(`enqueue options${where} (job type "${definition.type}"): ${why}`);
+    if (mode !== 'keep' && given !== null) {
+      throw refuse(`singletonMode "${mode}" cannot be combined with an idempotencyKey`);
+    }
+    if (mode === 'throttle') {
+      const windowMs = opts.singletonWindowMs ?? definition.singletonWindowMs;
+      if (windowMs === null || windowMs === undefined) {
+        throw refuse('singletonMode "throttle" needs singletonWindowMs');
+      }
+      return {
+        singleton: null,
+        idempotencyKey: `throttle:${key as string}:${Math.floor(Date.now() / windowMs)}`,
+      };
+    }
+    return {
+      singleton: {
+        key: key as string,
+        mode,
+        running: opts.singletonRunning ?? definition.singletonRunning,
+      },
+      idempotencyKey: given,
+    };
+  }
+
   const run = preparedRunner({
     enabled: config.preparedStatements ?? true,
     pool,
@@ -465,6 +548,7 @@ export function createClient(options: ClientOptions = {}): Client {
     // whose snapshot sees the conflicting job even when its transaction committed while the insert
     // waited for it. Should that job be gone by then (pruned, or deleted by hand), the key is free
     // again and the insert is tried once more.
+    if (row.singleton && leasedTo === null) return insertSingleton(row, target);
     for (let attempt = 1; ; attempt++) {
       if (leasedTo !== null) {
         const { rows } = await run<ClaimedRow>(target, insertLeasedJob(row, leasedTo));
@@ -485,7 +569,50 @@ export function createClient(options: ClientOptions = {}): Client {
     }
   }
 
+  /**
+   * One statement without a conflict. With one, a fresh statement finds the job that holds the
+   * key (its snapshot sees a holder that committed while the insert waited); should that job have
+   * started or gone meanwhile, the insert is tried again.
+   */
+  async function insertSingleton(row: JobRow, target: Queryable): Promise<EnqueueResult> {
+    const singleton = row.singleton!;
+    const keyed = { ...row, singleton };
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const { rows } = await run<{ id: string; inserted: boolean }>(
+        target,
+        singleton.mode === 'replace' ? insertSingletonReplace(keyed) : insertSingletonKeep(keyed),
+      );
+      if (rows[0]) return { id: rows[0].id, inserted: rows[0].inserted };
+      const holder =
+        row.idempotencyKey !== null
+          ? (await run<{ id: string }>(target, findJobByKey(row.queue, row.idempotencyKey))).rows
+          : [];
+      const found =
+        holder[0] ??
+        (
+          await run<{ id: string }>(
+            target,
+            findSingleton(row.queue, singleton.key, singleton.running),
+          )
+        ).rows[0];
+      if (found) return { id: found.id, inserted: false };
+    }
+    throw new SkiplockError(
+      'enqueue_conflict',
+      `singleton key "${singleton.key}" stayed taken by a job no statement could see; try again`,
+    );
+  }
+
   async function insertMany(rows: JobRow[], target: Queryable): Promise<EnqueueResult[]> {
+    if (rows.some((r) => r.singleton !== null)) {
+      // Each row's conflict is decided by its own statement, in one transaction.
+      const each = async (tx: Queryable) => {
+        const out: EnqueueResult[] = [];
+        for (const row of rows) out.push(await insertOne(row, tx));
+        return out;
+      };
+      return target === pool ? withTransaction(pool, each) : each(target);
+    }
     if (!rows.some((r) => r.idempotencyKey !== null)) {
       const { rows: out } = await run<{ id: string }>(target, insertUnkeyedJobs(rows));
       return out.map((r) => ({ id: r.id, inserted: true }));
@@ -547,7 +674,11 @@ export function createClient(options: ClientOptions = {}): Client {
         );
       }
       const target = opts.tx ?? pool;
-      if (definition.concurrencyKey === null && items.every(hasPayloadOnly)) {
+      if (
+        definition.concurrencyKey === null &&
+        definition.singletonKey === null &&
+        items.every(hasPayloadOnly)
+      ) {
         // The common bulk: no item carries options, so every column but the payload comes from
         // the definition and travels once, not once per job.
         const payloads = await settleAll(items, (item, i) =>
@@ -706,6 +837,20 @@ export function checkEnqueueOptions(options: Record<string, unknown>): EnqueueOp
         break;
       case 'concurrencyLimit':
         if (!isIntIn(value, 1, 10_000)) return null;
+        break;
+      case 'singletonKey':
+        if (value === null) break;
+        if (typeof value !== 'string' || value.length < 1 || value.length > 512) return null;
+        if (!storableText(value)) return null;
+        break;
+      case 'singletonMode':
+        if (value !== 'keep' && value !== 'replace' && value !== 'throttle') return null;
+        break;
+      case 'singletonWindowMs':
+        if (!isIntIn(value, 1, MAX_WINDOW_MS)) return null;
+        break;
+      case 'singletonRunning':
+        if (typeof value !== 'boolean') return null;
         break;
       default:
         return null;

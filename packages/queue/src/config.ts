@@ -35,6 +35,9 @@ export const backoffSchema = z
   .partial()
   .strict();
 
+/** The longest throttle window: a year. */
+export const MAX_WINDOW_MS = 365 * 86_400_000;
+
 export const jobOptionsSchema = z
   .object({
     queue: queueName.optional(),
@@ -44,6 +47,9 @@ export const jobOptionsSchema = z
     timeoutMs: z.number().int().min(1).max(86_400_000).nullable().optional(),
     leaseMs: z.number().int().min(1_000).max(86_400_000).optional(),
     concurrencyLimit: z.number().int().min(1).max(10_000).optional(),
+    singletonMode: z.enum(['keep', 'replace', 'throttle']).optional(),
+    singletonWindowMs: z.number().int().min(1).max(MAX_WINDOW_MS).nullable().optional(),
+    singletonRunning: z.boolean().optional(),
   })
   .passthrough();
 

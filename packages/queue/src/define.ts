@@ -66,7 +66,22 @@ export interface JobOptions {
    * Used with `concurrencyKey`; an enqueue may override it.
    */
   concurrencyLimit?: number | undefined;
+  /**
+   * What an enqueue does when a queued job (pending, retryable or waiting) already has its
+   * singleton key: `keep` it (default; the enqueue returns its id), `replace` its payload,
+   * priority and run time (debounce), or `throttle`: one job per `singletonWindowMs` window.
+   */
+  singletonMode?: SingletonMode | undefined;
+  /** The window of `throttle`, in ms. */
+  singletonWindowMs?: number | null | undefined;
+  /**
+   * A running job with the key blocks a new one too (default false: a job that has started no
+   * longer holds the key). Holds between jobs that both ask for it.
+   */
+  singletonRunning?: boolean | undefined;
 }
+
+export type SingletonMode = 'keep' | 'replace' | 'throttle';
 
 export interface JobDefinitionInput<S extends StandardSchemaV1> extends JobOptions {
   /**
@@ -75,6 +90,11 @@ export interface JobDefinitionInput<S extends StandardSchemaV1> extends JobOptio
    * are shared across job types and queues. Return null for a job that takes no slot.
    */
   concurrencyKey?: ((payload: StandardSchemaV1.InferInput<S>) => string | null) | null | undefined;
+  /**
+   * Names a job's singleton key from its payload: at most one queued job per queue and key (see
+   * `singletonMode`). Return null for a job without one.
+   */
+  singletonKey?: ((payload: StandardSchemaV1.InferInput<S>) => string | null) | null | undefined;
   /** Stable name stored with each job; keep it when renaming code so queued jobs still run. */
   type: string;
   /**
@@ -105,6 +125,10 @@ export interface JobDefinition<S extends StandardSchemaV1 = StandardSchemaV1> {
   readonly onDead: JobOptions['onDead'];
   readonly concurrencyKey: ((payload: StandardSchemaV1.InferInput<S>) => string | null) | null;
   readonly concurrencyLimit: number;
+  readonly singletonKey: ((payload: StandardSchemaV1.InferInput<S>) => string | null) | null;
+  readonly singletonMode: SingletonMode;
+  readonly singletonWindowMs: number | null;
+  readonly singletonRunning: boolean;
 }
 
 /** The payload type a producer must pass when enqueueing a definition. */
@@ -136,6 +160,14 @@ export function defineJob<S extends StandardSchemaV1>(
   if (typeof input.handler !== 'function') {
     throw new TypeError(`job type "${type}": handler must be a function`);
   }
+  if (input.singletonKey != null && typeof input.singletonKey !== 'function') {
+    throw new TypeError(
+      `job type "${type}": singletonKey must be a function of the payload returning a string`,
+    );
+  }
+  if (options.singletonMode === 'throttle' && options.singletonWindowMs == null) {
+    throw new ConfigError(`job type "${type}": singletonMode "throttle" needs singletonWindowMs`);
+  }
   if (input.concurrencyKey != null && typeof input.concurrencyKey !== 'function') {
     throw new TypeError(
       `job type "${type}": concurrencyKey must be a function of the payload returning a string`,
@@ -155,6 +187,10 @@ export function defineJob<S extends StandardSchemaV1>(
     onDead: input.onDead,
     concurrencyKey: input.concurrencyKey ?? null,
     concurrencyLimit: options.concurrencyLimit ?? 1,
+    singletonKey: input.singletonKey ?? null,
+    singletonMode: options.singletonMode ?? 'keep',
+    singletonWindowMs: options.singletonWindowMs ?? null,
+    singletonRunning: options.singletonRunning ?? false,
   });
 }
 

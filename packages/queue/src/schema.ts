@@ -72,6 +72,14 @@ export const jobs = skiplockSchema.table(
      */
     concurrencyKey: text('concurrency_key'),
     concurrencyLimit: integer('concurrency_limit'),
+    /**
+     * At most one queued (pending, retryable or waiting) job per (queue, singleton key): an
+     * enqueue with a key already queued keeps that job or replaces its payload and run time.
+     * With `singleton_running`, a processing job with the key (that asked the same) counts too.
+     * The unique indexes name `waiting`, so they live in migrations-flow.
+     */
+    singletonKey: text('singleton_key'),
+    singletonRunning: boolean('singleton_running').notNull().default(false),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
   },

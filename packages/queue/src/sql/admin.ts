@@ -4,7 +4,7 @@ import type { JobStatus } from '../schema.js';
 const jobColumns = sql`
   id::text AS id, queue, job_type, payload, idempotency_key, status, priority, attempts,
   max_attempts, run_at, locked_at, locked_by, lease_expires_at, lease_ms, timeout_ms, last_error,
-  errors, completed_at, created_at, updated_at, concurrency_key, concurrency_limit`;
+  errors, completed_at, created_at, updated_at, concurrency_key, concurrency_limit, singleton_key`;
 
 export function selectJob(id: string) {
   return sql`SELECT ${jobColumns} FROM skiplock.jobs WHERE id = ${id}`;

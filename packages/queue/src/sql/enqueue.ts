@@ -15,12 +15,14 @@ export interface JobRow {
   /** With a key, the job is inserted `waiting` for a slot of it (see skiplock.admit). */
   concurrencyKey: string | null;
   concurrencyLimit: number | null;
+  /** At most one queued job per (queue, key): keep it, or replace its payload and run time. */
+  singleton: { key: string; mode: 'keep' | 'replace'; running: boolean } | null;
 }
 
 /** The columns every job of one bulk shares when no item carries options of its own. */
 export type SharedColumns = Omit<
   JobRow,
-  'payloadJson' | 'idempotencyKey' | 'concurrencyKey' | 'concurrencyLimit'
+  'payloadJson' | 'idempotencyKey' | 'concurrencyKey' | 'concurrencyLimit' | 'singleton'
 >;
 
 export interface InsertedRow {
@@ -268,5 +270,87 @@ export function insertLeasedJob(row: JobRow, workerId: string): Statement {
       row.leaseMs,
       workerId,
     ],
+  };
+}
+
+type SingletonRow = JobRow & { singleton: NonNullable<JobRow['singleton']> };
+
+const SINGLETON_COLUMNS = `
+INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
+                           max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
+                           status, singleton_key, singleton_running)
+VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int, $10::int,
+        $11::text, $12::int, ${statusFor('$11::text')}, $13::text, $14::boolean)`;
+
+const singletonValues = (row: SingletonRow) => [
+  ...insertJob(row).values,
+  row.singleton.key,
+  row.singleton.running,
+];
+
+// Any unique index may refuse the row: the singleton key's (a queued job holds it), the running
+// one's, or the idempotency key's. Nothing is inserted, and the caller finds which job holds it.
+const INSERT_SINGLETON_KEEP = `${SINGLETON_COLUMNS}
+ON CONFLICT DO NOTHING
+RETURNING id::text AS id, true AS inserted`;
+
+/** Inserts a job unless a queued job (or, with `singletonRunning`, a running one) has its key. */
+export function insertSingletonKeep(row: SingletonRow): Statement {
+  return {
+    name: 'skiplock_insert_singleton_keep_v1',
+    text: INSERT_SINGLETON_KEEP,
+    values: singletonValues(row),
+  };
+}
+
+// Debounce: the queued job with the key takes the new payload, priority and run time. The arbiter
+// is the index the row's own rule lives in; a running job (with `singleton_running`) is left
+// alone, and then no row comes back.
+const replaceClause = (arbiter: string, guard: string) => `
+ON CONFLICT (queue, singleton_key) WHERE ${arbiter}
+DO UPDATE SET payload = excluded.payload, priority = excluded.priority,
+              run_at = excluded.run_at, max_attempts = excluded.max_attempts, updated_at = now()
+   ${guard}
+RETURNING id::text AS id, (xmax = 0) AS inserted`;
+
+const INSERT_SINGLETON_REPLACE = `${SINGLETON_COLUMNS}${replaceClause(
+  `singleton_key IS NOT NULL AND status IN ('pending', 'retryable', 'waiting')`,
+  '',
+)}`;
+
+const INSERT_SINGLETON_REPLACE_RUNNING = `${SINGLETON_COLUMNS}${replaceClause(
+  `singleton_key IS NOT NULL AND singleton_running
+     AND status IN ('pending', 'retryable', 'waiting', 'processing')`,
+  `WHERE skiplock.jobs.status <> 'processing'`,
+)}`;
+
+/** Inserts a job, or replaces the payload and run time of the queued job with its key. */
+export function insertSingletonReplace(row: SingletonRow): Statement {
+  return row.singleton.running
+    ? {
+        name: 'skiplock_insert_singleton_replace_running_v1',
+        text: INSERT_SINGLETON_REPLACE_RUNNING,
+        values: singletonValues(row),
+      }
+    : {
+        name: 'skiplock_insert_singleton_replace_v1',
+        text: INSERT_SINGLETON_REPLACE,
+        values: singletonValues(row),
+      };
+}
+
+const FIND_SINGLETON = `
+SELECT id::text AS id FROM skiplock.jobs
+WHERE queue = $1::text AND singleton_key = $2::text
+  AND (status IN ('pending', 'retryable', 'waiting')
+       OR ($3::boolean AND singleton_running AND status = 'processing'))
+ORDER BY id LIMIT 1`;
+
+/** The job holding a singleton key in a queue: the queued one, or a running one that counts. */
+export function findSingleton(queue: string, key: string, running: boolean): Statement {
+  return {
+    name: 'skiplock_find_singleton_v1',
+    text: FIND_SINGLETON,
+    values: [queue, key, running],
   };
 }

@@ -1,0 +1,165 @@
+import { beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { ConfigError, createClient, defineJob } from '../src/index.js';
+import { quiet } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+beforeEach(async () => {
+  await db.pool.query('TRUNCATE skiplock.jobs');
+});
+
+const refresh = defineJob({
+  type: 'refresh',
+  queue: 'single',
+  payload: z.object({ account: z.string(), v: z.number() }),
+  singletonKey: (p) => `account:${p.account}`,
+  handler: async () => {},
+});
+
+async function jobs() {
+  const { rows } = await db.pool.query<{
+    id: string;
+    status: string;
+    v: number;
+    delayed: boolean;
+  }>(
+    `SELECT id::text AS id, status, (payload->>'v')::int AS v, run_at > now() + interval '30 s' AS delayed
+     FROM skiplock.jobs ORDER BY id`,
+  );
+  return rows;
+}
+
+/** What a worker's claim does to a job, for the rules about running jobs. */
+async function start(id: string) {
+  await db.pool.query(
+    `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'w',
+       locked_at = now(), lease_expires_at = now() + interval '30 s' WHERE id = $1`,
+    [id],
+  );
+}
+
+describe('singleton keys', () => {
+  it('keeps the queued job: a second enqueue returns its id and inserts nothing', async () => {
+    const first = await client.enqueue(refresh, { account: 'a', v: 1 });
+    const second = await client.enqueue(refresh, { account: 'a', v: 2 });
+    const other = await client.enqueue(refresh, { account: 'b', v: 3 });
+    expect(first.inserted).toBe(true);
+    expect(second).toEqual({ id: first.id, inserted: false });
+    expect(other.inserted).toBe(true);
+    expect((await jobs()).map((j) => j.v)).toEqual([1, 3]);
+    expect((await client.getJob(first.id))!.singletonKey).toBe('account:a');
+  });
+
+  it('100 concurrent enqueues of one key over four pools leave one pending job', async () => {
+    const clients = Array.from({ length: 4 }, () =>
+      createClient({ pool: db.newPool(10), logger: quiet }),
+    );
+    const results = await Promise.all(
+      Array.from({ length: 100 }, (_, v) =>
+        clients[v % 4]!.enqueue(refresh, { account: 'race', v }),
+      ),
+    );
+    expect(await jobs()).toHaveLength(1);
+    expect(new Set(results.map((r) => r.id)).size).toBe(1);
+    expect(results.filter((r) => r.inserted)).toHaveLength(1);
+  });
+
+  it('replace (debounce) gives the queued job the new payload and run time', async () => {
+    const first = await client.enqueue(
+      refresh,
+      { account: 'a', v: 1 },
+      { singletonMode: 'replace' },
+    );
+    const second = await client.enqueue(
+      refresh,
+      { account: 'a', v: 2 },
+      { singletonMode: 'replace', delayMs: 60_000 },
+    );
+    expect(second).toEqual({ id: first.id, inserted: false });
+    expect(await jobs()).toEqual([{ id: first.id, status: 'pending', v: 2, delayed: true }]);
+  });
+
+  it('a running job does not hold the key, unless the jobs ask for it', async () => {
+    const first = await client.enqueue(refresh, { account: 'a', v: 1 });
+    await start(first.id);
+    const next = await client.enqueue(refresh, { account: 'a', v: 2 });
+    expect(next.inserted).toBe(true);
+
+    await db.pool.query('TRUNCATE skiplock.jobs');
+    const running = { singletonRunning: true } as const;
+    const held = await client.enqueue(refresh, { account: 'r', v: 1 }, running);
+    await start(held.id);
+    expect(await client.enqueue(refresh, { account: 'r', v: 2 }, running)).toEqual({
+      id: held.id,
+      inserted: false,
+    });
+    // Replacing never touches the running job's payload.
+    expect(
+      await client.enqueue(
+        refresh,
+        { account: 'r', v: 3 },
+        { ...running, singletonMode: 'replace' },
+      ),
+    ).toEqual({ id: held.id, inserted: false });
+    expect(await jobs()).toEqual([{ id: held.id, status: 'processing', v: 1, delayed: false }]);
+  });
+
+  it('throttle lets one job through per window, whatever became of it', async () => {
+    const throttled = { singletonMode: 'throttle', singletonWindowMs: 300 } as const;
+    // Start right after a window boundary so the two enqueues share a window.
+    await new Promise((r) => setTimeout(r, 300 - (Date.now() % 300)));
+    const first = await client.enqueue(refresh, { account: 't', v: 1 }, throttled);
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'completed', completed_at = now()`);
+    const second = await client.enqueue(refresh, { account: 't', v: 2 }, throttled);
+    expect(second).toEqual({ id: first.id, inserted: false });
+    await new Promise((r) => setTimeout(r, 350));
+    const third = await client.enqueue(refresh, { account: 't', v: 3 }, throttled);
+    expect(third.inserted).toBe(true);
+    expect((await jobs()).map((j) => j.v)).toEqual([1, 3]);
+  });
+
+  it('a bulk enqueue keeps one queued job per key, within the bulk and against the table', async () => {
+    await client.enqueue(refresh, { account: 'a', v: 0 });
+    const results = await client.enqueueMany(refresh, [
+      { payload: { account: 'a', v: 1 } },
+      { payload: { account: 'b', v: 2 } },
+      { payload: { account: 'b', v: 3 } },
+    ]);
+    expect(results.map((r) => r.inserted)).toEqual([false, true, false]);
+    expect(results[2]!.id).toBe(results[1]!.id);
+    expect((await jobs()).map((j) => j.v)).toEqual([0, 2]);
+  });
+
+  it('a job waiting for a concurrency slot holds its singleton key', async () => {
+    const keyed = defineJob({ ...refresh, type: 'refresh.keyed', concurrencyKey: () => 'api' });
+    const first = await client.enqueue(keyed, { account: 'w', v: 1 });
+    expect((await client.getJob(first.id))!.status).toBe('waiting');
+    expect(await client.enqueue(keyed, { account: 'w', v: 2 })).toEqual({
+      id: first.id,
+      inserted: false,
+    });
+  });
+
+  it('refuses contradictory options, naming them, and stores nothing', async () => {
+    await expect(
+      client.enqueue(
+        refresh,
+        { account: 'x', v: 1 },
+        { singletonMode: 'replace', idempotencyKey: 'k' },
+      ),
+    ).rejects.toThrow(/singletonMode "replace" cannot be combined with an idempotencyKey/);
+    await expect(
+      client.enqueue(refresh, { account: 'x', v: 1 }, { singletonMode: 'throttle' }),
+    ).rejects.toThrow(ConfigError);
+    await expect(
+      client.enqueue(refresh, { account: 'x', v: 1 }, { singletonMode: 'debounce' as 'keep' }),
+    ).rejects.toThrow(/singletonMode/);
+    expect(() => defineJob({ ...refresh, singletonMode: 'throttle' })).toThrow(
+      /needs singletonWindowMs/,
+    );
+    expect(await jobs()).toEqual([]);
+  });
+});
