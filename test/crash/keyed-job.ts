@@ -18,3 +18,18 @@ export function keyedJob(handler: () => Promise<void> = async () => {}, leaseMs 
     handler,
   });
 }
+
+/**
+ * The job type of the rate-limit test: at most 50 starts per second of each `tenant`, across
+ * every worker process. Handlers take 5-15 ms, far below the limit's pace.
+ */
+export function ratedJob(handler: () => Promise<void> = async () => {}) {
+  return defineJob({
+    type: 'rated.work',
+    queue: 'keyed',
+    payload: z.object({ tenant: z.number().int(), n: z.number().int() }),
+    rateLimit: { limit: 50, intervalMs: 1_000, key: (p) => `tenant:${p.tenant}` },
+    maxAttempts: 100,
+    handler,
+  });
+}

@@ -54,6 +54,12 @@ describe('the README programs', () => {
     );
   });
 
+  it('rate-limit.ts spreads 12 starts of a tenant over three 500 ms windows', async () => {
+    expect(await runProgram('rate-limit.ts')).toBe(
+      '12 jobs ran, the last about 1 s or more after the first',
+    );
+  });
+
   it('saga.ts completes one saga and compensates the declined one', async () => {
     expect(await runProgram('saga.ts')).toBe(
       [

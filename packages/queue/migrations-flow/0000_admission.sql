@@ -32,6 +32,11 @@ CREATE INDEX "jobs_waiting_idx" ON "skiplock"."jobs"
 -- it with no NOTIFY and no claim (a key's jobs then follow each other at the speed of two round
 -- trips). Any other admitted job becomes pending, and its queue is notified.
 --
+-- A rate-limited job (rate_limit starts per rate_interval_ms of its key) is admitted only while
+-- its key's starts in `skiplock.rate_starts` within the interval are fewer than the limit, and
+-- only leased, so that its start is the one logged: it never waits as pending for a claim that
+-- would start it later than counted.
+--
 -- Set-based: one UPDATE admits the next job of every key with room, and another round runs only
 -- for keys with room left (none when the limit is 1). Per key and statement, as first written,
 -- admission cost about 70 ms per 1,000 keys; a LIMIT computed from variables made it 260 ms (a
@@ -83,47 +88,70 @@ BEGIN
       WHERE pg_try_advisory_xact_lock(377101, hashtext(u)));
   END IF;
   WHILE cardinality(open_keys) > 0 LOOP
-    WITH slots AS (
-      SELECT k.key, (SELECT count(*) FROM skiplock.jobs j
-                     WHERE j.concurrency_key = k.key
-                       AND j.status IN ('pending', 'retryable', 'processing')) AS busy
-      FROM unnest(open_keys) AS k(key)
-    ),
-    head AS (
-      SELECT w.id, s.busy, w.concurrency_limit,
+    WITH head AS (
+      SELECT k.key, w.id, w.concurrency_limit, w.rate_limit, w.rate_interval_ms,
              lease_to IS NOT NULL AND w.queue = ANY(lease_queues)
                AND w.job_type = ANY(lease_types) AS runnable
-      FROM slots s
+      FROM unnest(open_keys) AS k(key)
       CROSS JOIN LATERAL (
-        SELECT w.id, w.queue, w.job_type, w.concurrency_limit FROM skiplock.jobs w
-        WHERE w.concurrency_key = s.key AND w.status = 'waiting' AND w.run_at <= now()
+        SELECT w.id, w.queue, w.job_type, w.concurrency_limit, w.rate_limit, w.rate_interval_ms
+        FROM skiplock.jobs w
+        WHERE w.concurrency_key = k.key AND w.status = 'waiting' AND w.run_at <= now()
         ORDER BY w.priority DESC, w.run_at, w.id LIMIT 1) w
-      WHERE s.busy < w.concurrency_limit
+    ),
+    room AS (
+      SELECT h.*,
+             (SELECT count(*) FROM skiplock.jobs j
+              WHERE j.concurrency_key = h.key
+                AND j.status IN ('pending', 'retryable', 'processing')) AS busy,
+             -- Starts within the interval, in the clock as it reads now that the key is held: a
+             -- start logged by an earlier holder is never in this one's future.
+             CASE WHEN h.rate_limit IS NULL THEN 0
+                  ELSE (SELECT count(*) FROM skiplock.rate_starts r
+                        WHERE r.key = h.key
+                          AND r.started_at > clock_timestamp()
+                                             - h.rate_interval_ms * interval '1 millisecond')
+             END AS used
+      FROM head h
     ),
     pick AS (
-      SELECT h.id, h.busy,
-             h.runnable AND row_number() OVER (PARTITION BY h.runnable ORDER BY h.id)
+      SELECT r.id, r.busy, r.used, r.rate_limit,
+             r.runnable AND row_number() OVER (PARTITION BY r.runnable ORDER BY r.id)
                             <= lease_max - jsonb_array_length(taken) AS ours
-      FROM head h
+      FROM room r
+      WHERE r.busy < r.concurrency_limit AND (r.rate_limit IS NULL OR r.used < r.rate_limit)
     ),
     admitted_now AS (
       UPDATE skiplock.jobs j
       SET status = CASE WHEN p.ours THEN 'processing' ELSE 'pending' END::skiplock.job_status,
           attempts = CASE WHEN p.ours THEN j.attempts + 1 ELSE j.attempts END,
           locked_by = CASE WHEN p.ours THEN lease_to END,
-          locked_at = CASE WHEN p.ours THEN now() END,
+          locked_at = CASE WHEN p.ours THEN clock_timestamp() END,
           lease_expires_at = CASE WHEN p.ours
                                   THEN now() + j.lease_ms * interval '1 millisecond' END,
           updated_at = now()
       FROM pick p
-      WHERE j.id = p.id AND j.status = 'waiting'
-      RETURNING j.concurrency_key, j.queue, p.ours, p.busy + 1 < j.concurrency_limit AS room_left,
+      -- A rate-limited job starts only leased, so that its start is the admission logged here.
+      WHERE j.id = p.id AND j.status = 'waiting' AND (p.ours OR p.rate_limit IS NULL)
+      RETURNING j.concurrency_key, j.queue, p.ours, p.rate_limit IS NOT NULL AS rated,
+        p.busy + 1 < j.concurrency_limit AND (p.rate_limit IS NULL OR p.used + 1 < p.rate_limit)
+          AS room_left,
         CASE WHEN p.ours THEN jsonb_build_object(
           'id', j.id::text, 'queue', j.queue, 'job_type', j.job_type, 'payload', j.payload,
           'attempts', j.attempts, 'max_attempts', j.max_attempts, 'priority', j.priority,
           'timeout_ms', j.timeout_ms, 'lease_ms', j.lease_ms,
           'idempotency_key', j.idempotency_key, 'concurrency_key', j.concurrency_key,
           'payload_bytes', octet_length(j.payload::text)) END AS claimed
+    ),
+    logged AS (
+      INSERT INTO skiplock.rate_starts (key, started_at)
+      SELECT a.concurrency_key, clock_timestamp() FROM admitted_now a WHERE a.rated
+    ),
+    -- A rate-limited key keeps at most its starts of the last interval.
+    pruned AS (
+      DELETE FROM skiplock.rate_starts r USING head h
+      WHERE h.rate_limit IS NOT NULL AND r.key = h.key
+        AND r.started_at <= clock_timestamp() - h.rate_interval_ms * interval '1 millisecond'
     )
     SELECT count(*)::int,
            coalesce(jsonb_agg(a.claimed) FILTER (WHERE a.ours), '[]'),

@@ -440,6 +440,8 @@ export function createClient(options: ClientOptions = {}): Client {
       concurrencyKey,
       concurrencyLimit:
         concurrencyKey === null ? null : (opts.concurrencyLimit ?? definition.concurrencyLimit),
+      rateLimit: concurrencyKey === null ? null : (definition.rateLimit?.limit ?? null),
+      rateIntervalMs: concurrencyKey === null ? null : (definition.rateLimit?.intervalMs ?? null),
     });
     const payloadJson = serialize(definition, payload, where);
     return isThenable(payloadJson) ? payloadJson.then(toJobRow) : toJobRow(payloadJson);

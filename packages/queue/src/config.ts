@@ -50,6 +50,14 @@ export const jobOptionsSchema = z
     singletonMode: z.enum(['keep', 'replace', 'throttle']).optional(),
     singletonWindowMs: z.number().int().min(1).max(MAX_WINDOW_MS).nullable().optional(),
     singletonRunning: z.boolean().optional(),
+    rateLimit: z
+      .object({
+        limit: z.number().int().min(1).max(100_000),
+        intervalMs: z.number().int().min(1).max(86_400_000),
+      })
+      .passthrough()
+      .nullable()
+      .optional(),
   })
   .passthrough();
 

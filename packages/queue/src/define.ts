@@ -83,6 +83,17 @@ export interface JobOptions {
 
 export type SingletonMode = 'keep' | 'replace' | 'throttle';
 
+/** At most `limit` starts per `intervalMs` of one key, across every worker and host. */
+export interface RateLimit<P = unknown> {
+  limit: number;
+  intervalMs: number;
+  /**
+   * The key counted: per tenant, per API... Without one, the job type's `concurrencyKey` if it
+   * has one, else the whole job type (`rate:<type>`: one limit for all its jobs).
+   */
+  key?: ((payload: P) => string) | undefined;
+}
+
 export interface JobDefinitionInput<S extends StandardSchemaV1> extends JobOptions {
   /**
    * Names the concurrency key of a job from its payload (a tenant, a customer, an external API):
@@ -95,6 +106,12 @@ export interface JobDefinitionInput<S extends StandardSchemaV1> extends JobOptio
    * `singletonMode`). Return null for a job without one.
    */
   singletonKey?: ((payload: StandardSchemaV1.InferInput<S>) => string | null) | null | undefined;
+  /**
+   * At most `limit` job starts per `intervalMs` of a key (see `RateLimit`), enforced in the
+   * database; a job over the limit waits (status `waiting`) without spending an attempt. The key
+   * is also the job's concurrency key: `concurrencyLimit` applies to it when given.
+   */
+  rateLimit?: RateLimit<StandardSchemaV1.InferInput<S>> | null | undefined;
   /** Stable name stored with each job; keep it when renaming code so queued jobs still run. */
   type: string;
   /**
@@ -129,6 +146,7 @@ export interface JobDefinition<S extends StandardSchemaV1 = StandardSchemaV1> {
   readonly singletonMode: SingletonMode;
   readonly singletonWindowMs: number | null;
   readonly singletonRunning: boolean;
+  readonly rateLimit: { limit: number; intervalMs: number } | null;
 }
 
 /** The payload type a producer must pass when enqueueing a definition. */
@@ -168,6 +186,16 @@ export function defineJob<S extends StandardSchemaV1>(
   if (options.singletonMode === 'throttle' && options.singletonWindowMs == null) {
     throw new ConfigError(`job type "${type}": singletonMode "throttle" needs singletonWindowMs`);
   }
+  const rateLimit = input.rateLimit ?? null;
+  if (rateLimit?.key != null && typeof rateLimit.key !== 'function') {
+    throw new TypeError(`job type "${type}": rateLimit.key must be a function of the payload`);
+  }
+  if (rateLimit?.key != null && input.concurrencyKey != null) {
+    throw new ConfigError(
+      `job type "${type}": give the key once, as rateLimit.key or as concurrencyKey (a rate ` +
+        'limit counts the starts of the concurrency key)',
+    );
+  }
   if (input.concurrencyKey != null && typeof input.concurrencyKey !== 'function') {
     throw new TypeError(
       `job type "${type}": concurrencyKey must be a function of the payload returning a string`,
@@ -185,8 +213,13 @@ export function defineJob<S extends StandardSchemaV1>(
     leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
     nonRetryable: input.nonRetryable ?? [],
     onDead: input.onDead,
-    concurrencyKey: input.concurrencyKey ?? null,
-    concurrencyLimit: options.concurrencyLimit ?? 1,
+    // A rate-limited type is admitted by its rate key: the concurrency key it shares.
+    concurrencyKey:
+      input.concurrencyKey ?? rateLimit?.key ?? (rateLimit ? () => `rate:${type}` : null),
+    // Rate only: no cap on how many of the key run at once.
+    concurrencyLimit:
+      options.concurrencyLimit ?? (rateLimit && input.concurrencyKey == null ? 10_000 : 1),
+    rateLimit: rateLimit ? { limit: rateLimit.limit, intervalMs: rateLimit.intervalMs } : null,
     singletonKey: input.singletonKey ?? null,
     singletonMode: options.singletonMode ?? 'keep',
     singletonWindowMs: options.singletonWindowMs ?? null,

@@ -165,6 +165,11 @@ export function queueGrants(roles: RoleNames): string[] {
       `GRANT SELECT, INSERT ON skiplock.jobs TO ${producer}`,
       `GRANT USAGE ON SEQUENCE skiplock.jobs_id_seq TO ${producer}`,
     ]),
+    // Admission (workers) logs and prunes the starts of rate-limited keys.
+    grantsOnTable('rate_starts', [
+      `GRANT SELECT, INSERT, DELETE ON skiplock.rate_starts TO ${worker}`,
+      `REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.rate_starts FROM ${producer}`,
+    ]),
     // Schedulers run in workers (they upsert definitions and move ticks on); producers list.
     grantsOnTable('schedules', [
       `GRANT SELECT, INSERT, UPDATE ON skiplock.schedules TO ${worker}`,

@@ -78,6 +78,12 @@ export const jobs = skiplockSchema.table(
      * With `singleton_running`, a processing job with the key (that asked the same) counts too.
      * The unique indexes name `waiting`, so they live in migrations-flow.
      */
+    /**
+     * At most `rate_limit` starts of the job's concurrency key per `rate_interval_ms`, counted in
+     * `skiplock.rate_starts`: such a job starts only when admission leases it to a worker.
+     */
+    rateLimit: integer('rate_limit'),
+    rateIntervalMs: integer('rate_interval_ms'),
     singletonKey: text('singleton_key'),
     singletonRunning: boolean('singleton_running').notNull().default(false),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
@@ -121,6 +127,10 @@ export const jobs = skiplockSchema.table(
     check('jobs_attempts_check', sql`attempts >= 0 AND max_attempts >= 1`),
     check('jobs_lease_ms_check', sql`lease_ms >= 1000`),
     check(
+      'jobs_rate_limit_check',
+      sql`(rate_limit IS NULL) = (rate_interval_ms IS NULL) AND (rate_limit IS NULL OR concurrency_key IS NOT NULL) AND rate_limit >= 1 AND rate_interval_ms >= 1`,
+    ),
+    check(
       'jobs_concurrency_check',
       sql`(concurrency_key IS NULL) = (concurrency_limit IS NULL) AND concurrency_limit >= 1`,
     ),
@@ -145,3 +155,17 @@ export const schedules = skiplockSchema.table('schedules', {
   createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
   updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
 });
+
+/**
+ * One row per start of a rate-limited job, by its key, in the database clock at admission:
+ * admission counts a key's rows within the limit's interval under the key's lock, so the limit
+ * holds across every worker. The admitter prunes rows older than a day (the longest interval).
+ */
+export const rateStarts = skiplockSchema.table(
+  'rate_starts',
+  {
+    key: text('key').notNull(),
+    startedAt: timestamp('started_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [index('rate_starts_key_idx').on(t.key, t.startedAt)],
+);

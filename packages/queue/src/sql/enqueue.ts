@@ -15,6 +15,9 @@ export interface JobRow {
   /** With a key, the job is inserted `waiting` for a slot of it (see skiplock.admit). */
   concurrencyKey: string | null;
   concurrencyLimit: number | null;
+  /** Starts of the concurrency key per interval (with a key only). */
+  rateLimit: number | null;
+  rateIntervalMs: number | null;
   /** At most one queued job per (queue, key): keep it, or replace its payload and run time. */
   singleton: { key: string; mode: 'keep' | 'replace'; running: boolean } | null;
 }
@@ -22,7 +25,13 @@ export interface JobRow {
 /** The columns every job of one bulk shares when no item carries options of its own. */
 export type SharedColumns = Omit<
   JobRow,
-  'payloadJson' | 'idempotencyKey' | 'concurrencyKey' | 'concurrencyLimit' | 'singleton'
+  | 'payloadJson'
+  | 'idempotencyKey'
+  | 'concurrencyKey'
+  | 'concurrencyLimit'
+  | 'rateLimit'
+  | 'rateIntervalMs'
+  | 'singleton'
 >;
 
 export interface InsertedRow {
@@ -44,9 +53,9 @@ const statusFor = (key: string) =>
 const INSERT_ONE = `
 INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
                            max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
-                           status)
+                           rate_limit, rate_interval_ms, status)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int, $10::int,
-        $11::text, $12::int, ${statusFor('$11::text')})
+        $11::text, $12::int, $13::int, $14::int, ${statusFor('$11::text')})
 ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id::text AS id`;
 
@@ -59,7 +68,7 @@ RETURNING id::text AS id`;
  */
 export function insertJob(row: JobRow): Statement {
   return {
-    name: 'skiplock_insert_job_v3',
+    name: 'skiplock_insert_job_v4',
     text: INSERT_ONE,
     values: [
       row.queue,
@@ -74,6 +83,8 @@ export function insertJob(row: JobRow): Statement {
       row.leaseMs,
       row.concurrencyKey,
       row.concurrencyLimit,
+      row.rateLimit,
+      row.rateIntervalMs,
     ],
   };
 }
@@ -149,6 +160,8 @@ function columnArrays(rows: readonly JobRow[], withKey: boolean): unknown[] {
     rows.map((r) => r.leaseMs),
     rows.map((r) => r.concurrencyKey),
     rows.map((r) => r.concurrencyLimit),
+    rows.map((r) => r.rateLimit),
+    rows.map((r) => r.rateIntervalMs),
   ];
 }
 
@@ -156,17 +169,19 @@ const INSERT_UNKEYED = `
 WITH input AS (
   SELECT nextval('skiplock.jobs_id_seq') AS id, t.*
   FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::bigint[],
-              $7::int[], $8::int[], $9::int[], $10::text[], $11::int[])
+              $7::int[], $8::int[], $9::int[], $10::text[], $11::int[], $12::int[], $13::int[])
     WITH ORDINALITY AS t(queue, job_type, payload, priority, run_at, delay_ms, max_attempts,
-                         timeout_ms, lease_ms, concurrency_key, concurrency_limit, ord)
+                         timeout_ms, lease_ms, concurrency_key, concurrency_limit, rate_limit,
+                         rate_interval_ms, ord)
 ),
 ins AS (
   INSERT INTO skiplock.jobs (id, queue, job_type, payload, priority, run_at, max_attempts,
-                             timeout_ms, lease_ms, concurrency_key, concurrency_limit, status)
+                             timeout_ms, lease_ms, concurrency_key, concurrency_limit,
+                             rate_limit, rate_interval_ms, status)
   SELECT id, queue, job_type, payload, priority,
          coalesce(run_at, now() + coalesce(delay_ms, 0) * interval '1 millisecond'),
-         max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
-         ${statusFor('concurrency_key')}
+         max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit, rate_limit,
+         rate_interval_ms, ${statusFor('concurrency_key')}
   FROM input
 )
 SELECT id::text AS id FROM input ORDER BY ord`;
@@ -174,7 +189,7 @@ SELECT id::text AS id FROM input ORDER BY ord`;
 /** Inserts jobs with options of their own but no idempotency key: nothing can conflict. */
 export function insertUnkeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_unkeyed_jobs_v2',
+    name: 'skiplock_insert_unkeyed_jobs_v3',
     text: INSERT_UNKEYED,
     values: columnArrays(rows, false),
   };
@@ -184,19 +199,20 @@ const INSERT_KEYED = `
 WITH input AS (
   SELECT nextval('skiplock.jobs_id_seq') AS id, t.*
   FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::int[], $6::timestamptz[],
-              $7::bigint[], $8::int[], $9::int[], $10::int[], $11::text[], $12::int[])
+              $7::bigint[], $8::int[], $9::int[], $10::int[], $11::text[], $12::int[],
+              $13::int[], $14::int[])
     WITH ORDINALITY AS t(queue, job_type, payload, idempotency_key, priority, run_at, delay_ms,
                          max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
-                         ord)
+                         rate_limit, rate_interval_ms, ord)
 ),
 ins AS (
   INSERT INTO skiplock.jobs (id, queue, job_type, payload, idempotency_key, priority, run_at,
                              max_attempts, timeout_ms, lease_ms, concurrency_key,
-                             concurrency_limit, status)
+                             concurrency_limit, rate_limit, rate_interval_ms, status)
   SELECT id, queue, job_type, payload, idempotency_key, priority,
          coalesce(run_at, now() + coalesce(delay_ms, 0) * interval '1 millisecond'),
-         max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
-         ${statusFor('concurrency_key')}
+         max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit, rate_limit,
+         rate_interval_ms, ${statusFor('concurrency_key')}
   FROM input ORDER BY ord
   ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING id
@@ -218,7 +234,7 @@ ORDER BY input.ord`;
  */
 export function insertKeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_keyed_jobs_v3',
+    name: 'skiplock_insert_keyed_jobs_v4',
     text: INSERT_KEYED,
     values: columnArrays(rows, true),
   };
@@ -278,9 +294,10 @@ type SingletonRow = JobRow & { singleton: NonNullable<JobRow['singleton']> };
 const SINGLETON_COLUMNS = `
 INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
                            max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
-                           status, singleton_key, singleton_running)
+                           rate_limit, rate_interval_ms, status, singleton_key, singleton_running)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int, $10::int,
-        $11::text, $12::int, ${statusFor('$11::text')}, $13::text, $14::boolean)`;
+        $11::text, $12::int, $13::int, $14::int, ${statusFor('$11::text')}, $15::text,
+        $16::boolean)`;
 
 const singletonValues = (row: SingletonRow) => [
   ...insertJob(row).values,
@@ -297,7 +314,7 @@ RETURNING id::text AS id, true AS inserted`;
 /** Inserts a job unless a queued job (or, with `singletonRunning`, a running one) has its key. */
 export function insertSingletonKeep(row: SingletonRow): Statement {
   return {
-    name: 'skiplock_insert_singleton_keep_v1',
+    name: 'skiplock_insert_singleton_keep_v2',
     text: INSERT_SINGLETON_KEEP,
     values: singletonValues(row),
   };
@@ -328,12 +345,12 @@ const INSERT_SINGLETON_REPLACE_RUNNING = `${SINGLETON_COLUMNS}${replaceClause(
 export function insertSingletonReplace(row: SingletonRow): Statement {
   return row.singleton.running
     ? {
-        name: 'skiplock_insert_singleton_replace_running_v1',
+        name: 'skiplock_insert_singleton_replace_running_v2',
         text: INSERT_SINGLETON_REPLACE_RUNNING,
         values: singletonValues(row),
       }
     : {
-        name: 'skiplock_insert_singleton_replace_v1',
+        name: 'skiplock_insert_singleton_replace_v2',
         text: INSERT_SINGLETON_REPLACE,
         values: singletonValues(row),
       };

@@ -1,0 +1,126 @@
+import { beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { ConfigError, createAdmitter, createClient, defineJob } from '../src/index.js';
+import type { ClaimedRow } from '../src/sql/claim.js';
+import { quiet } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+beforeEach(async () => {
+  await db.pool.query('TRUNCATE skiplock.jobs, skiplock.rate_starts');
+});
+
+const payload = z.object({ n: z.number() });
+const sync = defineJob({
+  type: 'partner.sync',
+  queue: 'rl',
+  payload,
+  rateLimit: { limit: 3, intervalMs: 600 },
+  handler: async () => {},
+});
+
+/** An admitter that takes what it admits, as a worker's does. */
+function leasing(room = 100) {
+  const adopted: ClaimedRow[] = [];
+  const admitter = createAdmitter({
+    pool: db.pool,
+    logger: quiet,
+    lease: {
+      workerId: 'w-rate',
+      queues: ['rl'],
+      types: ['partner.sync'],
+      room: () => room,
+      adopt: (rows) => adopted.push(...rows),
+    },
+  });
+  return { admitter, adopted };
+}
+
+async function statuses() {
+  const { rows } = await db.pool.query<{ status: string; attempts: number; n: number }>(
+    `SELECT status, attempts, count(*)::int AS n FROM skiplock.jobs GROUP BY 1, 2 ORDER BY 1, 2`,
+  );
+  return rows;
+}
+
+describe('rate limits', () => {
+  it('starts at most `limit` per interval; the rest wait without spending an attempt', async () => {
+    await client.enqueueMany(
+      sync,
+      Array.from({ length: 8 }, (_, n) => ({ payload: { n } })),
+    );
+    const { admitter, adopted } = leasing();
+    expect(await admitter.runOnce()).toEqual({ admitted: 3 });
+    expect(await admitter.runOnce()).toEqual({ admitted: 0 });
+    expect(adopted.map((r) => r.attempts)).toEqual([1, 1, 1]);
+    expect(await statuses()).toEqual([
+      { status: 'processing', attempts: 1, n: 3 },
+      { status: 'waiting', attempts: 0, n: 5 },
+    ]);
+    // Without a key, the whole job type shares one limit.
+    expect(new Set(adopted.map((r) => r.concurrency_key))).toEqual(new Set(['rate:partner.sync']));
+    await new Promise((r) => setTimeout(r, 650));
+    expect(await admitter.runOnce()).toEqual({ admitted: 3 });
+  });
+
+  it('counts starts, not running jobs: finishing early frees no start', async () => {
+    await client.enqueueMany(
+      sync,
+      Array.from({ length: 5 }, (_, n) => ({ payload: { n } })),
+    );
+    const { admitter } = leasing();
+    await admitter.runOnce();
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'completed' WHERE status = 'processing'`,
+    );
+    expect(await admitter.runOnce()).toEqual({ admitted: 0 });
+  });
+
+  it('starts a rate-limited job only leased: an admission that cannot take it leaves it waiting', async () => {
+    await client.enqueue(sync, { n: 1 });
+    // No lease (an operator's client, a worker of other types): never made pending, because a
+    // claim could then start it later than the start logged.
+    expect(await createAdmitter({ pool: db.pool, logger: quiet }).runOnce()).toEqual({
+      admitted: 0,
+    });
+    expect(await leasing(0).admitter.runOnce()).toEqual({ admitted: 0 });
+    expect(await statuses()).toEqual([{ status: 'waiting', attempts: 0, n: 1 }]);
+  });
+
+  it('keys the limit by payload, each key with its own budget', async () => {
+    const perTenant = defineJob({
+      type: 'partner.sync',
+      queue: 'rl',
+      payload: z.object({ tenant: z.string() }),
+      rateLimit: { limit: 2, intervalMs: 60_000, key: (p) => `tenant:${p.tenant}` },
+      handler: async () => {},
+    });
+    await client.enqueueMany(
+      perTenant,
+      ['a', 'a', 'a', 'b', 'b', 'b'].map((tenant) => ({ payload: { tenant } })),
+    );
+    const { admitter, adopted } = leasing();
+    expect(await admitter.runOnce()).toEqual({ admitted: 4 });
+    expect(adopted.map((r) => r.concurrency_key).sort()).toEqual([
+      'tenant:a',
+      'tenant:a',
+      'tenant:b',
+      'tenant:b',
+    ]);
+  });
+
+  it('refuses a key given twice, and a bad limit, naming the job type', () => {
+    expect(() =>
+      defineJob({
+        ...sync,
+        concurrencyKey: () => 'k',
+        rateLimit: { limit: 1, intervalMs: 1_000, key: () => 'k' },
+      }),
+    ).toThrow(/job type "partner.sync": give the key once/);
+    expect(() => defineJob({ ...sync, rateLimit: { limit: 0, intervalMs: 1_000 } })).toThrow(
+      ConfigError,
+    );
+  });
+});
