@@ -53,6 +53,7 @@ DECLARE
   round_admitted integer;
   round_queues text[];
   q text;
+  round integer;
 BEGIN
   admitted := 0;
   IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -77,17 +78,31 @@ BEGIN
       SELECT key FROM found WHERE key IS NOT NULL LIMIT max_keys);
     -- A full batch says where the next pass goes on; a short one reached the last key.
     IF cardinality(keys) >= max_keys THEN last_key := keys[cardinality(keys)]; END IF;
+    -- Starts older than the longest interval (a day) count for no key: a bounded prune per pass
+    -- keeps keys that stopped having jobs from keeping theirs.
+    DELETE FROM skiplock.rate_starts
+    WHERE ctid = ANY(ARRAY(SELECT r.ctid FROM skiplock.rate_starts r
+                           WHERE r.started_at < clock_timestamp() - interval '1 day'
+                           LIMIT 1000));
   END IF;
+  -- Locks are taken in the order of their lock ids (a key's hash, then the key), so two keys
+  -- that share a hash cannot make two admitters wait for each other.
   IF wait THEN
     open_keys := ARRAY(
-      SELECT u FROM (SELECT DISTINCT u FROM unnest(keys) AS u WHERE u IS NOT NULL ORDER BY u) s);
+      SELECT u FROM (SELECT DISTINCT u FROM unnest(keys) AS u WHERE u IS NOT NULL) s
+      ORDER BY hashtext(u), u);
     PERFORM pg_advisory_xact_lock(377101, hashtext(u)) FROM unnest(open_keys) AS u;
   ELSE
     open_keys := ARRAY(
-      SELECT u FROM (SELECT DISTINCT u FROM unnest(keys) AS u WHERE u IS NOT NULL ORDER BY u) s
+      SELECT u FROM (SELECT u FROM (SELECT DISTINCT u FROM unnest(keys) AS u
+                                    WHERE u IS NOT NULL) d
+                     ORDER BY hashtext(u), u) s
       WHERE pg_try_advisory_xact_lock(377101, hashtext(u)));
   END IF;
-  WHILE cardinality(open_keys) > 0 LOOP
+  -- Each round admits at most one job per key: a bound on one call's work and lock time. A key
+  -- with room left is admitted further by its next admission.
+  FOR round IN 1..50 LOOP
+    EXIT WHEN cardinality(open_keys) = 0;
     WITH head AS (
       SELECT k.key, w.id, w.concurrency_limit, w.rate_limit, w.rate_interval_ms,
              lease_to IS NOT NULL AND w.queue = ANY(lease_queues)
@@ -126,6 +141,9 @@ BEGIN
       SET status = CASE WHEN p.ours THEN 'processing' ELSE 'pending' END::skiplock.job_status,
           attempts = CASE WHEN p.ours THEN j.attempts + 1 ELSE j.attempts END,
           locked_by = CASE WHEN p.ours THEN lease_to END,
+          -- A started job no longer holds its singleton key, unless it asked to (see the claim).
+          singleton_key = CASE WHEN p.ours AND NOT j.singleton_running THEN NULL
+                               ELSE j.singleton_key END,
           locked_at = CASE WHEN p.ours THEN clock_timestamp() END,
           lease_expires_at = CASE WHEN p.ours
                                   THEN now() + j.lease_ms * interval '1 millisecond' END,

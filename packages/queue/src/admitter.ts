@@ -13,9 +13,14 @@ const admitterOptionsSchema = z
   .object({
     /** How often a full pass looks for due waiting jobs (retries, delayed jobs, missed wake-ups). */
     intervalMs: z.number().int().min(50).max(3_600_000).default(1_000),
-    /** Keys one statement handles; a full pass runs up to `maxRounds` of them. */
-    maxKeys: z.number().int().min(1).max(10_000).default(500),
-    maxRounds: z.number().int().min(1).max(1_000).default(20),
+    /**
+     * Keys one statement handles; a full pass runs up to `maxRounds` of them. Each key is an
+     * advisory lock held to the statement's commit, and PostgreSQL's lock table is shared by
+     * all sessions (64 × max_connections entries by default): 100 keys keeps eight workers
+     * admitting at once well inside it.
+     */
+    maxKeys: z.number().int().min(1).max(200).default(100),
+    maxRounds: z.number().int().min(1).max(1_000).default(50),
   })
   .strict();
 

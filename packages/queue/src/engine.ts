@@ -131,7 +131,8 @@ export interface HandOffResult {
  * `ctx.completeWith`. When the job's worker can take it (it runs that type and queue, is started,
  * and the chain of hand-offs is shorter than its `maxHandOffs`), the job is inserted already
  * claimed by that worker, which starts it as soon as `tx` commits, without a NOTIFY, a poll or a
- * claim; otherwise, or with `delayMs`, it is enqueued like any job. Either way it is one row with
+ * claim; otherwise, or with `delayMs`, or for a type with a concurrency, rate or singleton key,
+ * it is enqueued like any job. Either way it is one row with
  * its key, its lease and its fencing: a worker that dies before it ran leaves an ordinary expired
  * lease for the sweeper.
  */
@@ -150,7 +151,11 @@ export async function enqueueHandedOff(
     !insertLeased ||
     options.delayMs !== undefined ||
     slot.depth >= slot.limit ||
-    !slot.accepts(definition.type, definition.queue)
+    !slot.accepts(definition.type, definition.queue) ||
+    // A job with a concurrency key, a rate limit or a singleton key goes through admission or
+    // its unique index: inserted already running, it would skip both.
+    definition.concurrencyKey !== null ||
+    definition.singletonKey !== null
   ) {
     const { id, inserted } = await client.enqueue(definition, payload, { ...options, tx });
     return { id, inserted, handedOff: false };

@@ -35,6 +35,8 @@ export class RunningJob implements LeaseHolder {
   /** queued: claimed, waiting in the worker's local buffer; running: handler executing. */
   state: 'queued' | 'running' | 'settling' | 'done' = 'queued';
   settledExplicitly = false;
+  /** Settles when the handler has returned or thrown (at once for a handler never started). */
+  handlerSettled: Promise<void> = Promise.resolve();
   /** How many hand-offs in a row led to this job; 0 for a job the worker claimed. */
   handOffDepth = 0;
   /** Why the job was aborted (lock lost, timeout, shutdown); null while it may run on. */
@@ -122,10 +124,11 @@ export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void
   d.handlerDone(job, performance.now() - started);
   try {
     await settle(d, job, outcome, performance.now() - started);
-    // A settled job of a concurrency key gave its slot back (a released one keeps it: it is
-    // pending again). After a lost lock the admission is harmless: it counts before admitting.
+    // A settled (or released) job of a concurrency key gave its slot back: admit the key's next
+    // job once this handler has returned. After a lost lock the admission is harmless: it counts
+    // before admitting.
     const key = job.row.concurrency_key;
-    if (key !== null && outcome.kind !== 'shutdown') d.slotFreed(key);
+    if (key !== null) void job.handlerSettled.then(() => d.slotFreed(key));
   } catch (error) {
     // The job stays processing under its lease; the sweeper will take it back.
     d.metrics.inc('settle_failed_total');
@@ -166,8 +169,16 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
     if (job.abortReason) return abortedOutcome(job.abortReason) ?? { kind: 'lock_lost' };
     if (timer === null) startTimer();
     const result = definition.handler(validated.value, jobContext(d, job));
-    // A handler that ignores its signal cannot hold the attempt past the timeout: the race ends it.
-    if (isThenable(result)) await raceAbort(job, result);
+    if (isThenable(result)) {
+      // Its concurrency slot is given back when the handler has really returned, even after a
+      // timeout or a lost lock ended the attempt: until then it may still be running.
+      job.handlerSettled = Promise.resolve(result).then(
+        () => {},
+        () => {},
+      );
+      // A handler that ignores its signal cannot hold the attempt past the timeout: the race ends it.
+      await raceAbort(job, result);
+    }
     return { kind: 'success' };
   } catch (error) {
     // A handler's error, or a schema whose validation threw: the attempt failed.

@@ -159,7 +159,8 @@ export const schedules = skiplockSchema.table('schedules', {
 /**
  * One row per start of a rate-limited job, by its key, in the database clock at admission:
  * admission counts a key's rows within the limit's interval under the key's lock, so the limit
- * holds across every worker. The admitter prunes rows older than a day (the longest interval).
+ * holds across every worker. Admitting a key deletes its rows older than its interval, and each
+ * full admission pass deletes up to 1,000 rows older than a day (the longest interval).
  */
 export const rateStarts = skiplockSchema.table(
   'rate_starts',
@@ -167,5 +168,8 @@ export const rateStarts = skiplockSchema.table(
     key: text('key').notNull(),
     startedAt: timestamp('started_at', { withTimezone: true }).notNull(),
   },
-  (t) => [index('rate_starts_key_idx').on(t.key, t.startedAt)],
+  (t) => [
+    index('rate_starts_key_idx').on(t.key, t.startedAt),
+    index('rate_starts_started_idx').on(t.startedAt),
+  ],
 );

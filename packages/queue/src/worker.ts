@@ -243,7 +243,9 @@ export function createWorker(options: WorkerOptions): Worker {
             room: () => (state === 'running' ? leaseRoom() : 0),
             adopt: (rows) => {
               for (const row of rows) void accept(row);
-              pump();
+              // Stopping began while the admission ran: hand them back with the rest.
+              if (state !== 'running') void releaseBuffered();
+              else pump();
             },
           },
         });

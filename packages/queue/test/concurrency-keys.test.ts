@@ -341,4 +341,41 @@ describe('concurrency keys', () => {
       /Index Scan using jobs_claim_idx on jobs j .*actual time=\S+ rows=100 loops=1/,
     );
   });
+
+  it("admits a key's next job only once a timed-out handler has really returned", async () => {
+    const events: string[] = [];
+    const stubborn = defineJob({
+      ...tenantJob,
+      type: 'tenant.stubborn',
+      concurrencyLimit: 1,
+      timeoutMs: 100,
+      maxAttempts: 1,
+      // Ignores its signal: the attempt ends at 100 ms, the handler at 600 ms.
+      handler: async (p: { n: number }) => {
+        events.push(`start ${p.n}`);
+        if (p.n === 0) await new Promise((r) => setTimeout(r, 600));
+        events.push(`end ${p.n}`);
+      },
+    });
+    await client.enqueueMany(stubborn, [
+      { payload: { tenant: 's', n: 0 } },
+      { payload: { tenant: 's', n: 1 } },
+    ]);
+    await admitter.runOnce();
+    const worker = testWorker(db.pool, [stubborn], {
+      queues: ['ck'],
+      listen: true,
+      admitter: { intervalMs: 3_600_000 },
+    });
+    await worker.start();
+    try {
+      await waitFor(async () => events.includes('end 1'), {
+        what: 'the second job',
+        timeoutMs: 10_000,
+      });
+    } finally {
+      await worker.stop();
+    }
+    expect(events).toEqual(['start 0', 'end 0', 'start 1', 'end 1']);
+  });
 });

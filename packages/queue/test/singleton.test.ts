@@ -2,7 +2,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { ConfigError, createClient, defineJob } from '../src/index.js';
-import { quiet } from './fixtures.js';
+import { fastBackoff, quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
@@ -161,5 +161,27 @@ describe('singleton keys', () => {
       /needs singletonWindowMs/,
     );
     expect(await jobs()).toEqual([]);
+  });
+
+  it('a started job that fails while the next one is queued retries without a collision', async () => {
+    // The handler queues the next job of its key, then fails: the retry must settle (the claim
+    // cleared the started job's key), leaving both queued, nothing stuck in processing.
+    let runs = 0;
+    const flaky = defineJob({
+      ...refresh,
+      type: 'refresh.flaky',
+      backoff: fastBackoff,
+      handler: async (p: { account: string; v: number }) => {
+        runs += 1;
+        if (runs === 1) {
+          await client.enqueue(flaky, { account: p.account, v: 2 });
+          throw new Error('first run fails');
+        }
+      },
+    });
+    await client.enqueue(flaky, { account: 'f', v: 1 });
+    const worker = testWorker(db.pool, [flaky], { queues: ['single'] });
+    expect(await worker.runOnce()).toBe(1);
+    expect((await jobs()).map((j) => `${j.v}:${j.status}`)).toEqual(['1:retryable', '2:pending']);
   });
 });

@@ -106,7 +106,9 @@ export function retryJob(id: string) {
       SET status = CASE WHEN concurrency_key IS NULL THEN 'pending'
                         ELSE 'waiting' END::skiplock.job_status,
           run_at = now(), attempts = 0, lease_expires_at = NULL,
-          locked_by = NULL, locked_at = NULL, updated_at = now()
+          locked_by = NULL, locked_at = NULL, updated_at = now(),
+          -- An operator's retry runs the job whatever else holds its singleton key.
+          singleton_key = NULL
       WHERE id = ${id} AND status IN ('dead', 'cancelled', 'retryable', 'waiting')
       RETURNING id, queue, concurrency_key
     )

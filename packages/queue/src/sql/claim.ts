@@ -91,6 +91,9 @@ export function claimJobs(params: ClaimParams) {
           locked_by = ${params.workerId},
           locked_at = now(),
           lease_expires_at = now() + j.lease_ms * interval '1 millisecond',
+          -- A started job no longer holds its singleton key (unless it asked to keep it while it
+          -- runs): the next one may queue, and a retry of this one never collides with it.
+          singleton_key = CASE WHEN j.singleton_running THEN j.singleton_key END,
           updated_at = now()
       FROM ${commitItem(params.asyncCommit)}
       WHERE j.id = ANY(ARRAY(SELECT id FROM picked))

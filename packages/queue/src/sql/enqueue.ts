@@ -331,7 +331,8 @@ DO UPDATE SET payload = excluded.payload, priority = excluded.priority,
 RETURNING id::text AS id, (xmax = 0) AS inserted`;
 
 const INSERT_SINGLETON_REPLACE = `${SINGLETON_COLUMNS}${replaceClause(
-  `singleton_key IS NOT NULL AND status IN ('pending', 'retryable', 'waiting')`,
+  `singleton_key IS NOT NULL AND NOT singleton_running
+     AND status IN ('pending', 'retryable', 'waiting')`,
   '',
 )}`;
 
@@ -350,7 +351,7 @@ export function insertSingletonReplace(row: SingletonRow): Statement {
         values: singletonValues(row),
       }
     : {
-        name: 'skiplock_insert_singleton_replace_v2',
+        name: 'skiplock_insert_singleton_replace_v3',
         text: INSERT_SINGLETON_REPLACE,
         values: singletonValues(row),
       };
@@ -358,15 +359,17 @@ export function insertSingletonReplace(row: SingletonRow): Statement {
 
 const FIND_SINGLETON = `
 SELECT id::text AS id FROM skiplock.jobs
-WHERE queue = $1::text AND singleton_key = $2::text
-  AND (status IN ('pending', 'retryable', 'waiting')
-       OR ($3::boolean AND singleton_running AND status = 'processing'))
+WHERE queue = $1::text AND singleton_key = $2::text AND singleton_running = $3::boolean
+  AND status IN ('pending', 'retryable', 'waiting', 'processing')
 ORDER BY id LIMIT 1`;
 
-/** The job holding a singleton key in a queue: the queued one, or a running one that counts. */
+/**
+ * The job holding a singleton key in a queue among the jobs enqueued the same way: a queued one,
+ * or with `running` a running one too (the claim clears the key of other started jobs).
+ */
 export function findSingleton(queue: string, key: string, running: boolean): Statement {
   return {
-    name: 'skiplock_find_singleton_v1',
+    name: 'skiplock_find_singleton_v2',
     text: FIND_SINGLETON,
     values: [queue, key, running],
   };

@@ -78,12 +78,15 @@ export function failedAttempt(f: { status: SQL; delayMs: SQL; reason: SQL; messa
 
 /**
  * Hands unfinished jobs back on shutdown: pending again at once, and the attempt they were on is
- * not spent, because the job never got to fail.
+ * not spent, because the job never got to fail. A job with a concurrency key gives its slot back
+ * and waits for admission again: a rate-limited one must not start later than its logged start.
  */
 export function releaseJobs(workerId: string, tokens: readonly LockToken[], asyncCommit: boolean) {
   return sql`
     UPDATE skiplock.jobs j
-    SET status = 'pending', attempts = j.attempts - 1, lease_expires_at = NULL,
+    SET status = CASE WHEN j.concurrency_key IS NULL THEN 'pending'
+                      ELSE 'waiting' END::skiplock.job_status,
+        attempts = j.attempts - 1, lease_expires_at = NULL,
         locked_by = NULL, locked_at = NULL, run_at = now(), updated_at = now()
     FROM ${commitItem(asyncCommit)}
     WHERE ${ownsTokens(workerId, tokens)}
