@@ -5,6 +5,7 @@ import { jobsRetryCommand } from './commands/jobs-retry.js';
 import { jobsShowCommand } from './commands/jobs-show.js';
 import { migrateCommand } from './commands/migrate.js';
 import { rolesCommand } from './commands/roles.js';
+import { sagasGraphCommand } from './commands/sagas-graph.js';
 import { sagasListCommand } from './commands/sagas-list.js';
 import { sagasShowCommand } from './commands/sagas-show.js';
 import {
@@ -28,6 +29,7 @@ const commands: Command[] = [
   jobsCancelCommand,
   sagasListCommand,
   sagasShowCommand,
+  sagasGraphCommand,
   schedulesListCommand,
   schedulesPauseCommand,
   schedulesResumeCommand,

@@ -1,4 +1,5 @@
 export { defineSaga } from './define.js';
+export { sagaGraph } from './graph.js';
 export { migrate, sagaMigrations } from './migrate.js';
 export type {
   AnySagaDefinition,
