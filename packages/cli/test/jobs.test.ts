@@ -77,6 +77,9 @@ const summaryKeys = [
   'leaseMs',
   'timeoutMs',
   'idempotencyKey',
+  'concurrencyKey',
+  'concurrencyLimit',
+  'singletonKey',
   'lastError',
 ];
 

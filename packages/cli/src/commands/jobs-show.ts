@@ -65,6 +65,11 @@ function renderJob(job: Job, timeline: TimelineEntry[], now: Date): string {
     ['lease', `${job.leaseMs} ms`],
     ['timeout', job.timeoutMs === null ? '-' : `${job.timeoutMs} ms`],
     ['idempotency key', or(job.idempotencyKey)],
+    [
+      'concurrency key',
+      job.concurrencyKey === null ? '-' : `${job.concurrencyKey} (limit ${job.concurrencyLimit})`,
+    ],
+    ['singleton key', or(job.singletonKey)],
     ['last error', or(job.lastError)],
   ];
   const width = Math.max(...fields.map(([k]) => k.length));

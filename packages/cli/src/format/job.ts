@@ -22,6 +22,9 @@ export function jobSummaryJson(job: Job) {
     leaseMs: job.leaseMs,
     timeoutMs: job.timeoutMs,
     idempotencyKey: job.idempotencyKey,
+    concurrencyKey: job.concurrencyKey,
+    concurrencyLimit: job.concurrencyLimit,
+    singletonKey: job.singletonKey,
     lastError: job.lastError,
   };
 }
