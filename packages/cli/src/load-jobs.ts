@@ -1,9 +1,6 @@
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { defineJob, type AnyJobDefinition, type WorkerOptions } from '@skiplock/queue';
-import { CliError, UsageError } from './args.js';
-import { prepareImport } from './typescript-loader.js';
+import { UsageError } from './args.js';
+import { importModule } from './import-module.js';
 
 export interface LoadedJobs {
   jobs: AnyJobDefinition[];
@@ -58,15 +55,7 @@ function fromArray(value: unknown, where: string): unknown[] {
  * array (or single definition), a `jobs` array, and any other export shaped like a definition.
  */
 export async function loadJobModule(specifier: string, cwd: string): Promise<LoadedJobs> {
-  const path = resolve(cwd, specifier);
-  if (!existsSync(path)) throw new UsageError(`module not found: ${specifier}`);
-  await prepareImport(path);
-  let exports: Record<string, unknown>;
-  try {
-    exports = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
-  } catch (error) {
-    throw new CliError(`could not load ${specifier}: ${(error as Error)?.message ?? error}`);
-  }
+  const exports = await importModule(specifier, cwd);
   const found: { value: Record<string, unknown>; where: string }[] = [];
   const add = (value: unknown, where: string) => {
     if (looksLikeJob(value)) found.push({ value, where });

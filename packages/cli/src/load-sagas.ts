@@ -1,9 +1,6 @@
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type { AnySagaDefinition } from '@skiplock/saga';
-import { CliError, UsageError } from './args.js';
-import { prepareImport } from './typescript-loader.js';
+import { UsageError } from './args.js';
+import { importModule } from './import-module.js';
 
 function looksLikeSaga(value: unknown): value is AnySagaDefinition {
   if (typeof value !== 'object' || value === null) return false;
@@ -23,15 +20,7 @@ function looksLikeSaga(value: unknown): value is AnySagaDefinition {
  * called: the module must export the definition itself.
  */
 export async function loadSagaModule(specifier: string, cwd: string): Promise<AnySagaDefinition[]> {
-  const path = resolve(cwd, specifier);
-  if (!existsSync(path)) throw new UsageError(`module not found: ${specifier}`);
-  await prepareImport(path);
-  let exports: Record<string, unknown>;
-  try {
-    exports = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
-  } catch (error) {
-    throw new CliError(`could not load ${specifier}: ${(error as Error)?.message ?? error}`);
-  }
+  const exports = await importModule(specifier, cwd);
   const found = new Set<AnySagaDefinition>();
   for (const value of Object.values(exports)) {
     for (const item of Array.isArray(value) ? value : [value]) {

@@ -150,6 +150,13 @@ const runAtInRange = (d: Date) => d.getTime() >= MIN_RUN_AT && d.getTime() <= MA
 const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 const storableText = (s: string) => !s.includes('\u0000') && !loneSurrogate.test(s);
 
+/** A singleton key, given or derived: like an idempotency key, storable text. */
+const singletonKeySchema = z
+  .string()
+  .min(1)
+  .max(512)
+  .refine(storableText, 'must be well-formed text without NUL characters');
+
 export const enqueueOptionsSchema = z
   .object({
     queue: queueName.optional(),
@@ -165,13 +172,7 @@ export const enqueueOptionsSchema = z
     maxAttempts: z.number().int().min(1).max(1_000).optional(),
     concurrencyKey: concurrencyKeySchema.nullable().optional(),
     concurrencyLimit: z.number().int().min(1).max(10_000).optional(),
-    singletonKey: z
-      .string()
-      .min(1)
-      .max(512)
-      .refine(storableText, 'must be well-formed text without NUL characters')
-      .nullable()
-      .optional(),
+    singletonKey: singletonKeySchema.nullable().optional(),
     singletonMode: z.enum(['keep', 'replace', 'throttle']).optional(),
     singletonWindowMs: z.number().int().min(1).max(MAX_WINDOW_MS).optional(),
     singletonRunning: z.boolean().optional(),
@@ -447,6 +448,37 @@ export function createClient(options: ClientOptions = {}): Client {
     return isThenable(payloadJson) ? payloadJson.then(toJobRow) : toJobRow(payloadJson);
   }
 
+  /**
+   * A key a job type derives from a payload (`concurrencyKey`, `singletonKey`): null, or a string
+   * the schema accepts; anything else, or a throw, is a ConfigError naming the type and the key.
+   */
+  function derivedKey(
+    definition: AnyJobDefinition,
+    what: 'concurrencyKey' | 'singletonKey',
+    derive: (payload: unknown) => unknown,
+    payload: unknown,
+    where: string,
+    schema: z.ZodType<string>,
+  ): string | null {
+    let key: unknown;
+    try {
+      key = derive(payload);
+    } catch (error) {
+      throw new ConfigError(
+        `job type "${definition.type}"${where}: ${what} threw: ${errorText(error)}`,
+      );
+    }
+    if (key === null) return null;
+    const checked = schema.safeParse(key);
+    if (!checked.success) {
+      throw new ConfigError(
+        `job type "${definition.type}"${where}: ${what} returned ${JSON.stringify(key)}; ` +
+          `it must be a string or null (${checked.error.issues[0]?.message})`,
+      );
+    }
+    return checked.data;
+  }
+
   /** The enqueue option when given, else what the type's `concurrencyKey` names, checked. */
   function keyOf(
     definition: AnyJobDefinition,
@@ -456,23 +488,14 @@ export function createClient(options: ClientOptions = {}): Client {
   ): string | null {
     if (opts.concurrencyKey !== undefined) return opts.concurrencyKey;
     if (!definition.concurrencyKey) return null;
-    let key: unknown;
-    try {
-      key = definition.concurrencyKey(payload);
-    } catch (error) {
-      throw new ConfigError(
-        `job type "${definition.type}"${where}: concurrencyKey threw: ${errorText(error)}`,
-      );
-    }
-    if (key === null) return null;
-    const checked = concurrencyKeySchema.safeParse(key);
-    if (!checked.success) {
-      throw new ConfigError(
-        `job type "${definition.type}"${where}: concurrencyKey returned ${JSON.stringify(key)}; ` +
-          `it must be a string of 1 to 200 characters without NUL, or null (${checked.error.issues[0]?.message})`,
-      );
-    }
-    return checked.data;
+    return derivedKey(
+      definition,
+      'concurrencyKey',
+      definition.concurrencyKey,
+      payload,
+      where,
+      concurrencyKeySchema,
+    );
   }
 
   /**
@@ -487,23 +510,20 @@ export function createClient(options: ClientOptions = {}): Client {
     where: string,
   ): { singleton: JobRow['singleton']; idempotencyKey: string | null } {
     const given = opts.idempotencyKey ?? null;
-    let key: unknown = opts.singletonKey;
-    if (key === undefined && definition.singletonKey) {
-      try {
-        key = definition.singletonKey(payload);
-      } catch (error) {
-        throw new ConfigError(
-          `job type "${definition.type}"${where}: singletonKey threw: ${errorText(error)}`,
-        );
-      }
-      if (key !== null && (typeof key !== 'string' || key.length < 1 || key.length > 512)) {
-        throw new ConfigError(
-          `job type "${definition.type}"${where}: singletonKey returned ${JSON.stringify(key)}; ` +
-            'it must be a string of 1 to 512 characters, or null',
-        );
-      }
-    }
-    if (key === undefined || key === null) return { singleton: null, idempotencyKey: given };
+    const key =
+      opts.singletonKey !== undefined
+        ? opts.singletonKey
+        : definition.singletonKey
+          ? derivedKey(
+              definition,
+              'singletonKey',
+              definition.singletonKey,
+              payload,
+              where,
+              singletonKeySchema,
+            )
+          : null;
+    if (key === null) return { singleton: null, idempotencyKey: given };
     const mode = opts.singletonMode ?? definition.singletonMode;
     const refuse = (why: string) =>
       new ConfigError(`enqueue options${where} (job type "${definition.type}"): ${why}`);
@@ -517,12 +537,12 @@ export function createClient(options: ClientOptions = {}): Client {
       }
       return {
         singleton: null,
-        idempotencyKey: `throttle:${key as string}:${Math.floor(Date.now() / windowMs)}`,
+        idempotencyKey: `throttle:${key}:${Math.floor(Date.now() / windowMs)}`,
       };
     }
     return {
       singleton: {
-        key: key as string,
+        key,
         mode,
         running: opts.singletonRunning ?? definition.singletonRunning,
       },

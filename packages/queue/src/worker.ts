@@ -240,7 +240,7 @@ export function createWorker(options: WorkerOptions): Worker {
             workerId: id,
             queues,
             types: [...definitions.keys()],
-            room: () => (state === 'running' ? leaseRoom() : 0),
+            room: () => (state === 'running' ? room() : 0),
             adopt: (rows) => {
               for (const row of rows) void accept(row);
               // Stopping began while the admission ran: hand them back with the rest.
@@ -421,15 +421,15 @@ export function createWorker(options: WorkerOptions): Worker {
   function claimLimit(): number {
     const prefetch = prefetchLimit();
     if (buffered.length > Math.floor(prefetch / 2)) return 0;
-    const target = config.concurrency + prefetch;
-    const room = target - buffered.length - active;
-    const unsettledRoom = 2 * target - running.size;
-    return Math.min(room, unsettledRoom, batchSize);
+    return room(prefetch);
   }
 
-  /** Jobs an admission may lease to this worker now: the claim's bound, without its hysteresis. */
-  function leaseRoom(): number {
-    const target = config.concurrency + prefetchLimit();
+  /**
+   * Jobs the worker can take now, the bound of a claim without its hysteresis (an admission that
+   * leases uses it as is): room to run and buffer, and unsettled jobs within twice that.
+   */
+  function room(prefetch = prefetchLimit()): number {
+    const target = config.concurrency + prefetch;
     return Math.max(
       0,
       Math.min(target - buffered.length - active, 2 * target - running.size, batchSize),
