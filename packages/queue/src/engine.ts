@@ -44,6 +44,8 @@ export {
 } from './roles.js';
 export { LockKeys, type LockKey } from './sql/lock.js';
 export { IntervalService } from './service.js';
+export { Listener, type ListenerOptions } from './listener.js';
+export { retryDelayMs, sleep, withJitter } from './timers.js';
 export { asStored, findJsonProblem, type JsonProblem } from './json-safe.js';
 export { findSchemaJsonProblem } from './schema-json.js';
 /** The job status enum, for tools that list or filter by status (the CLI). */

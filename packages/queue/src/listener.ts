@@ -11,6 +11,8 @@ export interface ListenerOptions {
   connection: pg.ClientConfig;
   onNotify: (queue: string) => void;
   onAdmit?: ((key: string) => void) | undefined;
+  /** Channels to LISTEN on; notifications on any but the admission channel go to `onNotify`. */
+  channels?: readonly string[] | undefined;
   logger: Logger;
   /** Reconnect attempts in a row before giving up on LISTEN (polling carries on). */
   maxReconnectAttempts?: number | undefined;
@@ -84,12 +86,13 @@ export class Listener {
     });
     client.on('end', () => ended());
     client.on('notification', (msg) => {
-      if (msg.channel === NOTIFY_CHANNEL) this.options.onNotify(msg.payload ?? '');
-      else if (msg.channel === ADMIT_CHANNEL) this.options.onAdmit?.(msg.payload ?? '*');
+      if (msg.channel === ADMIT_CHANNEL) this.options.onAdmit?.(msg.payload ?? '*');
+      else this.options.onNotify(msg.payload ?? '');
     });
     try {
       await client.connect();
-      await client.query(`LISTEN ${NOTIFY_CHANNEL}; LISTEN ${ADMIT_CHANNEL}`);
+      const channels = this.options.channels ?? [NOTIFY_CHANNEL, ADMIT_CHANNEL];
+      await client.query(channels.map((channel) => `LISTEN ${channel}`).join('; '));
     } catch (error) {
       this.options.logger.debug({ reason: 'listen_error', err: String(error) }, 'listen failed');
       await client.end().catch(() => {});
