@@ -1,4 +1,5 @@
 import type { TestProject } from 'vitest/node';
+import { outboxMigrations } from '@skiplock/outbox';
 import { migrate } from '@skiplock/saga';
 import { createDatabase, startDatabase, withDatabaseName } from '@skiplock/devdb';
 import pino from 'pino';
@@ -33,6 +34,7 @@ export default async function setup(project: TestProject) {
   await createDatabase(db.url, template);
   await migrate({
     connectionString: withDatabaseName(db.url, template),
+    include: [outboxMigrations],
     logger: pino({ level: 'silent' }),
   });
   project.provide('adminUrl', db.url);

@@ -1,0 +1,263 @@
+import {
+  jetstream,
+  jetstreamManager,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamClient,
+  type StreamInfo,
+} from '@nats-io/jetstream';
+import {
+  connect,
+  errors,
+  headers,
+  nanos,
+  type MsgHdrs,
+  type NatsConnection,
+} from '@nats-io/transport-node';
+import type { Logger } from 'pino';
+import {
+  encodePayload,
+  failed,
+  KEY_HEADER,
+  TOPIC_HEADER,
+  type Delivery,
+  type OutboxMessage,
+  type Sink,
+} from '../sink.js';
+
+export interface NatsSinkOptions {
+  /** Where to connect when no `connection` is given; default `NATS_URL` or nats://127.0.0.1:4222. */
+  servers?: string | string[] | undefined;
+  /** The caller's connection: the sink publishes on it and `close()` leaves it open. */
+  connection?: NatsConnection | undefined;
+  /** The subject a message is published to; default its topic. */
+  subject?: ((message: OutboxMessage) => string) | undefined;
+  /**
+   * Put before the outbox id to form the `Nats-Msg-Id`; default ''. Give each outbox that feeds
+   * one stream its own prefix, or their ids collide in the stream's duplicate window.
+   */
+  msgIdPrefix?: string | undefined;
+  /** How long to wait for the stream's PubAck of one message; default 5000. */
+  ackTimeoutMs?: number | undefined;
+  logger?: Logger | undefined;
+}
+
+export interface NatsSink extends Sink {
+  readonly name: 'nats';
+}
+
+export { KEY_HEADER, TOPIC_HEADER } from '../sink.js';
+
+const CONNECTION_NAME = 'skiplock-outbox';
+const OK: Delivery = { ok: true };
+const ABORTED = Symbol('aborted');
+const abortedDelivery = failed('aborted before the stream acknowledged the message');
+
+/**
+ * A sink that publishes to NATS JetStream and counts a message delivered once the stream acked
+ * it. The outbox id goes out as `Nats-Msg-Id`, so a batch replayed after a relay crash is
+ * dropped by the stream's duplicate window (and acked as a duplicate, which is a success).
+ */
+export function natsSink(options: NatsSinkOptions): NatsSink {
+  const {
+    connection,
+    subject = (message: OutboxMessage) => message.topic,
+    msgIdPrefix = '',
+    ackTimeoutMs = 5_000,
+    logger,
+  } = options;
+  // Checked here: nats.js would reject each publish, and the failure would count as permanent.
+  if (!(ackTimeoutMs >= 1))
+    throw new RangeError(`ackTimeoutMs must be at least 1, not ${ackTimeoutMs}`);
+  let client: Promise<{ nc: NatsConnection; js: JetStreamClient }> | undefined;
+  let closed = false;
+
+  // Lazy, so that a relay starts without the broker up. A failed connect, or a connection that
+  // closed for good (an auth error after a server change, say), is replaced on the next batch.
+  const jetStream = async (): Promise<JetStreamClient> => {
+    if (!client) {
+      const opening = (async () => {
+        const nc = connection ?? (await open(options.servers, logger));
+        return { nc, js: jetstream(nc) };
+      })();
+      client = opening;
+      opening.catch(() => {
+        if (client === opening) client = undefined;
+      });
+    }
+    const current = client;
+    const { nc, js } = await current;
+    if (!connection && nc.isClosed() && client === current) client = undefined;
+    return js;
+  };
+
+  const publish = async (js: JetStreamClient, message: OutboxMessage): Promise<Delivery> => {
+    try {
+      // A PubAck with `duplicate: true` means the stream already holds the message: delivered.
+      await js.publish(subject(message), encodePayload(message), {
+        msgID: msgIdPrefix + message.id,
+        headers: headersOf(message),
+        timeout: ackTimeoutMs,
+      });
+      return OK;
+    } catch (error) {
+      return publishFailure(error, ackTimeoutMs);
+    }
+  };
+
+  return {
+    name: 'nats',
+
+    async deliver(messages, signal) {
+      if (messages.length === 0) return [];
+      if (closed) return messages.map(() => failed('the NATS sink is closed'));
+      if (signal.aborted) return messages.map(() => abortedDelivery);
+      // One listener for the batch: one per message would trip Node's listener-leak warning.
+      let onAbort = () => {};
+      const aborted = new Promise<typeof ABORTED>((resolve) => {
+        onAbort = () => resolve(ABORTED);
+        signal.addEventListener('abort', onAbort, { once: true });
+      });
+      try {
+        let js: JetStreamClient | typeof ABORTED;
+        try {
+          js = await Promise.race([jetStream(), aborted]);
+        } catch (error) {
+          logger?.warn(
+            { reason: 'nats_connect_failed', error: errorText(error) },
+            'could not connect to NATS; the batch is retried',
+          );
+          return messages.map(() => failed(error));
+        }
+        if (js === ABORTED) return messages.map(() => abortedDelivery);
+        const ready = js;
+        // An abort leaves its publishes running (nats.js cannot cancel a request) and drops their
+        // acks; a message the stream stored regardless is a duplicate on its retry.
+        const results = await Promise.all(
+          messages.map((message) => Promise.race([publish(ready, message), aborted])),
+        );
+        return results.map((result) => (result === ABORTED ? abortedDelivery : result));
+      } finally {
+        signal.removeEventListener('abort', onAbort);
+      }
+    },
+
+    async close() {
+      closed = true;
+      if (connection || !client) return;
+      const pending = client;
+      client = undefined;
+      const nc = await pending.then(
+        (c) => c.nc,
+        () => undefined,
+      );
+      // Not drain(): every publish already awaited its ack, and while the broker is down drain()
+      // rejects and leaves the connection reconnecting.
+      if (nc && !nc.isClosed()) await nc.close();
+    },
+  };
+}
+
+export interface EnsureStreamOptions {
+  /** The caller's connection, left open; without it one is opened to `servers` and closed. */
+  connection?: NatsConnection | undefined;
+  servers?: string | string[] | undefined;
+  name: string;
+  subjects: string[];
+  /** How long the stream remembers message ids to drop replays; default 120 000 (2 min). */
+  duplicateWindowMs?: number | undefined;
+}
+
+/**
+ * Creates the stream, or updates its subjects and duplicate window. The window must outlast the
+ * longest time a relay may take to re-deliver a batch (its lease), or a replay is stored twice.
+ */
+export async function ensureStream(options: EnsureStreamOptions): Promise<StreamInfo> {
+  const { name, subjects, duplicateWindowMs = 120_000 } = options;
+  const nc = options.connection ?? (await open(options.servers));
+  try {
+    const jsm = await jetstreamManager(nc);
+    const config = { subjects, duplicate_window: nanos(duplicateWindowMs) };
+    try {
+      await jsm.streams.info(name);
+    } catch (error) {
+      if (!(error instanceof JetStreamApiError && error.code === JetStreamApiCodes.StreamNotFound))
+        throw error;
+      return await jsm.streams.add({ name, storage: 'file', ...config });
+    }
+    return await jsm.streams.update(name, config);
+  } finally {
+    if (!options.connection) await nc.close();
+  }
+}
+
+async function open(
+  servers: string | string[] | undefined,
+  logger?: Logger,
+): Promise<NatsConnection> {
+  const nc = await connect({
+    servers: servers ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+    name: CONNECTION_NAME,
+    // Never give up: a broker restart or failover is ridden out, and publishes meanwhile fail
+    // by their ack timeout, so the relay retries them.
+    maxReconnectAttempts: -1,
+  });
+  if (logger) void watch(nc, logger);
+  return nc;
+}
+
+/** Logs the connection's state changes; ends when the connection closes. */
+async function watch(nc: NatsConnection, logger: Logger): Promise<void> {
+  for await (const status of nc.status()) {
+    switch (status.type) {
+      case 'disconnect':
+        logger.warn(
+          { reason: 'nats_disconnect', server: status.server },
+          'NATS connection lost; reconnecting',
+        );
+        break;
+      case 'reconnect':
+        logger.info({ reason: 'nats_reconnect', server: status.server }, 'NATS reconnected');
+        break;
+      case 'ldm':
+        logger.warn(
+          { reason: 'nats_lame_duck', server: status.server },
+          'NATS server entering lame duck mode',
+        );
+        break;
+      case 'staleConnection':
+        logger.warn({ reason: 'nats_stale_connection' }, 'NATS connection stale');
+        break;
+      case 'error':
+        logger.warn({ reason: 'nats_error', error: errorText(status.error) }, 'NATS error');
+        break;
+    }
+  }
+}
+
+function headersOf(message: OutboxMessage): MsgHdrs {
+  const h = headers();
+  for (const [name, value] of Object.entries(message.headers)) h.set(name, value);
+  h.set(TOPIC_HEADER, message.topic);
+  if (message.key !== null) h.set(KEY_HEADER, message.key);
+  return h;
+}
+
+function publishFailure(error: unknown, ackTimeoutMs: number): Delivery {
+  // nats.js reports "no responders" as "jetstream is not enabled"; nearly always it is a subject
+  // no stream takes yet, which an operator can fix, so the message waits for a retry.
+  const cause = error instanceof Error ? error.cause : undefined;
+  if (cause instanceof errors.RequestError && cause.isNoResponders())
+    return failed('no JetStream stream takes the subject (no responders)');
+  if (error instanceof errors.TimeoutError)
+    return failed(`no PubAck within ${ackTimeoutMs} ms (broker down or slow)`);
+  // An invalid subject or header name, or a payload over the server's max_payload: no retry
+  // can publish it.
+  if (error instanceof errors.InvalidSubjectError || error instanceof errors.InvalidArgumentError)
+    return failed(error, { permanent: true });
+  return failed(error);
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

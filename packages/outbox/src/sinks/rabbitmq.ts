@@ -1,0 +1,338 @@
+import { connect, type ChannelModel, type ConfirmChannel, type Message } from 'amqplib';
+import type { Logger } from 'pino';
+import {
+  encodePayload,
+  failed,
+  KEY_HEADER,
+  type Delivery,
+  type OutboxMessage,
+  type Sink,
+} from '../sink.js';
+
+export interface RabbitMqSinkOptions {
+  /** Default: `AMQP_URL`, else `amqp://guest:guest@127.0.0.1:5672`. */
+  url?: string | undefined;
+  exchange: string;
+  /** When given, the sink declares the exchange (durable) on every channel it opens. */
+  exchangeType?: 'topic' | 'direct' | 'fanout' | 'headers' | undefined;
+  /** Default: the message's topic. */
+  routingKey?: ((message: OutboxMessage) => string) | undefined;
+  /** Put before the outbox id in `messageId`, to tell apart outboxes that share a broker. */
+  messageIdPrefix?: string | undefined;
+  /**
+   * Publish as mandatory: a message no queue is bound for comes back from the broker and its
+   * delivery fails (retryable) instead of being dropped silently.
+   */
+  mandatory?: boolean | undefined;
+  /** Shown to operators as the connection's name (`connection_name`). Default `skiplock-outbox`. */
+  connectionName?: string | undefined;
+  logger?: Logger | undefined;
+}
+
+export interface RabbitMqSink extends Sink {
+  readonly name: 'rabbitmq';
+}
+
+/** A connection that hangs while opening (a black-holed host) fails the batch after this. */
+const connectTimeoutMs = 10_000;
+/** AMQP routing keys are short strings; a longer one would corrupt the frame, not just fail. */
+const maxRoutingKeyBytes = 255;
+
+/** One confirm channel and what the sink tracks about it. */
+interface Link {
+  readonly channel: ConfirmChannel;
+  readonly connection: Connection;
+  /** False once the channel closed: it publishes no more. */
+  open: boolean;
+  /** The channel error that closed it (404 for a missing exchange), if one did. */
+  error?: string | undefined;
+  /** Message ids the broker returned as unroutable, each until its confirm arrives. */
+  readonly returned: Map<string, string>;
+}
+
+interface Connection {
+  readonly model: ChannelModel;
+  /** Why it closed; set once it did. */
+  lost?: string | undefined;
+}
+
+/** Why a channel closed, for the failures of its unconfirmed messages. */
+function lostReason(link: Link): string {
+  return link.error ?? link.connection.lost ?? 'channel closed';
+}
+
+/**
+ * A sink that publishes to a RabbitMQ exchange through a confirm channel: a delivery is ok only
+ * once the broker has confirmed that message, so a crash or a lost connection never counts an
+ * unconfirmed message as delivered. The relay retries failures; the stable `messageId` lets
+ * consumers drop the duplicates that retrying after a lost confirm can produce.
+ */
+export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
+  const url = options.url ?? process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+  const { exchange, exchangeType, logger } = options;
+  const routingKey = options.routingKey ?? ((message: OutboxMessage) => message.topic);
+  const prefix = options.messageIdPrefix ?? '';
+  const mandatory = options.mandatory ?? false;
+  const connectionName = options.connectionName ?? 'skiplock-outbox';
+  const log = { sink: 'rabbitmq', url: redactUrl(url), exchange, connectionName };
+
+  let connection: Connection | undefined;
+  let link: Link | undefined;
+  let opening: Promise<Link> | undefined;
+  /** Whether a connection was opened before, so the next one is logged as a reconnect. */
+  let hadConnection = false;
+  let closed = false;
+
+  async function openConnection(): Promise<Connection> {
+    if (connection && !connection.lost) return connection;
+    const reconnect = hadConnection;
+    const model = await connect(url, {
+      timeout: connectTimeoutMs,
+      clientProperties: { connection_name: connectionName },
+    });
+    const conn: Connection = { model };
+    // Without an 'error' listener, an error event would throw out of amqplib's socket handler.
+    model.on('error', (error: Error) => {
+      conn.lost ??= error.message;
+    });
+    // An operator's close (320 CONNECTION_FORCED) comes only as the reason of 'close'.
+    model.on('close', (error?: Error) => {
+      conn.lost ??= error?.message ?? 'connection closed';
+      if (!closed)
+        logger?.warn(
+          { ...log, reason: 'amqp_connection_lost', error: conn.lost },
+          'AMQP connection lost',
+        );
+    });
+    model.on('blocked', (blockReason: string) =>
+      logger?.warn({ ...log, reason: 'amqp_blocked', blockReason }, 'AMQP connection blocked'),
+    );
+    model.on('unblocked', () =>
+      logger?.info({ ...log, reason: 'amqp_unblocked' }, 'AMQP connection unblocked'),
+    );
+    hadConnection = true;
+    connection = conn;
+    logger?.info(
+      { ...log, reason: reconnect ? 'amqp_reconnect' : 'amqp_connected' },
+      reconnect ? 'AMQP reconnected' : 'AMQP connected',
+    );
+    return conn;
+  }
+
+  async function openLink(): Promise<Link> {
+    const conn = await openConnection();
+    const channel = await conn.model.createConfirmChannel();
+    const opened: Link = { channel, connection: conn, open: true, returned: new Map() };
+    // A channel error (a publish to a missing exchange: 404) closes only this channel; the next
+    // deliver opens a new one on the same connection.
+    channel.on('error', (error: Error) => {
+      opened.error ??= error.message;
+    });
+    channel.on('close', () => {
+      opened.open = false;
+      // A lost connection closes its channels before it says why: log only the connection's loss.
+      queueMicrotask(() => {
+        if (!closed && !conn.lost)
+          logger?.warn(
+            { ...log, reason: 'amqp_channel_lost', error: lostReason(opened) },
+            'AMQP channel closed',
+          );
+      });
+    });
+    // The broker sends basic.return before the confirm of the same message.
+    channel.on('return', (message: Message) => {
+      const id: unknown = message.properties.messageId;
+      if (typeof id === 'string')
+        opened.returned.set(
+          id,
+          `returned by the broker as unroutable (routing key "${message.fields.routingKey}")`,
+        );
+    });
+    if (exchangeType) await channel.assertExchange(exchange, exchangeType, { durable: true });
+    link = opened;
+    return opened;
+  }
+
+  /** The live channel, opening it (and the connection) once for concurrent deliveries. */
+  function usableLink(): Promise<Link> {
+    if (link?.open) return Promise.resolve(link);
+    opening ??= openLink().finally(() => {
+      opening = undefined;
+    });
+    return opening;
+  }
+
+  async function deliver(
+    messages: readonly OutboxMessage[],
+    signal: AbortSignal,
+  ): Promise<Delivery[]> {
+    if (messages.length === 0) return [];
+    if (closed) return messages.map(() => failed('rabbitmq sink is closed'));
+    if (signal.aborted) return messages.map(() => failed(abortText(signal)));
+
+    let current: Link;
+    try {
+      current = await untilAborted(usableLink(), signal);
+    } catch (error) {
+      if (!signal.aborted)
+        logger?.warn(
+          { ...log, reason: 'amqp_connect_failed', error: errorText(error) },
+          'AMQP connect failed',
+        );
+      return messages.map(() => failed(signal.aborted ? abortText(signal) : error));
+    }
+
+    const results: (Delivery | undefined)[] = messages.map(() => undefined);
+    let unsettled = messages.length;
+    let allSettled!: () => void;
+    const settledPromise = new Promise<void>((resolve) => (allSettled = resolve));
+    const settle = (index: number, delivery: Delivery) => {
+      if (results[index]) return;
+      results[index] = delivery;
+      if (--unsettled === 0) allSettled();
+    };
+    // An unconfirmed message may still reach the broker; failing it only means it is sent again.
+    const onAbort = () => messages.forEach((_, i) => settle(i, failed(abortText(signal))));
+    signal.addEventListener('abort', onAbort, { once: true });
+    if (signal.aborted) onAbort();
+
+    try {
+      for (const [i, message] of messages.entries()) {
+        if (signal.aborted) break;
+        if (!current.open) settle(i, failed(lostReason(current)));
+        // False: amqplib is buffering what the socket cannot take; wait before adding more.
+        else if (!publish(current, message, (delivery) => settle(i, delivery)))
+          await drained(current, signal);
+      }
+      await settledPromise;
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
+    return results as Delivery[];
+  }
+
+  /** Publishes one message, `done` getting its outcome; false when the channel wants a drain. */
+  function publish(current: Link, message: OutboxMessage, done: (d: Delivery) => void): boolean {
+    const messageId = prefix + message.id;
+    let key: string;
+    try {
+      key = routingKey(message);
+    } catch (error) {
+      done(failed(error));
+      return true;
+    }
+    if (Buffer.byteLength(key) > maxRoutingKeyBytes) {
+      done(failed(`routing key longer than ${maxRoutingKeyBytes} bytes`, { permanent: true }));
+      return true;
+    }
+    const headers: Record<string, string> = { ...message.headers };
+    if (message.key !== null) headers[KEY_HEADER] = message.key;
+    try {
+      return current.channel.publish(
+        exchange,
+        key,
+        encodePayload(message),
+        {
+          persistent: true,
+          mandatory,
+          messageId,
+          contentType: 'application/json',
+          type: message.topic,
+          timestamp: Math.floor(message.createdAt.getTime() / 1000),
+          headers,
+        },
+        (error: unknown) => {
+          const returned = current.returned.get(messageId);
+          current.returned.delete(messageId);
+          if (!error) done(returned === undefined ? { ok: true } : failed(returned));
+          // A nack, or the channel closing. Deferred: amqplib fails unconfirmed messages before
+          // the channel and connection report that (and why) they closed.
+          else
+            queueMicrotask(() =>
+              done(failed(current.open ? 'nacked by the broker' : lostReason(current))),
+            );
+        },
+      );
+    } catch (error) {
+      // A closed channel throws; anything else is about this message (headers too large).
+      const channelGone = !current.open || isIllegalOperation(error);
+      done(failed(channelGone ? lostReason(current) : error, { permanent: !channelGone }));
+      return true;
+    }
+  }
+
+  async function close(): Promise<void> {
+    closed = true;
+    const pending = opening;
+    if (pending) await pending.catch(() => undefined);
+    const current = link;
+    const conn = connection;
+    link = undefined;
+    connection = undefined;
+    if (current?.open) await current.channel.close().catch(() => undefined);
+    if (conn && !conn.lost) await conn.model.close().catch(() => undefined);
+  }
+
+  return { name: 'rabbitmq', deliver, close };
+}
+
+/** Resolves when the channel can take more, closed, or the batch was aborted. */
+function drained(current: Link, signal: AbortSignal): Promise<void> {
+  if (!current.open || signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      current.channel.off('drain', done);
+      current.channel.off('close', done);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    current.channel.on('drain', done);
+    current.channel.on('close', done);
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
+/** Rejects when the signal aborts, so a hanging connect does not hold the batch past its deadline. */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new Error(abortText(signal)));
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error);
+      },
+    );
+  });
+}
+
+function abortText(signal: AbortSignal): string {
+  const reason: unknown = signal.reason;
+  const detail = reason instanceof Error ? reason.message : reason ? String(reason) : '';
+  return detail
+    ? `aborted before the broker confirmed: ${detail}`
+    : 'aborted before the broker confirmed';
+}
+
+function isIllegalOperation(error: unknown): boolean {
+  return error instanceof Error && error.name === 'IllegalOperationError';
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The URL without its password, for logs. */
+function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return '(unparsable url)';
+  }
+}

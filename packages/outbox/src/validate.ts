@@ -1,0 +1,129 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec';
+import { findJsonProblem } from '@skiplock/queue/engine';
+import type { PublishIssue } from './errors.js';
+
+/** What a caller hands to `publish`. */
+export interface MessageInput<Topic extends string = string, Payload = unknown> {
+  topic: Topic;
+  /** Orders delivery: one message of a key in flight at a time, in publish order. */
+  key?: string | null | undefined;
+  payload: Payload;
+  /** Passed to the broker as message headers (string values only). */
+  headers?: Record<string, string> | undefined;
+}
+
+/** A message checked and ready to insert. */
+export interface CheckedMessage {
+  topic: string;
+  key: string | null;
+  payloadJson: string;
+  headersJson: string;
+}
+
+const MAX_NAME = 255;
+const MAX_HEADERS = 64;
+const MAX_HEADER_VALUE = 4_096;
+// A topic becomes a NATS subject or an AMQP routing key: no spaces, and none of NATS's wildcards.
+const TOPIC_PATTERN = /^[A-Za-z0-9_.:/-]+$/;
+
+/**
+ * Checks one message: its topic, key and headers, its payload against the topic's schema when
+ * there is one (the schema's output is what is stored), and that the payload survives JSON as it
+ * is. Every issue is collected, each at its path, so one error says all that is wrong.
+ */
+export async function checkMessage(
+  input: MessageInput,
+  path: string,
+  schema: StandardSchemaV1 | undefined,
+  maxPayloadBytes: number,
+  issues: PublishIssue[],
+): Promise<CheckedMessage | null> {
+  const before = issues.length;
+  if (typeof input !== 'object' || input === null) {
+    issues.push({ path, message: 'a message must be an object with topic and payload' });
+    return null;
+  }
+  const { topic, key, headers } = input;
+  if (typeof topic !== 'string' || topic.length === 0 || topic.length > MAX_NAME) {
+    issues.push({
+      path: `${path}.topic`,
+      message: `must be a string of 1 to ${MAX_NAME} characters`,
+    });
+  } else if (!TOPIC_PATTERN.test(topic)) {
+    issues.push({
+      path: `${path}.topic`,
+      message: 'may hold letters, digits and _ . : / - only (it becomes a subject or routing key)',
+    });
+  }
+  if (
+    key !== undefined &&
+    key !== null &&
+    (typeof key !== 'string' || key.length === 0 || key.length > MAX_NAME)
+  ) {
+    issues.push({
+      path: `${path}.key`,
+      message: `must be null or a string of 1 to ${MAX_NAME} characters`,
+    });
+  }
+  checkHeaders(headers, `${path}.headers`, issues);
+  let payload: unknown = input.payload;
+  if (schema) {
+    const result = await schema['~standard'].validate(payload);
+    if (result.issues) {
+      for (const issue of result.issues) {
+        const segments = (issue.path ?? []).map((s) => String(typeof s === 'object' ? s.key : s));
+        issues.push({ path: [`${path}.payload`, ...segments].join('.'), message: issue.message });
+      }
+    } else {
+      payload = result.value;
+    }
+  }
+  if (payload === undefined) {
+    issues.push({ path: `${path}.payload`, message: 'is required (null is a valid payload)' });
+  } else if (issues.length === before) {
+    const problem = findJsonProblem(payload, `${path}.payload`);
+    if (problem) issues.push({ path: problem.path, message: problem.message });
+  }
+  if (issues.length > before) return null;
+  const payloadJson = JSON.stringify(payload);
+  const bytes = Buffer.byteLength(payloadJson);
+  if (bytes > maxPayloadBytes) {
+    issues.push({
+      path: `${path}.payload`,
+      message: `is ${bytes} bytes as JSON, over maxPayloadBytes ${maxPayloadBytes}`,
+    });
+    return null;
+  }
+  return {
+    topic,
+    key: key ?? null,
+    payloadJson,
+    headersJson: JSON.stringify(headers ?? {}),
+  };
+}
+
+function checkHeaders(headers: unknown, path: string, issues: PublishIssue[]): void {
+  if (headers === undefined) return;
+  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) {
+    issues.push({ path, message: 'must be an object of string values' });
+    return;
+  }
+  const entries = Object.entries(headers);
+  if (entries.length > MAX_HEADERS) {
+    issues.push({ path, message: `has ${entries.length} entries, more than ${MAX_HEADERS}` });
+  }
+  for (const [name, value] of entries) {
+    if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,200}$/.test(name)) {
+      issues.push({ path: `${path}.${name}`, message: 'is not a valid header name' });
+    } else if (
+      typeof value !== 'string' ||
+      value.length > MAX_HEADER_VALUE ||
+      /[\r\n]/.test(value)
+    ) {
+      issues.push({
+        path: `${path}.${name}`,
+        message: `must be a single-line string of at most ${MAX_HEADER_VALUE} characters`,
+      });
+    }
+  }
+}

@@ -1,0 +1,36 @@
+import { connect } from 'node:net';
+
+export const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+export const amqpUrl = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+
+/** Whether something accepts TCP connections at the URL's host and port within 1 s. */
+export function answers(url: string, defaultPort: number): Promise<boolean> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve) => {
+    const socket = connect({ host: hostname, port: Number(port || defaultPort) });
+    const done = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(1_000, () => done(false));
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
+}
+
+/**
+ * Whether a broker's tests run. In CI a broker that does not answer fails the run (`.ci/run`
+ * starts them first); on a developer's machine without it, its tests report themselves skipped.
+ */
+export async function brokerAvailable(name: string, url: string, port: number): Promise<boolean> {
+  const where = new URL(url);
+  where.username = '';
+  where.password = '';
+  if (await answers(url, port)) return true;
+  if (process.env.CI)
+    throw new Error(`${name} does not answer at ${where.host}; CI runs these tests for real`);
+  console.warn(
+    `${name} does not answer at ${where.host}: its tests are skipped (set CI=1 to fail instead)`,
+  );
+  return false;
+}

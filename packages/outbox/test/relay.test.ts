@@ -1,0 +1,286 @@
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import {
+  createRelay,
+  deadMessages,
+  outboxCounts,
+  publishMany,
+  retryDeadMessages,
+  type RelayOptions,
+  type Sink,
+} from '../src/index.js';
+import { webhookSink } from '../src/sinks/webhook.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { secret, startReceiver, type Receiver } from './receiver.js';
+
+const db = await useTestDatabase();
+const silent = pino({ level: 'silent' });
+const quickBackoff = { baseMs: 50, maxMs: 50, factor: 1, jitter: 0 };
+
+function relayFor(receiver: Receiver, options: Partial<RelayOptions> = {}) {
+  const sink = webhookSink({ url: receiver.url, secret, timeoutMs: 5_000 });
+  return createRelay({ pool: db.pool, sink, logger: silent, backoff: quickBackoff, ...options });
+}
+
+/** Runs passes until one claims nothing that is due. */
+async function drain(relay: ReturnType<typeof createRelay>, passes = 100) {
+  for (let i = 0; i < passes; i++) {
+    if ((await relay.runOnce()).claimed === 0) return;
+  }
+  throw new Error('relay still claiming after 100 passes');
+}
+
+async function statusOf(ids: string[]) {
+  const { rows } = await db.pool.query<{
+    id: string;
+    status: string;
+    attempts: number;
+    last_error: string | null;
+  }>(
+    `SELECT id::text, status::text, attempts, last_error FROM skiplock.outbox_messages
+     WHERE id = ANY($1::bigint[]) ORDER BY outbox_messages.id`,
+    [ids],
+  );
+  return rows;
+}
+
+/** Each topic gets its own messages so that tests sharing the table do not see each other's. */
+function only(receiver: Receiver, topic: string) {
+  return receiver.accepted.filter((r) => r.type === topic);
+}
+
+describe('relay', () => {
+  it('delivers every message once, each key in publish order, and marks it delivered', async () => {
+    const receiver = await startReceiver();
+    const messages = Array.from({ length: 300 }, (_, i) => ({
+      topic: 'order.test',
+      key: i % 10 === 9 ? null : `k${i % 9}`,
+      payload: { n: i },
+    }));
+    const ids = await publishMany(db.pool, messages);
+    const relay = relayFor(receiver, { topics: ['order.test'] });
+    const first = await relay.runOnce();
+    // One claim takes the first message of each of the 9 keys and every unkeyed one (up to 100).
+    expect(first).toMatchObject({ claimed: 9 + 30, delivered: 39, retried: 0, dead: 0, fenced: 0 });
+    await drain(relay);
+    const got = only(receiver, 'order.test');
+    expect(got.every((r) => r.verified)).toBe(true);
+    expect(got.map((r) => r.id).sort()).toEqual(ids.map((id) => `msg_${id}`).sort());
+    for (let k = 0; k < 9; k++) {
+      const sent = messages.filter((m) => m.key === `k${k}`).map((m) => m.payload.n);
+      const seen = got
+        .filter((r) => sent.includes((r.data as { n: number }).n))
+        .map((r) => (r.data as { n: number }).n);
+      expect(seen).toEqual(sent);
+    }
+    expect(new Set((await statusOf(ids)).map((r) => r.status))).toEqual(new Set(['delivered']));
+  });
+
+  it('holds back a failing message’s key only, and honours Retry-After', async () => {
+    const receiver = await startReceiver();
+    const [a1, a2, b1, b2] = await publishMany(db.pool, [
+      { topic: 'hold.test', key: 'A', payload: 'a1' },
+      { topic: 'hold.test', key: 'A', payload: 'a2' },
+      { topic: 'hold.test', key: 'B', payload: 'b1' },
+      { topic: 'hold.test', key: 'B', payload: 'b2' },
+    ]);
+    receiver.respond((request, nth) =>
+      request.data === 'a1' && nth === 1
+        ? { status: 500 }
+        : request.data === 'a1' && nth === 2
+          ? { status: 429, headers: { 'retry-after': '2' } }
+          : { status: 200 },
+    );
+    const relay = relayFor(receiver, { topics: ['hold.test'] });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 2, delivered: 1, retried: 1 });
+    // a1 waits out its backoff; a2 waits behind it; B goes on.
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
+    expect((await relay.runOnce()).claimed).toBe(0);
+    await waitFor(async () => ((await relay.runOnce()).claimed === 1 ? true : null));
+    // The 429 asked for 2 s: the message is not due before then, whatever the backoff says.
+    const [row] = (
+      await db.pool.query<{ wait_ms: number }>(
+        `SELECT extract(epoch FROM run_after - now()) * 1000 AS wait_ms FROM skiplock.outbox_messages WHERE id = $1`,
+        [a1],
+      )
+    ).rows;
+    expect(Number(row?.wait_ms)).toBeGreaterThan(1_500);
+    expect((await relay.runOnce()).claimed).toBe(0);
+    await waitFor(async () => ((await relay.runOnce()).delivered === 1 ? true : null), {
+      timeoutMs: 10_000,
+    });
+    await drain(relay);
+    expect(receiver.requests.filter((r) => r.type === 'hold.test').map((r) => r.data)).toEqual([
+      'a1',
+      'b1',
+      'b2',
+      'a1',
+      'a1',
+      'a2',
+    ]);
+    const rows = await statusOf([a1!, a2!, b1!, b2!]);
+    expect(rows.map((r) => [r.status, r.attempts])).toEqual([
+      ['delivered', 3],
+      ['delivered', 1],
+      ['delivered', 1],
+      ['delivered', 1],
+    ]);
+  });
+
+  it('sends a message dead on a permanent failure or its last attempt; its key goes on; an operator revives it', async () => {
+    const receiver = await startReceiver();
+    const logs = captureLogs();
+    const [p1, p2, m1] = await publishMany(db.pool, [
+      { topic: 'dead.test', key: 'P', payload: 'p1' },
+      { topic: 'dead.test', key: 'P', payload: 'p2' },
+      { topic: 'dead.test', key: 'M', payload: 'm1' },
+    ]);
+    let healed = false;
+    receiver.respond((request) =>
+      healed
+        ? { status: 204 }
+        : request.data === 'p1'
+          ? { status: 400 }
+          : request.data === 'm1'
+            ? { status: 503 }
+            : { status: 200 },
+    );
+    const relay = createRelay({
+      pool: db.pool,
+      sink: webhookSink({ url: receiver.url, secret }),
+      logger: logs.logger,
+      backoff: quickBackoff,
+      maxAttempts: 2,
+      topics: ['dead.test'],
+    });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 2, dead: 1, retried: 1 });
+    await waitFor(async () => ((await relay.runOnce()).dead === 1 ? true : null));
+    await drain(relay);
+    const rows = await statusOf([p1!, p2!, m1!]);
+    expect(rows.map((r) => r.status)).toEqual(['dead', 'delivered', 'dead']);
+    expect(rows[0]?.last_error).toContain('400');
+    expect(rows[2]?.attempts).toBe(2);
+    expect(logs.reasons()).toEqual(
+      expect.arrayContaining(['outbox_dead_permanent', 'outbox_dead_attempts', 'outbox_retry']),
+    );
+    expect(JSON.stringify(logs.lines)).not.toContain('p1');
+
+    const dead = await deadMessages(db.pool, { limit: 10 });
+    expect(dead.filter((d) => d.topic === 'dead.test').map((d) => d.id)).toEqual([m1, p1]);
+    healed = true;
+    expect(await retryDeadMessages(db.pool, [p1!, m1!, p2!])).toEqual(
+      expect.arrayContaining([p1, m1]),
+    );
+    await drain(relay);
+    expect((await statusOf([p1!, m1!])).map((r) => [r.status, r.attempts])).toEqual([
+      ['delivered', 1],
+      ['delivered', 1],
+    ]);
+    await expect(retryDeadMessages(db.pool, ['1; DROP TABLE x'])).rejects.toThrow(
+      'is not a message id',
+    );
+  });
+
+  it('fences the settle: a relay whose lease ran out changes nothing another relay delivered', async () => {
+    const receiver = await startReceiver();
+    const [id] = await publishMany(db.pool, [{ topic: 'fence.test', key: 'F', payload: 'f' }]);
+    const inner = webhookSink({ url: receiver.url, secret });
+    // Delivers, then stalls past its lease before the relay gets to settle (a long GC pause).
+    const stalling: Sink = {
+      name: 'stalling',
+      deliver: async (messages, signal) => {
+        const result = await inner.deliver(messages, signal);
+        await new Promise((r) => setTimeout(r, 1_200));
+        return result;
+      },
+      close: () => inner.close(),
+    };
+    const slow = createRelay({
+      pool: db.pool,
+      sink: stalling,
+      logger: silent,
+      leaseMs: 400,
+      topics: ['fence.test'],
+    });
+    const fast = relayFor(receiver, { topics: ['fence.test'] });
+    const slowPass = slow.runOnce();
+    await waitFor(() => (receiver.requests.length === 1 ? true : null));
+    // The other relay takes the message over only once the lease ran out.
+    expect((await fast.runOnce()).claimed).toBe(0);
+    await waitFor(async () => ((await fast.runOnce()).delivered === 1 ? true : null), {
+      timeoutMs: 5_000,
+    });
+    expect(await slowPass).toMatchObject({ claimed: 1, delivered: 1, fenced: 1 });
+    // Delivered twice with one id: a receiver (or JetStream) de-duplicates on it.
+    expect(receiver.requests.map((r) => r.id)).toEqual([`msg_${id}`, `msg_${id}`]);
+    expect((await statusOf([id!]))[0]).toMatchObject({ status: 'delivered', attempts: 2 });
+  });
+
+  it('keeps delivered messages for retainDeliveredMs, then deletes them in bounded passes', async () => {
+    const receiver = await startReceiver();
+    const ids = await publishMany(
+      db.pool,
+      Array.from({ length: 20 }, (_, i) => ({ topic: 'retain.test', payload: i })),
+    );
+    const relay = relayFor(receiver, { topics: ['retain.test'], retainDeliveredMs: 3_600_000 });
+    await drain(relay);
+    await db.pool.query(
+      `UPDATE skiplock.outbox_messages SET settled_at = now() - interval '2 hours' WHERE id = ANY($1::bigint[]) AND id <= $2`,
+      [ids, ids[9]],
+    );
+    const before = await outboxCounts(db.pool);
+    expect(await relay.retainOnce()).toEqual({ deleted: 10 });
+    expect((await statusOf(ids)).map((r) => r.id)).toEqual(ids.slice(10));
+    expect((await outboxCounts(db.pool)).delivered).toBe(before.delivered - 10);
+  });
+
+  it('wakes on NOTIFY without waiting for its poll, and a stop waits for the batch in flight', async () => {
+    const receiver = await startReceiver();
+    receiver.respond(() => ({ status: 200, delayMs: 400 }));
+    const relay = relayFor(receiver, { topics: ['live.test'], pollIntervalMs: 600_000 });
+    relay.start();
+    try {
+      // The first pass at start finds nothing; only the notification can bring the next.
+      await new Promise((r) => setTimeout(r, 300));
+      const [id] = await publishMany(db.pool, [{ topic: 'live.test', key: 'L', payload: 1 }]);
+      await waitFor(() => (receiver.requests.length === 1 ? true : null), { timeoutMs: 10_000 });
+      await relay.stop();
+      expect((await statusOf([id!]))[0]?.status).toBe('delivered');
+    } finally {
+      await relay.stop();
+    }
+  });
+
+  it('fails a whole batch when the sink throws, and retries it', async () => {
+    const [id] = await publishMany(db.pool, [{ topic: 'throw.test', payload: 1 }]);
+    let calls = 0;
+    const throwing: Sink = {
+      name: 'throwing',
+      deliver: async (messages) => {
+        calls += 1;
+        if (calls === 1) throw new Error('broker unreachable');
+        return messages.map(() => ({ ok: true as const }));
+      },
+      close: async () => {},
+    };
+    const relay = createRelay({
+      pool: db.pool,
+      sink: throwing,
+      logger: silent,
+      backoff: quickBackoff,
+      topics: ['throw.test'],
+    });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, retried: 1 });
+    expect((await statusOf([id!]))[0]?.last_error).toBe('broker unreachable');
+    await waitFor(async () => ((await relay.runOnce()).delivered === 1 ? true : null));
+  });
+
+  it('refuses bad options by name', () => {
+    const sink: Sink = { name: 'none', deliver: async () => [], close: async () => {} };
+    expect(() => createRelay({ pool: db.pool, sink, batchSize: 0 })).toThrow(
+      'createRelay: batchSize must be an integer from 1 to 10000, got 0',
+    );
+    expect(() => createRelay({ pool: db.pool, sink, leaseMs: 1.5 })).toThrow('leaseMs');
+  });
+});
