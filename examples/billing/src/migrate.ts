@@ -1,5 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '@skiplock/queue';
+import { outboxMigrations } from '@skiplock/outbox';
 import { migrate as migrateSkiplock } from '@skiplock/saga';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate as drizzleMigrate } from 'drizzle-orm/node-postgres/migrator';
@@ -12,11 +13,11 @@ export const billingMigrationsFolder = fileURLToPath(new URL('../migrations', im
 const LOCK = [0x5c10c, 100] as const;
 
 /**
- * Applies the library's migrations (queue and saga tables), then the billing schema's. Like the library, the billing
+ * Applies the library's migrations (queue, saga and outbox tables), then the billing schema's. Like the library, the billing
  * migrations run under a session advisory lock, so concurrent starters do not collide.
  */
 export async function migrateBilling(pool: pg.Pool, logger: Logger): Promise<void> {
-  await migrateSkiplock({ pool, logger });
+  await migrateSkiplock({ pool, logger, include: [outboxMigrations] });
   const client = await pool.connect();
   try {
     await client.query('SELECT pg_advisory_lock($1, $2)', [...LOCK]);

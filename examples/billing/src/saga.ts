@@ -2,6 +2,7 @@ import { defineSaga, type RetryPolicy } from '@skiplock/saga';
 import type pg from 'pg';
 import { z } from 'zod';
 import { InvoiceStateError, PaymentDeclinedError } from './errors.js';
+import { billingEvents } from './events.js';
 import { InjectedPermanentError, noFaults, type Faults } from './faults.js';
 import type { FakeProvider } from './provider.js';
 import {
@@ -82,10 +83,28 @@ export function createBillingSaga(deps: BillingDeps) {
       nonRetryable: permanent,
       run: async (ctx, input) => {
         faults.check('issue-invoice', ctx.attempt);
-        return ctx.transaction((tx) => issueInvoice(tx, input.invoiceId));
+        return ctx.transaction(async (tx) => {
+          const issued = await issueInvoice(tx, input.invoiceId);
+          await billingEvents.publish(tx, {
+            topic: 'invoice.issued',
+            key: input.invoiceId,
+            payload: { ...input, number: issued.number },
+          });
+          return issued;
+        });
       },
       compensate: (ctx) =>
-        ctx.transaction((tx) => voidInvoice(tx, ctx.input.invoiceId, ctx.reason)),
+        ctx.transaction(async (tx) => {
+          const { invoiceId } = ctx.input;
+          const reason = ctx.reason.slice(0, 500);
+          if (await voidInvoice(tx, invoiceId, reason)) {
+            await billingEvents.publish(tx, {
+              topic: 'invoice.voided',
+              key: invoiceId,
+              payload: { invoiceId, reason },
+            });
+          }
+        }),
     })
     .step('reserve-credit', {
       ...policy,
@@ -169,7 +188,24 @@ export function createBillingSaga(deps: BillingDeps) {
         faults.check('write-ledger', ctx.attempt);
         const creditCents = ctx.steps['reserve-credit'].creditCents;
         const cardCents = ctx.steps['open-payment'].cardCents;
-        return ctx.transaction((tx) => writeLedger(tx, input, { creditCents, cardCents }));
+        return ctx.transaction(async (tx) => {
+          const { journalId, paid } = await writeLedger(tx, input, { creditCents, cardCents });
+          // Published by the transaction that marks the invoice paid, and only by it: one
+          // `invoice.paid` per paid invoice, however often the step is retried.
+          if (paid) {
+            await billingEvents.publish(tx, {
+              topic: 'invoice.paid',
+              key: input.invoiceId,
+              payload: {
+                invoiceId: input.invoiceId,
+                amountCents: input.amountCents,
+                creditCents,
+                cardCents,
+              },
+            });
+          }
+          return { journalId };
+        });
       },
     });
 }

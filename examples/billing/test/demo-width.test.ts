@@ -87,6 +87,15 @@ const facts: RunFacts = {
   unexpectedExits: 3,
   deadlineHit: true,
   workerLog: '/tmp/skiplock_demo_0123abcd.log',
+  events: {
+    sink: 'a local webhook receiver (no NATS server answered)',
+    delivered: 299_997,
+    pending: 3,
+    dead: 1,
+    seen: { 'invoice.issued': 100_000, 'invoice.paid': 66_666, 'invoice.voided': 33_331 },
+    paidInvoices: 66_667,
+    paidNotSeenOnce: ['inv_0123456789abcdef', 'inv_fedcba9876543210'],
+  },
 };
 
 describe('demo output width', () => {
@@ -109,7 +118,15 @@ describe('demo output width', () => {
       expect(tooWide(text)).toEqual([]);
       expect(text).toContain('Timeline of compensated saga');
       expect(text).toContain(facts.workerLog);
+      expect(text).toContain('each of 66667 paid invoices produced exactly one');
     }
+    expect(verdict.problems).toEqual(
+      expect.arrayContaining([
+        '3 events still waiting in the outbox',
+        '1 events dead in the outbox',
+        '2 paid invoices without exactly one invoice.paid seen (inv_0123456789abcdef, inv_fedcba9876543210)',
+      ]),
+    );
     const passing = formatSummary(
       report,
       { ...facts, workerLog: null },

@@ -49,6 +49,8 @@ describe('pnpm demo', () => {
       expect(run.stdout).toMatch(/undo reserve-credit +completed/);
       expect(run.stdout).toMatch(/saga compensated/);
       expect(run.stdout).toContain('PASS  every saga completed or compensated');
+      expect(run.stdout).toMatch(/Events +\d+ relayed to (NATS JetStream|a local webhook)/);
+      expect(run.stdout).toMatch(/PASS {2}each of \d+ paid invoices produced exactly one/);
       // Not a TTY: periodic progress lines instead of a redrawn bar.
       expect(run.stdout).toMatch(/^progress: 40\/40 \(100%\)/m);
       // The demo's database is dropped at the end.

@@ -25,6 +25,15 @@ async function ledgerOf(invoiceId: string) {
   return rows;
 }
 
+/** The invoice's events in the outbox, in publish order, with their payloads. */
+async function eventsOf(invoiceId: string) {
+  const { rows } = await db.pool.query<{ topic: string; payload: Record<string, unknown> }>(
+    `SELECT topic, payload FROM skiplock.outbox_messages WHERE key = $1 ORDER BY id`,
+    [invoiceId],
+  );
+  return rows;
+}
+
 async function paymentStatus(invoiceId: string): Promise<string | null> {
   const { rows } = await db.pool.query<{ status: string }>(
     'SELECT status FROM billing.payments WHERE invoice_id = $1',
@@ -60,6 +69,16 @@ describe('billing saga', () => {
       { account: 'card_clearing', debit: 7_000, credit: 0 },
       { account: 'customer_credit', debit: 3_000, credit: 0 },
       { account: 'revenue', debit: 0, credit: 10_000 },
+    ]);
+    expect(await eventsOf(id)).toEqual([
+      {
+        topic: 'invoice.issued',
+        payload: { invoiceId: id, customerId: customer, amountCents: 10_000, number: `INV-${id}` },
+      },
+      {
+        topic: 'invoice.paid',
+        payload: { invoiceId: id, amountCents: 10_000, creditCents: 3_000, cardCents: 7_000 },
+      },
     ]);
     await expectInvariantsHold(db.pool);
   });
@@ -122,6 +141,9 @@ describe('billing saga', () => {
     expect(await invoiceStatus(db.pool, id)).toBe('void');
     expect(await balanceOf(db.pool, customer)).toBe(1_500);
     expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['declined']);
+    const events = await eventsOf(id);
+    expect(events.map((e) => e.topic)).toEqual(['invoice.issued', 'invoice.voided']);
+    expect(events[1]?.payload.reason).toContain('declined');
     await expectInvariantsHold(db.pool);
   });
 

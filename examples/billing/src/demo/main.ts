@@ -13,6 +13,7 @@ import { migrateBilling } from '../migrate.js';
 import { createBillingSystem, type BillingSystem } from '../system.js';
 import type { WorkerConfig } from '../worker/config.js';
 import { openDemoDatabase } from './database.js';
+import { startEventPipeline, type EventPipeline } from './events.js';
 import { describeFailure } from './failure.js';
 import { FlagError, parseDemoFlags, usage, type DemoFlags } from './flags.js';
 import { formatHeader } from './header.js';
@@ -62,6 +63,7 @@ async function runAndCleanUp(
   );
   let fleet: WorkerFleet | null = null;
   let system: BillingSystem | null = null;
+  let events: EventPipeline | null = null;
   const stopProducing = new AbortController();
   // The workers' log is for looking into a failed run; a passing or interrupted one deletes it.
   let keepLog = true;
@@ -71,6 +73,10 @@ async function runAndCleanUp(
     if (interrupted.aborted) return 0;
     await migrateBilling(pool, logger);
     const customers = await seedCustomers(pool, { count: flags.customers, maxCreditCents: 20_000 });
+    // The sagas publish invoice events to the outbox in their steps' transactions; this relay
+    // takes them from there to the broker.
+    events = await startEventPipeline({ connectionString: db.url, runName: db.name, logger });
+    say(`Relaying billing events to ${events.sink}`);
     const config: WorkerConfig = {
       concurrency: flags.concurrency,
       declineRate: flags['decline-rate'],
@@ -144,7 +150,9 @@ async function runAndCleanUp(
     await stopFleet();
     if (interrupted.aborted) return 0;
     const report = await collectReport(pool, system.runtime);
+    const eventReport = await events.report(pool);
     const facts: RunFacts = {
+      events: eventReport,
       workers: flags.workers,
       databaseSource: db.source,
       kills,
@@ -165,6 +173,7 @@ async function runAndCleanUp(
       () => stopProducing.abort(),
       stopFleet,
       () => system?.runtime.close(),
+      () => events?.close(),
       () => pool.end(),
       () => db.close(),
     ]) {

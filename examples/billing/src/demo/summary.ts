@@ -1,4 +1,5 @@
 import type { SagaView } from '@skiplock/saga';
+import type { EventReport } from './events.js';
 import type { DemoReport } from './report.js';
 import { COLUMNS, truncate, wrapParts } from './wrap.js';
 
@@ -12,6 +13,8 @@ export interface RunFacts {
   deadlineHit: boolean;
   /** The workers' log, when it is kept (a failed run); a passing run deletes it. */
   workerLog: string | null;
+  /** What the outbox relay delivered and a consumer saw; null when the run ended before. */
+  events: EventReport | null;
 }
 
 export interface Verdict {
@@ -40,6 +43,17 @@ export function judge(report: DemoReport, facts: RunFacts, expected: number): Ve
   }
   if (facts.unexpectedExits > 0) {
     problems.push(`${facts.unexpectedExits} worker processes died unexpectedly`);
+  }
+  const e = facts.events;
+  if (e) {
+    if (e.pending > 0) problems.push(`${e.pending} events still waiting in the outbox`);
+    if (e.dead > 0) problems.push(`${e.dead} events dead in the outbox`);
+    if (e.paidNotSeenOnce.length > 0) {
+      problems.push(
+        `${e.paidNotSeenOnce.length} paid invoices without exactly one invoice.paid seen ` +
+          `(${e.paidNotSeenOnce.slice(0, 3).join(', ')})`,
+      );
+    }
   }
   return { ok: problems.length === 0, problems };
 }
@@ -117,6 +131,19 @@ export function formatSummary(
     field('Kill -9', [
       `worker pid ${kill.killedPid} SIGKILLed after ${kill.atFinished} sagas finished; ` +
         `pid ${kill.replacementPid} took its place`,
+    ]);
+  }
+  if (facts.events) {
+    const e = facts.events;
+    field('Events', [
+      `${e.delivered} relayed to ${e.sink}: ${e.seen['invoice.issued']} issued`,
+      `${e.seen['invoice.paid']} paid`,
+      `${e.seen['invoice.voided']} voided`,
+    ]);
+    const once = e.paidNotSeenOnce.length === 0 && e.pending === 0 && e.dead === 0;
+    field('', [
+      `${once ? pass : fail}  each of ${e.paidInvoices} paid invoices produced exactly one ` +
+        'invoice.paid seen by a consumer',
     ]);
   }
   if (facts.kills.length > 0) {

@@ -17,16 +17,20 @@ export async function issueInvoice(
   return { number: rows[0].number };
 }
 
-/** Compensation: the invoice is void, with the reason the saga gave up. Idempotent. */
+/**
+ * Compensation: the invoice is void, with the reason the saga gave up. Idempotent; true when this
+ * call voided it.
+ */
 export async function voidInvoice(
   tx: pg.ClientBase,
   invoiceId: string,
   reason: string,
-): Promise<void> {
-  await tx.query(
+): Promise<boolean> {
+  const { rowCount } = await tx.query(
     `UPDATE billing.invoices
         SET status = 'void', void_reason = left($2, 500), settled_at = now()
       WHERE id = $1 AND status IN ('draft', 'open')`,
     [invoiceId, reason],
   );
+  return rowCount === 1;
 }

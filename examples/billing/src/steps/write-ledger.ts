@@ -12,13 +12,14 @@ export const Accounts = {
 
 /**
  * Books the paid invoice as one balanced journal (credit spent + card charged = revenue), captures
- * the reservation and marks the invoice paid, all in the step's transaction. Idempotent.
+ * the reservation and marks the invoice paid, all in the step's transaction. Idempotent; `paid`
+ * says whether this call marked it paid.
  */
 export async function writeLedger(
   tx: pg.ClientBase,
   input: BillingInput,
   parts: { creditCents: number; cardCents: number },
-): Promise<{ journalId: string }> {
+): Promise<{ journalId: string; paid: boolean }> {
   const journalId = `journal:${input.invoiceId}`;
   const lines: [string, number, number][] = [];
   if (parts.creditCents > 0) lines.push([Accounts.customerCredit, parts.creditCents, 0]);
@@ -42,10 +43,10 @@ export async function writeLedger(
       WHERE invoice_id = $1 AND status = 'held'`,
     [input.invoiceId],
   );
-  await tx.query(
+  const { rowCount } = await tx.query(
     `UPDATE billing.invoices SET status = 'paid', settled_at = now()
       WHERE id = $1 AND status = 'open'`,
     [input.invoiceId],
   );
-  return { journalId };
+  return { journalId, paid: rowCount === 1 };
 }
