@@ -12,6 +12,7 @@ const readmes = [
   'packages/queue/README.md',
   'packages/saga/README.md',
   'packages/cli/README.md',
+  'packages/outbox/README.md',
   'examples/billing/README.md',
 ];
 const write = process.argv.includes('--write');

@@ -1,5 +1,5 @@
 // The consumer test: what a user outside this repository gets. Packs every package, serves the
-// tarballs from a loopback registry, installs @skiplock/saga and @skiplock/cli with npm into a
+// tarballs from a loopback registry, installs @skiplock/saga, @skiplock/outbox and @skiplock/cli with npm into a
 // fresh project, type-checks the README programs there with strict compiler flags, and runs
 // them, a CommonJS program and the installed CLI with plain `node` against a real database.
 // Run: `pnpm test:consumer` (DATABASE_URL, else the same database the tests would start).
@@ -14,7 +14,7 @@ import { createDatabase, dropDatabase, startDatabase } from '@skiplock/devdb';
 import { startLocalRegistry } from './registry.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
-const published = ['packages/queue', 'packages/saga', 'packages/cli'];
+const published = ['packages/queue', 'packages/saga', 'packages/outbox', 'packages/cli'];
 
 interface Run {
   code: number;
@@ -129,7 +129,7 @@ try {
   );
   await writeFile(join(app, '.npmrc'), `@skiplock:registry=${registry.url}\n`);
   await must(
-    'npm install @skiplock/saga @skiplock/cli (by name and version)',
+    'npm install @skiplock/saga @skiplock/outbox @skiplock/cli (by name and version)',
     run(
       'npm',
       [
@@ -137,7 +137,9 @@ try {
         '--no-audit',
         '--no-fund',
         '@skiplock/saga@0.1.0',
+        '@skiplock/outbox@0.1.0',
         '@skiplock/cli@0.1.0',
+        'standardwebhooks@^1',
         'zod@^4',
         'pg@^8',
         'typescript@5.9.3',
@@ -157,7 +159,7 @@ try {
   );
 
   // 3. The README programs, type-checked with strict flags against the installed .d.ts files.
-  for (const program of ['queue.ts', 'saga.ts']) {
+  for (const program of ['queue.ts', 'saga.ts', 'outbox.ts']) {
     await cp(join(root, 'examples/readme/src', program), join(app, 'src', program));
   }
   await cp(join(root, 'test/consumer/app/tsconfig.json'), join(app, 'tsconfig.json'));
@@ -183,6 +185,15 @@ try {
       saga.stdout.includes('saga inv_2: compensated (reserve → charge → undo reserve)'),
     'the saga program completed one saga and compensated the other',
     saga.stdout,
+  );
+  const outbox = await must(
+    'node dist/outbox.js',
+    run('node', ['dist/outbox.js'], { cwd: app, env }),
+  );
+  check(
+    /^webhook msg_\d+: \{"type":"order\.placed",.*\(verified\)$/m.test(outbox.stdout),
+    'the outbox program relayed its event to a verifying webhook receiver',
+    outbox.stdout,
   );
   const cjs = await must('node commonjs.cjs', run('node', ['commonjs.cjs'], { cwd: app, env }));
   check(

@@ -24,7 +24,7 @@ async function runProgram(name: string): Promise<string> {
   // pino's JSON lines are the library's logs; the program's own output is plain text.
   return stdout
     .split('\n')
-    .filter((line) => line && !line.startsWith('{'))
+    .filter((line) => line && !line.startsWith('{"level":'))
     .join('\n');
 }
 
@@ -41,6 +41,18 @@ describe('the README programs', () => {
         'ticks run: 3 or more, each once',
         'schedule usage-report (* * * * * *, Europe/Paris): paused',
       ].join('\n'),
+    );
+  });
+
+  it('outbox.ts commits an order with its event and relays it to a verifying webhook receiver', async () => {
+    expect(await runProgram('outbox.ts')).toMatch(
+      /^webhook msg_\d+: \{"type":"order\.placed","timestamp":"[^"]+","data":\{"orderId":"ord_1","totalCents":4200\}\} \(verified\)$/,
+    );
+  });
+
+  it('outbox-sink.ts relays through a sink of its own, one message of a key per pass', async () => {
+    expect(await runProgram('outbox-sink.ts')).toMatch(
+      /^delivered per pass: 1, 1, 0\nfile:\n\{"id":"\d+","topic":"sink\.demo","key":"a","payload":\{"step":1\}\}\n\{"id":"\d+","topic":"sink\.demo","key":"a","payload":\{"step":2\}\}$/,
     );
   });
 
