@@ -17,6 +17,6 @@ CREATE TABLE "skiplock"."outbox_messages" (
 	CONSTRAINT "outbox_messages_attempts_check" CHECK (attempts >= 0)
 );
 --> statement-breakpoint
-CREATE INDEX "outbox_messages_pending_idx" ON "skiplock"."outbox_messages" USING btree ("id") WHERE status = 'pending';--> statement-breakpoint
+CREATE INDEX "outbox_messages_pending_idx" ON "skiplock"."outbox_messages" USING btree ("run_after","id") WHERE status = 'pending';--> statement-breakpoint
 CREATE INDEX "outbox_messages_pending_key_idx" ON "skiplock"."outbox_messages" USING btree ("key","id") WHERE status = 'pending' AND key IS NOT NULL;--> statement-breakpoint
 CREATE INDEX "outbox_messages_settled_idx" ON "skiplock"."outbox_messages" USING btree ("status","settled_at") WHERE status <> 'pending';

@@ -1,5 +1,22 @@
-import { runSql, type Queryable } from '@skiplock/queue/engine';
-import { countMessages, retryDead, selectDead, type DeadRow } from './sql/messages.js';
+import type pg from 'pg';
+import { runSql, withTransaction, type Queryable } from '@skiplock/queue/engine';
+import {
+  countMessages,
+  lockKeysOfDead,
+  retryDead,
+  selectDead,
+  type DeadRow,
+} from './sql/messages.js';
+
+const MAX_IDS = 1_000;
+const BIGINT_MAX = 9_223_372_036_854_775_807n;
+
+function checkId(id: unknown, what: string): string {
+  if (typeof id !== 'string' || !/^[1-9][0-9]{0,18}$/.test(id) || BigInt(id) > BIGINT_MAX) {
+    throw new TypeError(`${what}: "${String(id)}" is not a message id`);
+  }
+  return id;
+}
 
 export interface OutboxCounts {
   pending: number;
@@ -41,8 +58,9 @@ export async function deadMessages(
   db: Queryable,
   options: { limit?: number; beforeId?: string } = {},
 ): Promise<DeadMessage[]> {
-  const limit = Math.min(Math.max(1, options.limit ?? 50), 1_000);
-  const { rows } = await runSql<DeadRow>(db, selectDead(limit, options.beforeId ?? null));
+  const limit = Math.min(Math.max(1, Math.floor(options.limit ?? 50)), 1_000);
+  const before = options.beforeId === undefined ? null : checkId(options.beforeId, 'deadMessages');
+  const { rows } = await runSql<DeadRow>(db, selectDead(limit, before));
   return rows.map((r) => ({
     id: r.id,
     topic: r.topic,
@@ -54,12 +72,21 @@ export async function deadMessages(
   }));
 }
 
-/** Sends dead messages back for delivery with fresh attempts; returns the ids it revived. */
-export async function retryDeadMessages(db: Queryable, ids: readonly string[]): Promise<string[]> {
-  for (const id of ids) {
-    if (!/^[1-9][0-9]{0,18}$/.test(id))
-      throw new TypeError(`retryDeadMessages: "${id}" is not a message id`);
+/**
+ * Sends dead messages back for delivery with fresh attempts; returns the ids it revived. A dead
+ * message whose key has a message in flight right now stays dead (reviving it would put two of
+ * the key in flight); call again once that one settled. Up to 1,000 ids per call.
+ */
+export async function retryDeadMessages(pool: pg.Pool, ids: readonly string[]): Promise<string[]> {
+  if (ids.length > MAX_IDS) {
+    throw new TypeError(`retryDeadMessages: ${ids.length} ids, more than ${MAX_IDS} per call`);
   }
-  const { rows } = await runSql<{ id: string }>(db, retryDead(ids));
-  return rows.map((r) => r.id);
+  for (const id of ids) checkId(id, 'retryDeadMessages');
+  if (ids.length === 0) return [];
+  return withTransaction(pool, async (tx) => {
+    // First wait for any claim in progress on those keys, so the revive sees its lease.
+    await runSql(tx, lockKeysOfDead(ids));
+    const { rows } = await runSql<{ id: string }>(tx, retryDead(ids));
+    return rows.map((r) => r.id);
+  });
 }

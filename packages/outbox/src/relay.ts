@@ -17,6 +17,7 @@ import type { Delivery, OutboxMessage, Sink } from './sink.js';
 import {
   claimMessages,
   deleteDelivered,
+  expireLastAttempts,
   OUTBOX_CHANNEL,
   settleMessages,
   type ClaimedRow,
@@ -66,7 +67,10 @@ export interface RelayPassResult {
 }
 
 export interface RetentionResult {
+  /** Delivered messages past `retainDeliveredMs`, deleted. */
   deleted: number;
+  /** Messages whose last attempt's lease ran out (their relay died), sent to dead. */
+  expired: number;
 }
 
 export interface Relay {
@@ -80,7 +84,7 @@ export interface Relay {
   stop(options?: { timeoutMs?: number }): Promise<void>;
   /** One claim, delivery and settle; what tests and `skiplock outbox relay --once` call. */
   runOnce(): Promise<RelayPassResult>;
-  /** One bounded retention pass. */
+  /** One bounded maintenance pass: retention, and messages that died with their relay. */
   retainOnce(): Promise<RetentionResult>;
 }
 
@@ -90,6 +94,12 @@ const RETENTION_BATCH = 5_000;
 /** Passes in a row a retention run makes before yielding to its interval. */
 const RETENTION_ROUNDS = 20;
 const MAX_RETRY_AFTER_MS = 3_600_000;
+/** A delay goes to PostgreSQL as an int of ms: keep it whole and well inside 2^31. */
+const MAX_DELAY_MS = 86_400_000;
+/** After `stop()`'s timeout aborts the deliveries, this long for their settles before giving up. */
+const STOP_GRACE_MS = 5_000;
+/** Messages one maintenance statement sends to dead. */
+const EXPIRE_BATCH = 1_000;
 
 /**
  * Relays outbox messages to a sink: claims a batch under a lease (SKIP LOCKED, first message of
@@ -107,8 +117,18 @@ export function createRelay(options: RelayOptions): Relay {
   const maxAttempts = positive('maxAttempts', options.maxAttempts ?? 10, 1_000);
   const pollMs = positive('pollIntervalMs', options.pollIntervalMs ?? 1_000, 3_600_000);
   const retainMs = positive('retainDeliveredMs', options.retainDeliveredMs ?? 86_400_000, 2 ** 40);
-  const backoff = options.backoff ?? defaultBackoff;
+  const maintenanceMs = positive(
+    'retentionIntervalMs',
+    options.retentionIntervalMs ?? 60_000,
+    86_400_000,
+  );
+  const backoff = checkBackoff(options.backoff ?? defaultBackoff);
   const topics = options.topics ? [...options.topics] : null;
+  if (topics && (topics.length === 0 || topics.some((t) => typeof t !== 'string' || !t))) {
+    throw new TypeError(
+      'createRelay: topics must be a non-empty list of topic names, or left out for all',
+    );
+  }
   const name = options.name ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
 
   // Aborted by stop() once its grace period is over: deliveries in flight give up.
@@ -127,7 +147,7 @@ export function createRelay(options: RelayOptions): Relay {
     const leaseId = randomUUID();
     const { rows } = await runSql<ClaimedRow>(
       pool,
-      claimMessages({ limit: batchSize, leaseId, leaseMs, relay: name, topics }),
+      claimMessages({ limit: batchSize, leaseId, leaseMs, relay: name, topics, maxAttempts }),
     );
     if (rows.length === 0) return result;
     rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
@@ -138,6 +158,7 @@ export function createRelay(options: RelayOptions): Relay {
       ids: [] as string[],
       ok: [] as boolean[],
       dead: [] as boolean[],
+      unsent: [] as boolean[],
       delayMs: [] as number[],
       errors: [] as (string | null)[],
     };
@@ -147,25 +168,44 @@ export function createRelay(options: RelayOptions): Relay {
       outcome.ok.push(delivery.ok);
       if (delivery.ok) {
         outcome.dead.push(false);
+        outcome.unsent.push(false);
         outcome.delayMs.push(0);
         outcome.errors.push(null);
         result.delivered += 1;
         continue;
       }
+      if (delivery.notSent === true) {
+        // Never sent: the attempt is given back and the message is due again at once.
+        outcome.dead.push(false);
+        outcome.unsent.push(true);
+        outcome.delayMs.push(0);
+        outcome.errors.push(String(delivery.error).slice(0, 1_000));
+        result.retried += 1;
+        continue;
+      }
       const dead = delivery.permanent === true || message.attempt >= maxAttempts;
-      const delay = Math.max(
-        computeBackoffMs(message.attempt, backoff),
-        Math.min(delivery.retryAfterMs ?? 0, MAX_RETRY_AFTER_MS),
+      const delay = wholeMs(
+        Math.max(
+          computeBackoffMs(message.attempt, backoff),
+          Math.min(wholeMs(delivery.retryAfterMs), MAX_RETRY_AFTER_MS),
+        ),
       );
       outcome.dead.push(dead);
+      outcome.unsent.push(false);
       outcome.delayMs.push(dead ? 0 : delay);
-      outcome.errors.push(delivery.error);
+      // The receiver's words go to last_error for operators, never to the log.
+      const error = String(delivery.error).slice(0, 1_000);
+      const detail =
+        typeof delivery.detail === 'string' && delivery.detail
+          ? `: ${delivery.detail.slice(0, 500)}`
+          : '';
+      outcome.errors.push(error + detail);
       const fields = {
         id: message.id,
         topic: message.topic,
         attempt: message.attempt,
         sink: sink.name,
-        err: delivery.error,
+        err: error,
       };
       if (dead) {
         result.dead += 1;
@@ -197,12 +237,23 @@ export function createRelay(options: RelayOptions): Relay {
 
   /** The sink's deliveries, or every message failed when the sink throws or misbehaves. */
   async function deliver(messages: OutboxMessage[]): Promise<Delivery[]> {
-    const signal = AbortSignal.any([
-      hardStop.signal,
-      AbortSignal.timeout(Math.max(1, Math.floor(leaseMs / 2))),
-    ]);
+    // One controller per batch, fed by the stop and a timer. Not AbortSignal.any() on the
+    // relay-long stop signal: on Node 20 every call adds a dependant that is never dropped.
+    const batch = new AbortController();
+    const abort = () => batch.abort(new Error('the batch deadline passed or the relay stopped'));
+    const timer = setTimeout(abort, Math.max(1, Math.floor(leaseMs / 2)));
+    hardStop.signal.addEventListener('abort', abort, { once: true });
+    if (hardStop.signal.aborted) abort();
+    // A sink that ignores its signal must not hold the relay past the deadline.
+    const deadline = new Promise<never>((_, reject) => {
+      const fail = () =>
+        reject(new Error(`sink ${sink.name} did not return by the batch deadline`));
+      if (batch.signal.aborted) fail();
+      else batch.signal.addEventListener('abort', fail, { once: true });
+    });
+    deadline.catch(() => {});
     try {
-      const deliveries = await sink.deliver(messages, signal);
+      const deliveries = await Promise.race([sink.deliver(messages, batch.signal), deadline]);
       if (!Array.isArray(deliveries) || deliveries.length !== messages.length) {
         throw new Error(
           `sink ${sink.name} returned ${Array.isArray(deliveries) ? deliveries.length : 'no'} results for ${messages.length} messages`,
@@ -216,22 +267,36 @@ export function createRelay(options: RelayOptions): Relay {
         'sink failed a whole batch',
       );
       return messages.map(() => ({ ok: false, error: text }));
+    } finally {
+      clearTimeout(timer);
+      hardStop.signal.removeEventListener('abort', abort);
     }
   }
 
   const retention = new IntervalService<RetentionResult>(
     'outbox-retention',
-    options.retentionIntervalMs ?? 60_000,
+    maintenanceMs,
     async () => {
+      const { rows: expiredRows } = await runSql<{ id: string }>(
+        pool,
+        expireLastAttempts(maxAttempts, EXPIRE_BATCH),
+      );
+      for (const { id } of expiredRows) {
+        logger.error(
+          { reason: 'outbox_dead_lease', id, sink: sink.name },
+          'outbox message dead: its last attempt never settled',
+        );
+      }
       let deleted = 0;
-      for (let round = 0; round < RETENTION_ROUNDS; round++) {
+      for (let round = 0; round < RETENTION_ROUNDS && !stopping.signal.aborted; round++) {
         const { rowCount } = await runSql(pool, deleteDelivered(retainMs, RETENTION_BATCH));
         deleted += rowCount;
         if (rowCount < RETENTION_BATCH) break;
       }
-      if (deleted > 0)
+      if (deleted > 0) {
         logger.info({ reason: 'outbox_retention', deleted }, 'deleted delivered messages');
-      return { deleted };
+      }
+      return { deleted, expired: expiredRows.length };
     },
     logger,
   );
@@ -282,6 +347,7 @@ export function createRelay(options: RelayOptions): Relay {
   }
 
   let running: Promise<void>[] | null = null;
+  let stopped: Promise<void> | null = null;
   return {
     name,
     start() {
@@ -294,22 +360,40 @@ export function createRelay(options: RelayOptions): Relay {
         'outbox relay started',
       );
     },
-    async stop({ timeoutMs = 30_000 } = {}) {
-      stopping.abort();
-      const graceful = Promise.all(running ?? []);
-      const timer = setTimeout(() => hardStop.abort(), timeoutMs);
-      try {
-        await graceful;
-      } finally {
-        clearTimeout(timer);
-      }
-      await Promise.all([listener?.stop(), retention.stop()]);
-      await owned.release();
-      logger.info({ reason: 'outbox_relay_stopped', relay: name }, 'outbox relay stopped');
+    stop({ timeoutMs = 30_000 } = {}) {
+      // Once: a second call waits for the first (ending the listener's client twice would hang).
+      stopped ??= stopOnce(timeoutMs);
+      return stopped;
     },
     runOnce,
     retainOnce: () => retention.runOnce(),
   };
+
+  async function stopOnce(timeoutMs: number): Promise<void> {
+    stopping.abort();
+    const timer = setTimeout(() => hardStop.abort(), timeoutMs);
+    // Bounded: a claim or settle stuck on a lock or a dead network must not hold stop() for
+    // good. Lanes still in a statement then finish (or fail) on their own.
+    let giveUp: NodeJS.Timeout | undefined;
+    const done = await Promise.race([
+      Promise.all([...(running ?? []), listener?.stop(), retention.stop()]).then(() => true),
+      new Promise<false>(
+        (resolve) => (giveUp = setTimeout(() => resolve(false), timeoutMs + STOP_GRACE_MS)),
+      ),
+    ]);
+    clearTimeout(timer);
+    clearTimeout(giveUp);
+    if (!done) {
+      logger.warn(
+        { reason: 'outbox_stop_timeout', relay: name, timeoutMs },
+        'relay stopped before its last statements returned',
+      );
+      void owned.release().catch(() => {});
+    } else {
+      await owned.release();
+    }
+    logger.info({ reason: 'outbox_relay_stopped', relay: name }, 'outbox relay stopped');
+  }
 }
 
 function toMessage(row: ClaimedRow): OutboxMessage {
@@ -322,6 +406,25 @@ function toMessage(row: ClaimedRow): OutboxMessage {
     attempt: row.attempts,
     createdAt: row.created_at,
   };
+}
+
+/** A delay in whole ms within what PostgreSQL's int takes; garbage counts as none. */
+function wholeMs(value: number | undefined): number {
+  if (value === undefined || !Number.isFinite(value) || value <= 0) return 0;
+  return Math.min(MAX_DELAY_MS, Math.round(value));
+}
+
+function checkBackoff(backoff: BackoffOptions): BackoffOptions {
+  const { baseMs, maxMs, factor, jitter } = backoff ?? ({} as BackoffOptions);
+  const bad = (field: string, rule: string) =>
+    new TypeError(`createRelay: backoff.${field} must be ${rule}`);
+  if (!Number.isFinite(baseMs) || baseMs < 0) throw bad('baseMs', 'a number of ms ≥ 0');
+  if (!Number.isFinite(maxMs) || maxMs < baseMs || maxMs > MAX_DELAY_MS) {
+    throw bad('maxMs', `a number of ms from baseMs to ${MAX_DELAY_MS}`);
+  }
+  if (!Number.isFinite(factor) || factor < 1) throw bad('factor', 'a number ≥ 1');
+  if (!Number.isFinite(jitter) || jitter < 0 || jitter > 1) throw bad('jitter', 'from 0 to 1');
+  return backoff;
 }
 
 function positive(option: string, value: number, max: number): number {

@@ -26,8 +26,18 @@ export type Delivery =
   | { readonly ok: true }
   | {
       readonly ok: false;
-      /** Why, for the message's `last_error` and the log (never the payload). */
+      /** Why, short, for the message's `last_error` and the relay's log (never the payload). */
       readonly error: string;
+      /**
+       * More, for `last_error` only and never logged: what the receiver said (the start of an
+       * HTTP response body, which may echo the request).
+       */
+      readonly detail?: string | undefined;
+      /**
+       * The sink never sent it (the batch's deadline came first): the attempt does not count
+       * and the message is due again at once.
+       */
+      readonly notSent?: boolean | undefined;
       /** True when retrying cannot help (an HTTP 400, say): the message goes dead at once. */
       readonly permanent?: boolean | undefined;
       /** The earliest moment to try again, from the receiver (`Retry-After`), in ms from now. */
@@ -63,7 +73,7 @@ export function encodePayload(message: OutboxMessage): Buffer {
 /** A failed delivery from anything thrown, keeping only the message of the error. */
 export function failed(
   error: unknown,
-  extra: { permanent?: boolean; retryAfterMs?: number } = {},
+  extra: { permanent?: boolean; retryAfterMs?: number; detail?: string; notSent?: boolean } = {},
 ): Delivery {
   const text = error instanceof Error ? error.message : String(error);
   return { ok: false, error: text.slice(0, 1_000), ...extra };

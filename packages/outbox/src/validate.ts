@@ -23,8 +23,13 @@ export interface CheckedMessage {
 const MAX_NAME = 255;
 const MAX_HEADERS = 64;
 const MAX_HEADER_VALUE = 4_096;
-// A topic becomes a NATS subject or an AMQP routing key: no spaces, and none of NATS's wildcards.
-const TOPIC_PATTERN = /^[A-Za-z0-9_.:/-]+$/;
+// A topic becomes a NATS subject or an AMQP routing key: no spaces, none of NATS's wildcards, and
+// no empty token between dots (NATS refuses `a..b`, `.a` and `a.`).
+const TOPIC_PATTERN = /^[A-Za-z0-9_:/-]+(\.[A-Za-z0-9_:/-]+)*$/;
+// PostgreSQL's text refuses NUL; a lone surrogate is not valid UTF-8. Either would fail the
+// INSERT and abort the caller's transaction, which a refused message must never do.
+// eslint-disable-next-line no-control-regex -- NUL is exactly what it looks for
+const BAD_TEXT = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /**
  * Checks one message: its topic, key and headers, its payload against the topic's schema when
@@ -52,7 +57,8 @@ export async function checkMessage(
   } else if (!TOPIC_PATTERN.test(topic)) {
     issues.push({
       path: `${path}.topic`,
-      message: 'may hold letters, digits and _ . : / - only (it becomes a subject or routing key)',
+      message:
+        'may hold letters, digits and _ . : / - only, with no empty part between dots (it becomes a subject or routing key)',
     });
   }
   if (
@@ -64,6 +70,8 @@ export async function checkMessage(
       path: `${path}.key`,
       message: `must be null or a string of 1 to ${MAX_NAME} characters`,
     });
+  } else if (typeof key === 'string' && BAD_TEXT.test(key)) {
+    issues.push({ path: `${path}.key`, message: 'holds a NUL character or a lone surrogate' });
   }
   checkHeaders(headers, `${path}.headers`, issues);
   let payload: unknown = input.payload;
@@ -123,6 +131,11 @@ function checkHeaders(headers: unknown, path: string, issues: PublishIssue[]): v
       issues.push({
         path: `${path}.${name}`,
         message: `must be a single-line string of at most ${MAX_HEADER_VALUE} characters`,
+      });
+    } else if (BAD_TEXT.test(value)) {
+      issues.push({
+        path: `${path}.${name}`,
+        message: 'holds a NUL character or a lone surrogate',
       });
     }
   }

@@ -155,6 +155,13 @@ describe('publish', () => {
       'message.headers.h: must be a single-line string',
       { topic: 't', payload: 1, headers: { h: 5 } },
     ],
+    ['message.topic: may hold letters', { topic: 'a..b', payload: 1 }],
+    ['message.topic: may hold letters', { topic: 'a.', payload: 1 }],
+    ['message.key: holds a NUL character', { topic: 't', key: 'a\u0000b', payload: 1 }],
+    [
+      'message.headers.h: holds a NUL character',
+      { topic: 't', payload: 1, headers: { h: '\ud800' } },
+    ],
   ] as const)('refuses a message: %s', async (expected, message) => {
     const error = await publish(db.pool, message as never).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(InvalidMessageError);

@@ -94,7 +94,12 @@ describe('relay', () => {
     );
     const relay = relayFor(receiver, { topics: ['hold.test'] });
     expect(await relay.runOnce()).toMatchObject({ claimed: 2, delivered: 1, retried: 1 });
-    // a1 waits out its backoff; a2 waits behind it; B goes on.
+    // a1 waits out its backoff, and a2 is given a1's due time (claims stop before it); B goes on.
+    const due = await db.pool.query<{ id: string; run_after: Date }>(
+      `SELECT id::text, run_after FROM skiplock.outbox_messages WHERE id = ANY($1::bigint[]) ORDER BY outbox_messages.id`,
+      [[a1, a2]],
+    );
+    expect(due.rows[1]?.run_after).toEqual(due.rows[0]?.run_after);
     expect(await relay.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
     expect((await relay.runOnce()).claimed).toBe(0);
     await waitFor(async () => ((await relay.runOnce()).claimed === 1 ? true : null));
@@ -185,33 +190,32 @@ describe('relay', () => {
   it('fences the settle: a relay whose lease ran out changes nothing another relay delivered', async () => {
     const receiver = await startReceiver();
     const [id] = await publishMany(db.pool, [{ topic: 'fence.test', key: 'F', payload: 'f' }]);
+    const other = relayFor(receiver, { topics: ['fence.test'] });
     const inner = webhookSink({ url: receiver.url, secret });
-    // Delivers, then stalls past its lease before the relay gets to settle (a long GC pause).
-    const stalling: Sink = {
-      name: 'stalling',
+    let takenOver: unknown = null;
+    // Delivers; then, before this relay settles, its lease runs out (a long pause, fast-forwarded
+    // in the database) and another relay takes the message over and delivers it again.
+    const pausing: Sink = {
+      name: 'pausing',
       deliver: async (messages, signal) => {
         const result = await inner.deliver(messages, signal);
-        await new Promise((r) => setTimeout(r, 1_200));
+        await db.pool.query(
+          `UPDATE skiplock.outbox_messages SET lease_until = now() - interval '1 second' WHERE id = $1`,
+          [id],
+        );
+        takenOver = await other.runOnce();
         return result;
       },
       close: () => inner.close(),
     };
     const slow = createRelay({
       pool: db.pool,
-      sink: stalling,
+      sink: pausing,
       logger: silent,
-      leaseMs: 400,
       topics: ['fence.test'],
     });
-    const fast = relayFor(receiver, { topics: ['fence.test'] });
-    const slowPass = slow.runOnce();
-    await waitFor(() => (receiver.requests.length === 1 ? true : null));
-    // The other relay takes the message over only once the lease ran out.
-    expect((await fast.runOnce()).claimed).toBe(0);
-    await waitFor(async () => ((await fast.runOnce()).delivered === 1 ? true : null), {
-      timeoutMs: 5_000,
-    });
-    expect(await slowPass).toMatchObject({ claimed: 1, delivered: 1, fenced: 1 });
+    expect(await slow.runOnce()).toMatchObject({ claimed: 1, delivered: 1, fenced: 1 });
+    expect(takenOver).toMatchObject({ claimed: 1, delivered: 1, fenced: 0 });
     // Delivered twice with one id: a receiver (or JetStream) de-duplicates on it.
     expect(receiver.requests.map((r) => r.id)).toEqual([`msg_${id}`, `msg_${id}`]);
     expect((await statusOf([id!]))[0]).toMatchObject({ status: 'delivered', attempts: 2 });
@@ -230,7 +234,7 @@ describe('relay', () => {
       [ids, ids[9]],
     );
     const before = await outboxCounts(db.pool);
-    expect(await relay.retainOnce()).toEqual({ deleted: 10 });
+    expect(await relay.retainOnce()).toEqual({ deleted: 10, expired: 0 });
     expect((await statusOf(ids)).map((r) => r.id)).toEqual(ids.slice(10));
     expect((await outboxCounts(db.pool)).delivered).toBe(before.delivered - 10);
   });
@@ -276,11 +280,171 @@ describe('relay', () => {
     await waitFor(async () => ((await relay.runOnce()).delivered === 1 ? true : null));
   });
 
+  it('keeps a key in commit order when its publishers overlap: the later publisher waits', async () => {
+    const receiver = await startReceiver();
+    const first = await db.pool.connect();
+    const second = await db.pool.connect();
+    try {
+      await first.query('BEGIN');
+      const early = await publishMany(first, [
+        { topic: 'overlap.test', key: 'O', payload: 'first' },
+      ]);
+      await second.query('BEGIN');
+      let late: string[] | null = null;
+      const latePublish = publishMany(second, [
+        { topic: 'overlap.test', key: 'O', payload: 'second' },
+        { topic: 'overlap.test', key: 'other', payload: 'free' },
+      ]).then((ids) => (late = ids));
+      // The second publisher waits on the key's lock until the first commits.
+      await new Promise((r) => setTimeout(r, 300));
+      expect(late).toBeNull();
+      await first.query('COMMIT');
+      await latePublish;
+      await second.query('COMMIT');
+      expect(BigInt(late![0]!)).toBeGreaterThan(BigInt(early[0]!));
+    } finally {
+      first.release();
+      second.release();
+    }
+    const relay = relayFor(receiver, { topics: ['overlap.test'] });
+    await drain(relay);
+    expect(only(receiver, 'overlap.test').map((r) => r.data)).toEqual(['first', 'free', 'second']);
+  });
+
+  it('revives a dead message only when its key has nothing in flight', async () => {
+    const receiver = await startReceiver();
+    const [d1, d2] = await publishMany(db.pool, [
+      { topic: 'revive.test', key: 'R', payload: 'd1' },
+      { topic: 'revive.test', key: 'R', payload: 'd2' },
+    ]);
+    receiver.respond((request) =>
+      request.data === 'd1' ? { status: 400 } : { status: 200, delayMs: 800 },
+    );
+    const relay = relayFor(receiver, { topics: ['revive.test'] });
+    expect(await relay.runOnce()).toMatchObject({ dead: 1 });
+    // d2 is in flight (its receiver answers late): reviving d1 now would put two of R in flight.
+    const inFlight = relay.runOnce();
+    await waitFor(() => (receiver.requests.some((r) => r.data === 'd2') ? true : null));
+    expect(await retryDeadMessages(db.pool, [d1!])).toEqual([]);
+    expect(await inFlight).toMatchObject({ delivered: 1 });
+    expect(await retryDeadMessages(db.pool, [d1!])).toEqual([d1]);
+    receiver.respond(() => ({ status: 200 }));
+    await drain(relay);
+    expect((await statusOf([d1!, d2!])).map((r) => r.status)).toEqual(['delivered', 'delivered']);
+  });
+
+  it('settles whatever delay a sink asks for, and gives back the attempt of a message never sent', async () => {
+    const [odd, unsent] = await publishMany(db.pool, [
+      { topic: 'odd.test', payload: 1 },
+      { topic: 'odd.test', payload: 2 },
+    ]);
+    const sink: Sink = {
+      name: 'odd',
+      deliver: async (messages) =>
+        messages.map((m) =>
+          m.id === odd
+            ? { ok: false, error: 'busy', retryAfterMs: 1500.5 }
+            : { ok: false, error: 'not sent', notSent: true },
+        ),
+      close: async () => {},
+    };
+    const relay = createRelay({
+      pool: db.pool,
+      sink,
+      logger: silent,
+      backoff: quickBackoff,
+      topics: ['odd.test'],
+    });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 2, retried: 2 });
+    const { rows } = await db.pool.query<{ id: string; attempts: number; wait_ms: number }>(
+      `SELECT id::text, attempts, extract(epoch FROM run_after - now()) * 1000 AS wait_ms
+       FROM skiplock.outbox_messages WHERE id = ANY($1::bigint[]) ORDER BY outbox_messages.id`,
+      [[odd, unsent]],
+    );
+    expect(rows[0]).toMatchObject({ attempts: 1 });
+    expect(Number(rows[0]?.wait_ms)).toBeGreaterThan(1_000);
+    expect(rows[1]).toMatchObject({ attempts: 0 });
+    expect(Number(rows[1]?.wait_ms)).toBeLessThanOrEqual(0);
+  });
+
+  it('stops within its timeout even when the sink ignores its signal and never returns', async () => {
+    await publishMany(db.pool, [{ topic: 'hang.test', key: 'H', payload: 1 }]);
+    let called = false;
+    const hanging: Sink = {
+      name: 'hanging',
+      deliver: () => {
+        called = true;
+        return new Promise(() => {});
+      },
+      close: async () => {},
+    };
+    const relay = createRelay({
+      pool: db.pool,
+      sink: hanging,
+      logger: silent,
+      topics: ['hang.test'],
+    });
+    relay.start();
+    await waitFor(() => (called ? true : null));
+    const started = Date.now();
+    await relay.stop({ timeoutMs: 300 });
+    expect(Date.now() - started).toBeLessThan(5_000);
+    const { rows } = await db.pool.query<{ status: string; leased: boolean; last_error: string }>(
+      `SELECT status::text, lease_id IS NOT NULL AS leased, last_error FROM skiplock.outbox_messages WHERE topic = 'hang.test'`,
+    );
+    expect(rows).toEqual([
+      {
+        status: 'pending',
+        leased: false,
+        last_error: 'sink hanging did not return by the batch deadline',
+      },
+    ]);
+  });
+
+  it('sends to dead a message whose last attempt died with its relay', async () => {
+    const logs = captureLogs();
+    const [id] = await publishMany(db.pool, [{ topic: 'crashy.test', key: 'C', payload: 1 }]);
+    // As a relay leaves it when the message kills it on its last attempt: leased, lease run out.
+    await db.pool.query(
+      `UPDATE skiplock.outbox_messages SET attempts = 3, lease_id = gen_random_uuid(),
+         lease_until = now() - interval '1 second' WHERE id = $1`,
+      [id],
+    );
+    const sink: Sink = {
+      name: 'unused',
+      deliver: async (m) => m.map(() => ({ ok: true as const })),
+      close: async () => {},
+    };
+    const relay = createRelay({
+      pool: db.pool,
+      sink,
+      logger: logs.logger,
+      maxAttempts: 3,
+      topics: ['crashy.test'],
+    });
+    expect((await relay.runOnce()).claimed).toBe(0);
+    expect((await relay.retainOnce()).expired).toBe(1);
+    expect((await statusOf([id!]))[0]).toMatchObject({
+      status: 'dead',
+      last_error: expect.stringContaining('lease ran out'),
+    });
+    expect(logs.reasons()).toContain('outbox_dead_lease');
+  });
+
   it('refuses bad options by name', () => {
     const sink: Sink = { name: 'none', deliver: async () => [], close: async () => {} };
     expect(() => createRelay({ pool: db.pool, sink, batchSize: 0 })).toThrow(
       'createRelay: batchSize must be an integer from 1 to 10000, got 0',
     );
     expect(() => createRelay({ pool: db.pool, sink, leaseMs: 1.5 })).toThrow('leaseMs');
+    expect(() => createRelay({ pool: db.pool, sink, topics: [] })).toThrow(
+      'topics must be a non-empty list',
+    );
+    expect(() =>
+      createRelay({ pool: db.pool, sink, backoff: { baseMs: 10, maxMs: 5, factor: 2, jitter: 0 } }),
+    ).toThrow('backoff.maxMs');
+    expect(() => createRelay({ pool: db.pool, sink, retentionIntervalMs: 0 })).toThrow(
+      'retentionIntervalMs',
+    );
   });
 });

@@ -149,7 +149,7 @@ describe.skipIf(!available)('natsSink against the broker', () => {
       duplicateWindowMs: 30_000,
     });
 
-    expect(created.config).toMatchObject({ storage: 'file', duplicate_window: 120_000_000_000 });
+    expect(created.config).toMatchObject({ storage: 'file', duplicate_window: 600_000_000_000 });
     expect(updated.config).toMatchObject({
       storage: 'file',
       subjects: [`${prefix}.a.>`, `${prefix}.b.>`],

@@ -197,7 +197,9 @@ describe('webhookSink outcomes', () => {
     expect(one.permanent).toBeFalsy();
     expect(one.retryAfterMs).toBeUndefined();
     expect(one.error).toMatch(/HTTP 500/);
-    expect(one.error).toMatch(/database is down/);
+    // The receiver's words go to `detail` (last_error), never into `error` (the relay logs that).
+    expect(one.error).not.toMatch(/database is down/);
+    expect(one.detail).toMatch(/database is down/);
     const two = failure(second);
     expect(two.permanent).toBeFalsy();
     expect(two.retryAfterMs).toBe(2_000);
@@ -249,8 +251,9 @@ describe('webhookSink outcomes', () => {
     );
 
     expect(failure(bad).permanent).toBe(true);
-    expect(failure(bad).error).toMatch(/^webhook answered HTTP 400: field "amount" missing x+$/);
-    expect(failure(bad).error.length).toBeLessThan(300);
+    expect(failure(bad).error).toBe('webhook answered HTTP 400');
+    expect(failure(bad).detail).toMatch(/^field "amount" missing x+$/);
+    expect(failure(bad).detail!.length).toBeLessThan(300);
     expect(failure(missing).permanent).toBe(true);
     expect(failure(missing).error).toMatch(/HTTP 404/);
     expect(failure(moved).permanent).toBe(true);

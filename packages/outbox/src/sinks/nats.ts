@@ -164,7 +164,11 @@ export interface EnsureStreamOptions {
   servers?: string | string[] | undefined;
   name: string;
   subjects: string[];
-  /** How long the stream remembers message ids to drop replays; default 120 000 (2 min). */
+  /**
+   * How long the stream remembers message ids to drop replays; default 600 000 (10 min). A replay
+   * can come as late as the relay's longest backoff plus its lease (5 min + 30 s by default): a
+   * message whose ack was lost is retried then, and the window must still hold its id.
+   */
   duplicateWindowMs?: number | undefined;
 }
 
@@ -173,7 +177,7 @@ export interface EnsureStreamOptions {
  * longest time a relay may take to re-deliver a batch (its lease), or a replay is stored twice.
  */
 export async function ensureStream(options: EnsureStreamOptions): Promise<StreamInfo> {
-  const { name, subjects, duplicateWindowMs = 120_000 } = options;
+  const { name, subjects, duplicateWindowMs = 600_000 } = options;
   const nc = options.connection ?? (await open(options.servers));
   try {
     const jsm = await jetstreamManager(nc);

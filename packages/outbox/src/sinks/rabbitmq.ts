@@ -20,8 +20,9 @@ export interface RabbitMqSinkOptions {
   /** Put before the outbox id in `messageId`, to tell apart outboxes that share a broker. */
   messageIdPrefix?: string | undefined;
   /**
-   * Publish as mandatory: a message no queue is bound for comes back from the broker and its
-   * delivery fails (retryable) instead of being dropped silently.
+   * Publish as mandatory (default true): a message no queue is bound for comes back from the
+   * broker and its delivery fails (retryable) instead of being confirmed and dropped. Set false
+   * for an exchange where dropping unroutable messages is intended.
    */
   mandatory?: boolean | undefined;
   /** Shown to operators as the connection's name (`connection_name`). Default `skiplock-outbox`. */
@@ -72,7 +73,7 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
   const { exchange, exchangeType, logger } = options;
   const routingKey = options.routingKey ?? ((message: OutboxMessage) => message.topic);
   const prefix = options.messageIdPrefix ?? '';
-  const mandatory = options.mandatory ?? false;
+  const mandatory = options.mandatory ?? true;
   const connectionName = options.connectionName ?? 'skiplock-outbox';
   const log = { sink: 'rabbitmq', url: redactUrl(url), exchange, connectionName };
 
@@ -168,7 +169,7 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
   ): Promise<Delivery[]> {
     if (messages.length === 0) return [];
     if (closed) return messages.map(() => failed('rabbitmq sink is closed'));
-    if (signal.aborted) return messages.map(() => failed(abortText(signal)));
+    if (signal.aborted) return messages.map(() => failed(abortText(signal), { notSent: true }));
 
     let current: Link;
     try {
@@ -179,7 +180,9 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
           { ...log, reason: 'amqp_connect_failed', error: errorText(error) },
           'AMQP connect failed',
         );
-      return messages.map(() => failed(signal.aborted ? abortText(signal) : error));
+      return messages.map(() =>
+        signal.aborted ? failed(abortText(signal), { notSent: true }) : failed(error),
+      );
     }
 
     const results: (Delivery | undefined)[] = messages.map(() => undefined);
@@ -192,13 +195,17 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
       if (--unsettled === 0) allSettled();
     };
     // An unconfirmed message may still reach the broker; failing it only means it is sent again.
-    const onAbort = () => messages.forEach((_, i) => settle(i, failed(abortText(signal))));
+    // Messages the loop never reached were not sent: their attempts do not count.
+    const sent = new Array<boolean>(messages.length).fill(false);
+    const onAbort = () =>
+      messages.forEach((_, i) => settle(i, failed(abortText(signal), { notSent: !sent[i] })));
     signal.addEventListener('abort', onAbort, { once: true });
     if (signal.aborted) onAbort();
 
     try {
       for (const [i, message] of messages.entries()) {
         if (signal.aborted) break;
+        sent[i] = true;
         if (!current.open) settle(i, failed(lostReason(current)));
         // False: amqplib is buffering what the socket cannot take; wait before adding more.
         else if (!publish(current, message, (delivery) => settle(i, delivery)))

@@ -65,7 +65,9 @@ export function webhookSink(options: WebhookSinkOptions): Sink {
   }
   const webhook = signer(options.secret);
   if (typeof url === 'string') {
-    if (!isHttpUrl(url)) throw configError('url must be an http: or https: URL');
+    if (!isHttpUrl(url)) {
+      throw configError('url must be an http: or https: URL without a user or password in it');
+    }
   } else if (typeof url !== 'function') {
     throw configError('url must be a string or a function of the message');
   }
@@ -96,9 +98,12 @@ export function webhookSink(options: WebhookSinkOptions): Sink {
     if (!isHttpUrl(target)) {
       // Not echoed: a URL can carry a token in its query.
       logger?.warn({ ...log, reason: 'webhook_bad_url' }, 'webhook url is not an http(s) URL');
-      return failed('webhook url for this message is not an http: or https: URL', {
-        permanent: true,
-      });
+      return failed(
+        'webhook url for this message is not an http: or https: URL without credentials',
+        {
+          permanent: true,
+        },
+      );
     }
 
     const id = idPrefix + message.id;
@@ -156,16 +161,17 @@ export function webhookSink(options: WebhookSinkOptions): Sink {
     const text = await drain(response);
     if (status >= 200 && status < 300) return { ok: true };
     const note = status < 400 ? ' (redirects are not followed)' : '';
-    const error = `webhook answered HTTP ${status}${note}${text ? `: ${text}` : ''}`;
+    const error = `webhook answered HTTP ${status}${note}`;
+    const detail = text ? { detail: text } : {};
     if (status === 408 || status === 429 || status >= 500) {
       const retryAfterMs = parseRetryAfter(response.headers.get('retry-after'));
       const reason =
         retryAfterMs === undefined ? 'webhook_retryable_status' : 'webhook_retry_after';
       logger?.debug({ ...log, reason, status, retryAfterMs }, 'webhook asked for a retry');
-      return failed(error, retryAfterMs === undefined ? {} : { retryAfterMs });
+      return failed(error, retryAfterMs === undefined ? detail : { ...detail, retryAfterMs });
     }
     logger?.warn({ ...log, reason: 'webhook_rejected', status }, 'webhook refused the message');
-    return failed(error, { permanent: true });
+    return failed(error, { ...detail, permanent: true });
   }
 
   return {
@@ -176,9 +182,10 @@ export function webhookSink(options: WebhookSinkOptions): Sink {
       const worker = async () => {
         while (next < messages.length) {
           const index = next++;
-          results[index] = await deliverOne(messages[index]!, signal).catch((error: unknown) =>
-            failed(error),
-          );
+          // Past the batch's deadline, the rest are not sent at all: their attempts do not count.
+          results[index] = signal.aborted
+            ? failed('not sent: the relay gave up on the batch first', { notSent: true })
+            : await deliverOne(messages[index]!, signal).catch((error: unknown) => failed(error));
         }
       };
       await Promise.all(Array.from({ length: Math.min(concurrency, messages.length) }, worker));
@@ -208,11 +215,12 @@ function signer(secret: unknown): Webhook {
   }
 }
 
+/** http(s) and no user or password: fetch refuses those with an error that echoes the URL. */
 function isHttpUrl(value: unknown): boolean {
   if (typeof value !== 'string') return false;
   try {
-    const { protocol } = new URL(value);
-    return protocol === 'http:' || protocol === 'https:';
+    const { protocol, username, password } = new URL(value);
+    return (protocol === 'http:' || protocol === 'https:') && !username && !password;
   } catch {
     return false;
   }

@@ -3,10 +3,20 @@ import { sql } from 'drizzle-orm';
 /** Publishers notify here; relays LISTEN on it and poll as well. */
 export const OUTBOX_CHANNEL = 'skiplock_outbox';
 
+/** Advisory lock class of publishers' per-key locks: the queue's namespace (0x5c10c) + 2. */
+export const PUBLISH_LOCK_CLASS = 377102;
+
 /**
  * Inserts messages in the caller's transaction, in the given order (ids rise with it), and
  * notifies the relays once per statement; PostgreSQL delivers the notification only if the
  * transaction commits, and folds identical ones of one transaction into one.
+ *
+ * First it takes a transaction advisory lock per key (in lock-id order, so two publishers never
+ * deadlock), held to commit. Ids come from a sequence at insert, not at commit: without the lock,
+ * a transaction that inserted a key's message first but committed second would make that message
+ * visible after a relay had already taken the key's later one, and the key would have two in
+ * flight, out of order. With it, a key's ids rise in commit order. The locks sit in a
+ * materialized CTE joined to the rows, so all are held before the first row draws its id.
  */
 export function insertMessages(
   topics: string[],
@@ -15,9 +25,18 @@ export function insertMessages(
   headers: string[],
 ) {
   return sql`
-    WITH ins AS (
+    WITH locks AS MATERIALIZED (
+      SELECT count(pg_advisory_xact_lock(${PUBLISH_LOCK_CLASS}, k.h)) AS n
+      FROM (SELECT DISTINCT hashtext(key) AS h FROM unnest(${sql.param(keys)}::text[]) AS key
+            WHERE key IS NOT NULL ORDER BY 1) AS k
+    ),
+    ins AS (
       INSERT INTO skiplock.outbox_messages (topic, key, payload, headers)
-      SELECT * FROM unnest(${sql.param(topics)}::text[], ${sql.param(keys)}::text[], ${sql.param(payloads)}::jsonb[], ${sql.param(headers)}::jsonb[])
+      SELECT m.topic, m.key, m.payload, m.headers
+      FROM unnest(${sql.param(topics)}::text[], ${sql.param(keys)}::text[], ${sql.param(payloads)}::jsonb[], ${sql.param(headers)}::jsonb[])
+             WITH ORDINALITY AS m(topic, key, payload, headers, ord)
+      CROSS JOIN locks
+      ORDER BY m.ord
       RETURNING id
     )
     SELECT (SELECT array_agg(id ORDER BY id) FROM ins)::text[] AS ids,
@@ -47,6 +66,8 @@ export function claimMessages(options: {
   leaseMs: number;
   relay: string;
   topics: readonly string[] | null;
+  /** A message with this many attempts started is not claimed again (see `expireLastAttempts`). */
+  maxAttempts: number;
 }) {
   const topicFilter = options.topics
     ? sql`AND m.topic = ANY(${sql.param(options.topics)}::text[])`
@@ -57,11 +78,12 @@ export function claimMessages(options: {
       WHERE m.status = 'pending'
         AND m.run_after <= now()
         AND (m.lease_until IS NULL OR m.lease_until < now())
+        AND m.attempts < ${options.maxAttempts}
         ${topicFilter}
         AND (m.key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock.outbox_messages e
           WHERE e.key = m.key AND e.status = 'pending' AND e.id < m.id))
-      ORDER BY m.id
+      ORDER BY m.run_after, m.id
       LIMIT ${options.limit}
       FOR UPDATE SKIP LOCKED
     )
@@ -86,13 +108,17 @@ export function settleMessages(
     ids: string[];
     ok: boolean[];
     dead: boolean[];
+    /** Never sent by the sink: the attempt the claim counted is given back. */
+    unsent: boolean[];
     delayMs: number[];
     errors: (string | null)[];
   },
 ) {
   return sql`
+    WITH settled AS (
     UPDATE skiplock.outbox_messages m
-    SET status = (CASE WHEN f.ok THEN 'delivered' WHEN f.dead THEN 'dead' ELSE 'pending' END)::skiplock.outbox_status,
+    SET attempts = CASE WHEN f.unsent THEN m.attempts - 1 ELSE m.attempts END,
+        status = (CASE WHEN f.ok THEN 'delivered' WHEN f.dead THEN 'dead' ELSE 'pending' END)::skiplock.outbox_status,
         settled_at = CASE WHEN f.ok OR f.dead THEN now() END,
         run_after = CASE WHEN f.ok OR f.dead THEN m.run_after
                          ELSE now() + f.delay_ms * interval '1 millisecond' END,
@@ -101,9 +127,41 @@ export function settleMessages(
         lease_until = NULL,
         locked_by = NULL
     FROM unnest(${sql.param(outcome.ids)}::bigint[], ${sql.param(outcome.ok)}::boolean[], ${sql.param(outcome.dead)}::boolean[],
-                ${sql.param(outcome.delayMs)}::int[], ${sql.param(outcome.errors)}::text[]) AS f(id, ok, dead, delay_ms, error)
+                ${sql.param(outcome.unsent)}::boolean[], ${sql.param(outcome.delayMs)}::int[], ${sql.param(outcome.errors)}::text[])
+         AS f(id, ok, dead, unsent, delay_ms, error)
     WHERE m.id = f.id AND m.lease_id = ${leaseId}::uuid
-    RETURNING m.id::text AS id`;
+    RETURNING m.id, m.key, m.status, m.run_after
+    ),
+    -- A key whose head waits out a backoff holds its followers back anyway: give them the head's
+    -- due time, so claims (which read pending rows in due-time order) stop before them instead of
+    -- stepping over each one. Once per failed attempt, proportional to the key's backlog.
+    held AS (
+      UPDATE skiplock.outbox_messages f
+      SET run_after = s.run_after
+      FROM settled s
+      WHERE s.status = 'pending' AND s.key IS NOT NULL
+        AND f.key = s.key AND f.status = 'pending' AND f.id > s.id AND f.run_after < s.run_after
+    )
+    SELECT id::text AS id FROM settled`;
+}
+
+/**
+ * Sends to dead the messages whose last attempt's lease ran out: the relay died or hung while
+ * delivering them (a message that crashes its relay every time would otherwise crash-loop the
+ * relays and hold its key for good). The claim no longer takes them once they are out of attempts.
+ */
+export function expireLastAttempts(maxAttempts: number, limit: number) {
+  return sql`
+    UPDATE skiplock.outbox_messages
+    SET status = 'dead', settled_at = now(), lease_id = NULL, lease_until = NULL, locked_by = NULL,
+        last_error = 'its last attempt''s lease ran out: the relay died or hung delivering it'
+    WHERE id IN (
+      SELECT id FROM skiplock.outbox_messages
+      WHERE status = 'pending' AND attempts >= ${maxAttempts} AND lease_until < now()
+      ORDER BY id
+      LIMIT ${limit}
+      FOR UPDATE SKIP LOCKED)
+    RETURNING id::text AS id`;
 }
 
 /** Deletes up to `limit` delivered messages settled before the cut-off, oldest first. */
@@ -148,13 +206,30 @@ export function selectDead(limit: number, beforeId: string | null) {
 }
 
 /**
+ * Locks the pending messages of the keys of these dead ones, waiting for a claim in progress to
+ * commit, so that `retryDead` (the next statement, with a fresh snapshot) sees its lease.
+ */
+export function lockKeysOfDead(ids: readonly string[]) {
+  return sql`
+    SELECT p.id FROM skiplock.outbox_messages p
+    WHERE p.status = 'pending'
+      AND p.key IN (SELECT d.key FROM skiplock.outbox_messages d
+                    WHERE d.id = ANY(${sql.param(ids)}::bigint[]) AND d.status = 'dead')
+    FOR UPDATE`;
+}
+
+/**
  * Sends dead messages back to pending with a fresh attempt count. A retried message keeps its id,
- * so it takes its old place in its key's order: later messages of the key wait behind it again.
+ * so it takes its old place in its key's order: later pending messages of the key wait behind it
+ * again. One whose key has a message in flight stays dead (its key would have two in flight).
  */
 export function retryDead(ids: readonly string[]) {
   return sql`
-    UPDATE skiplock.outbox_messages
+    UPDATE skiplock.outbox_messages d
     SET status = 'pending', attempts = 0, run_after = now(), settled_at = NULL
-    WHERE status = 'dead' AND id = ANY(${sql.param(ids)}::bigint[])
-    RETURNING id::text AS id`;
+    WHERE d.status = 'dead' AND d.id = ANY(${sql.param(ids)}::bigint[])
+      AND (d.key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM skiplock.outbox_messages e
+        WHERE e.key = d.key AND e.status = 'pending' AND e.lease_until >= now()))
+    RETURNING d.id::text AS id`;
 }
