@@ -5,6 +5,7 @@ import {
   takeClaimLatencies,
 } from './query-counter.js';
 import type { ChildMessage, ChildReport, ChildTask, ParentMessage } from './protocol.js';
+import { runRelayTask } from './relay-child.js';
 import { billingInput } from './sagas/billing.js';
 import { sagaSystem } from './sagas/index.js';
 import { queueSystem } from './systems/index.js';
@@ -59,6 +60,8 @@ async function withTimeout(work: Promise<unknown>, ms: number): Promise<void> {
 
 async function main(task: ChildTask): Promise<void> {
   if (task.role === 'saga') return runSagas(task);
+  if (task.role === 'relay' || task.role === 'direct')
+    return runRelayTask(task, { send, nextMessage });
   const system = await queueSystem(task.system);
   installQueryCounter(system.isClaim);
   let handled = 0;

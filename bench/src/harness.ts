@@ -24,6 +24,8 @@ export function spawnChild(task: ChildTask): ChildHandle {
   let onFailure: (error: Error) => void = () => {};
   let reportWaiter: ((report: ChildReport) => void) | null = null;
   let lastReport: ChildReport | null = null;
+  // Workers and relays run until asked; other children report when their work is done.
+  const onRequest = task.role === 'worker' || task.role === 'relay';
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const ready = new Promise<void>((resolve, reject) => {
     onReady = resolve;
@@ -38,10 +40,10 @@ export function spawnChild(task: ChildTask): ChildHandle {
     report: () =>
       new Promise<ChildReport>((resolve, reject) => {
         if (failure) return reject(failure);
-        if (lastReport && task.role !== 'worker') return resolve(lastReport);
+        if (lastReport && !onRequest) return resolve(lastReport);
         reportWaiter = resolve;
         onFailure = reject;
-        if (task.role === 'worker') handle.send({ type: 'report' });
+        if (onRequest) handle.send({ type: 'report' });
       }),
     stop: async (graceMs = 8_000) => {
       handle.send({ type: 'stop' });

@@ -8,6 +8,7 @@ import type { BenchResults, ScenarioResult } from './results.js';
 import { buildBigTable, tableOf } from './scenarios/big-table.js';
 import { churnRun, drainRun, enqueueRun, latencyRun } from './scenarios/queue-runs.js';
 import { runSagas } from './scenarios/sagas.js';
+import { DIRECT, RELAY, runRelay } from './scenarios/relay.js';
 import { processCurve, sagaInflightCurve, tableSizeCurve } from './scenarios/curves.js';
 import { renderCharts } from './charts.js';
 import { evaluateTargets } from './targets.js';
@@ -41,6 +42,7 @@ const KNOWN = [
   'saga-inflight',
   'table-size',
   'keys',
+  'relay',
 ];
 for (const name of only ?? []) {
   if (!KNOWN.includes(name))
@@ -255,6 +257,8 @@ async function main(): Promise<void> {
           }),
       );
     }
+    // NATS JetStream and RabbitMQ on this machine; without them (and outside CI) the rows say why.
+    if (wanted('relay')) scenarios.push(...(await runRelay({ adminUrl, quick, reps, log })));
     if (wanted('sagas')) {
       scenarios.push(await runSagas({ adminUrl, quick, reps, log }));
     }
@@ -325,6 +329,9 @@ async function main(): Promise<void> {
         'pg-boss': packageVersion('pg-boss'),
         'pg-boss 12 (keys scenario)': packageVersion('pg-boss-12'),
         '@dbos-inc/dbos-sdk': packageVersion('@dbos-inc/dbos-sdk'),
+        '@skiplock/outbox': packageVersion('@skiplock/outbox'),
+        '@nats-io/jetstream': packageVersion('@nats-io/jetstream'),
+        amqplib: packageVersion('amqplib'),
         pg: packageVersion('pg'),
       },
     },
@@ -344,8 +351,10 @@ async function main(): Promise<void> {
   });
   process.stdout.write(`${markdown}\n`);
   log(`wrote ${outDir}/latest.md, latest.json${charts.map((f) => `, ${f}`).join('')}`);
+  // A broken relay run, or a broken ceiling beside it, breaks the benchmark as skiplock's do.
+  const mustRun = new Set(['skiplock', RELAY, DIRECT]);
   const failed = scenarios.flatMap((s) =>
-    s.rows.filter((r) => r.system === 'skiplock' && r.runs.some((m) => m.value === null)),
+    s.rows.filter((r) => mustRun.has(r.system) && r.runs.some((m) => m.value === null)),
   );
   if (failed.length > 0) {
     log(`skiplock failed in ${failed.length} configuration(s); see the notes`);

@@ -27,7 +27,27 @@ export type ChildTask =
       count: number;
       inflight: number;
       ratePerSecond: number;
-    };
+    }
+  | ({ role: 'relay' } & RelayTaskFields)
+  | ({ role: 'direct' } & RelayTaskFields);
+
+/**
+ * The relay scenario's processes. relay: the outbox relay with the outbox's own sink, started on
+ * `go`; direct: the broker's client alone publishing `count` messages, no database (the ceiling).
+ */
+export interface RelayTaskFields {
+  system: string;
+  broker: 'nats' | 'rabbitmq';
+  /** Names the run's stream, or exchange and queue. */
+  tag: string;
+  /** The run's database; the relay's only. */
+  url?: string;
+  batchSize: number;
+  concurrency: number;
+  /** Messages the direct publisher sends, over `keys` keys (the relay finds its own). */
+  count: number;
+  keys: number;
+}
 
 /** Parent → child. */
 export type ParentMessage = { type: 'go' } | { type: 'report' } | { type: 'stop' };

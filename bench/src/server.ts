@@ -91,7 +91,7 @@ export async function serverSettings(adminUrl: string): Promise<ServerSettings> 
 }
 
 /** CPU seconds (user + system) a process has used, from /proc; null when unreadable. */
-function procCpuSeconds(pid: number): number | null {
+export function procCpuSeconds(pid: number): number | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // Fields after the command name (which may hold spaces) start after the last ')'.
@@ -201,6 +201,33 @@ export async function serverDelta(
     for (const [pid, seconds] of after.cpu) cpuSeconds += seconds - (before.cpu.get(pid) ?? 0);
   }
   return { walBytes: Number(rows[0]!.bytes), xacts: xactsAfter - before.xacts, cpuSeconds };
+}
+
+/**
+ * CPU seconds used so far by every process of this name (`/proc/<pid>/comm`), e.g. a broker on
+ * the same machine; null when there is none visible.
+ */
+export function processCpuSeconds(name: string): number | null {
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return null;
+  }
+  let total: number | null = null;
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    let comm: string;
+    try {
+      comm = readFileSync(`/proc/${entry}/comm`, 'utf8').trim();
+    } catch {
+      continue;
+    }
+    if (comm !== name) continue;
+    const seconds = procCpuSeconds(Number(entry));
+    if (seconds !== null) total = (total ?? 0) + seconds;
+  }
+  return total;
 }
 
 export function cpuVisible(): boolean {

@@ -1,3 +1,4 @@
+import { brokerLabels } from './brokers/types.js';
 import { accountingMedian, extraMedian, fmt, rowMedian } from './report.js';
 import type { BenchResults, ScenarioResult, ScenarioRow, TargetResult } from './results.js';
 
@@ -60,7 +61,7 @@ function below(
   };
 }
 
-/** Issues 13 and 16's targets, judged on the medians of this run (overshoot: on every run). */
+/** Issues 13, 15 and 16's targets, judged on the medians of this run (overshoot: on every run). */
 export function evaluateTargets(results: BenchResults): TargetResult[] {
   const by = (id: string) => results.scenarios.find((s) => s.id === id);
   const out: TargetResult[] = [];
@@ -247,6 +248,24 @@ export function evaluateTargets(results: BenchResults): TargetResult[] {
         'at once',
       ),
     );
+  }
+  // Issue 15: the outbox relay against the same client publishing with no database in between.
+  const relay = by('relay');
+  if (relay) {
+    for (const label of Object.values(brokerLabels)) {
+      const mine = row(relay, 'skiplock-relay', label);
+      const ceiling = row(relay, 'broker-direct', label);
+      out.push(
+        atLeast(
+          `outbox relay to ${label} ≥ 0.7× its client alone (no database)`,
+          mine ? rowMedian(mine) : null,
+          ceiling ? rowMedian(ceiling) : null,
+          0.7,
+          `${label} client alone`,
+          'events/s',
+        ),
+      );
+    }
   }
   return out;
 }

@@ -13,6 +13,8 @@ export const systemLabels: Record<string, string> = {
   'pgboss12-group': 'pg-boss 12 (groupConcurrency 1 over 1,000 groups)',
   'skiplock-saga': 'skiplock saga (defaults)',
   dbos: 'DBOS 5.3 workflow',
+  'skiplock-relay': 'skiplock outbox relay (PostgreSQL → broker)',
+  'broker-direct': "the broker's client alone, no database (ceiling)",
 };
 
 export const labelOf = (id: string): string => systemLabels[id] ?? id;

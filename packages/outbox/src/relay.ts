@@ -7,6 +7,8 @@ import {
   errorMessage,
   IntervalService,
   Listener,
+  namedStatement,
+  preparedRunner,
   resolvePool,
   retryDelayMs,
   runSql,
@@ -51,6 +53,16 @@ export interface RelayOptions {
   retentionIntervalMs?: number | undefined;
   /** LISTEN for publishes (default true); polling alone otherwise. */
   listen?: boolean | undefined;
+  /**
+   * Claims and settles commit without waiting for the WAL flush (default true), as the queue's
+   * worker does. A PostgreSQL crash can then forget the last few hundred milliseconds of them:
+   * a forgotten claim only loses its lease, a forgotten settle delivers those messages again,
+   * with the same message ids (at least once, as always). Never a message lost: the publisher's
+   * transaction keeps the server's setting.
+   */
+  asyncCommit?: boolean | undefined;
+  /** Claim and settle as named prepared statements (default true; off behind PgBouncer < 1.21). */
+  preparedStatements?: boolean | undefined;
   /** Names this relay in `locked_by` and logs (default host:pid:random). */
   name?: string | undefined;
   logger?: Logger | undefined;
@@ -130,24 +142,48 @@ export function createRelay(options: RelayOptions): Relay {
     );
   }
   const name = options.name ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const asyncCommit = options.asyncCommit ?? true;
+  const run = preparedRunner({
+    enabled: options.preparedStatements ?? true,
+    pool,
+    logger,
+    who: 'the outbox relay',
+  });
 
   // Aborted by stop() once its grace period is over: deliveries in flight give up.
   const hardStop = new AbortController();
   const stopping = new AbortController();
-  // Lanes asleep until a notification (or their poll) wakes them.
+  // Lanes asleep until a notification (or their poll) wakes them. A notification wakes one: one
+  // publish is one message, and waking every lane for it cost 3 empty claims of 4 at 200
+  // messages/s (p99 74 → 33 ms with one lane woken). A lane that claims a full batch wakes the
+  // next, so a burst still gets every lane.
   const sleepers = new Set<() => void>();
   let wakeups = 0;
+  const wakeOne = () => {
+    for (const wake of sleepers) return wake();
+  };
   const notified = () => {
     wakeups += 1;
-    for (const wake of sleepers) wake();
+    wakeOne();
   };
 
   async function runOnce(): Promise<RelayPassResult> {
     const result: RelayPassResult = { claimed: 0, delivered: 0, retried: 0, dead: 0, fenced: 0 };
     const leaseId = randomUUID();
-    const { rows } = await runSql<ClaimedRow>(
+    const { rows } = await run<ClaimedRow>(
       pool,
-      claimMessages({ limit: batchSize, leaseId, leaseMs, relay: name, topics, maxAttempts }),
+      namedStatement(
+        'skiplock_outbox_claim',
+        claimMessages({
+          limit: batchSize,
+          leaseId,
+          leaseMs,
+          relay: name,
+          topics,
+          maxAttempts,
+          asyncCommit,
+        }),
+      ),
     );
     if (rows.length === 0) return result;
     rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
@@ -224,7 +260,10 @@ export function createRelay(options: RelayOptions): Relay {
         );
       }
     }
-    const settled = await runSql<{ id: string }>(pool, settleMessages(leaseId, outcome));
+    const settled = await run<{ id: string }>(
+      pool,
+      namedStatement('skiplock_outbox_settle', settleMessages(leaseId, asyncCommit, outcome)),
+    );
     result.fenced = rows.length - settled.rowCount;
     if (result.fenced > 0) {
       logger.warn(
@@ -329,6 +368,7 @@ export function createRelay(options: RelayOptions): Relay {
         await sleep(Math.max(retryDelayMs(failures, pollMs), 100), stopping.signal);
         continue;
       }
+      if (result.claimed === batchSize) wakeOne();
       // A delivered message may have freed the next one of its key: look again at once.
       if (result.claimed > 0) continue;
       if (wakeups !== seen) continue;

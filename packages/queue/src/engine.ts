@@ -44,6 +44,7 @@ export {
 } from './roles.js';
 export { LockKeys, type LockKey } from './sql/lock.js';
 export { IntervalService } from './service.js';
+export { commitItem } from './sql/commit.js';
 export { Listener, type ListenerOptions } from './listener.js';
 export { retryDelayMs, sleep, withJitter } from './timers.js';
 export { asStored, findJsonProblem, type JsonProblem } from './json-safe.js';

@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import { commitItem } from '@skiplock/queue/engine';
 
 /** Publishers notify here; relays LISTEN on it and poll as well. */
 export const OUTBOX_CHANNEL = 'skiplock_outbox';
@@ -68,6 +69,8 @@ export function claimMessages(options: {
   topics: readonly string[] | null;
   /** A message with this many attempts started is not claimed again (see `expireLastAttempts`). */
   maxAttempts: number;
+  /** Commit without waiting for the WAL flush (see `RelayOptions.asyncCommit`). */
+  asyncCommit: boolean;
 }) {
   const topicFilter = options.topics
     ? sql`AND m.topic = ANY(${sql.param(options.topics)}::text[])`
@@ -92,7 +95,7 @@ export function claimMessages(options: {
         lease_id = ${options.leaseId}::uuid,
         lease_until = now() + ${options.leaseMs}::int * interval '1 millisecond',
         locked_by = ${options.relay}
-    FROM picked
+    FROM picked, ${commitItem(options.asyncCommit)}
     WHERE m.id = picked.id
     RETURNING m.id::text AS id, m.topic, m.key, m.payload, m.headers, m.attempts, m.created_at`;
 }
@@ -104,6 +107,7 @@ export function claimMessages(options: {
  */
 export function settleMessages(
   leaseId: string,
+  asyncCommit: boolean,
   outcome: {
     ids: string[];
     ok: boolean[];
@@ -128,7 +132,7 @@ export function settleMessages(
         locked_by = NULL
     FROM unnest(${sql.param(outcome.ids)}::bigint[], ${sql.param(outcome.ok)}::boolean[], ${sql.param(outcome.dead)}::boolean[],
                 ${sql.param(outcome.unsent)}::boolean[], ${sql.param(outcome.delayMs)}::int[], ${sql.param(outcome.errors)}::text[])
-         AS f(id, ok, dead, unsent, delay_ms, error)
+         AS f(id, ok, dead, unsent, delay_ms, error), ${commitItem(asyncCommit)}
     WHERE m.id = f.id AND m.lease_id = ${leaseId}::uuid
     RETURNING m.id, m.key, m.status, m.run_after
     ),
