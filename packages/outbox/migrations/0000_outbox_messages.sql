@@ -19,4 +19,9 @@ CREATE TABLE "skiplock"."outbox_messages" (
 --> statement-breakpoint
 CREATE INDEX "outbox_messages_pending_idx" ON "skiplock"."outbox_messages" USING btree ("run_after","id") WHERE status = 'pending';--> statement-breakpoint
 CREATE INDEX "outbox_messages_pending_key_idx" ON "skiplock"."outbox_messages" USING btree ("key","id") WHERE status = 'pending' AND key IS NOT NULL;--> statement-breakpoint
-CREATE INDEX "outbox_messages_settled_idx" ON "skiplock"."outbox_messages" USING btree ("status","settled_at") WHERE status <> 'pending';
+CREATE INDEX "outbox_messages_settled_idx" ON "skiplock"."outbox_messages" USING btree ("status","settled_at") WHERE status <> 'pending';--> statement-breakpoint
+-- Room on each page for the claim's new row version (lease columns only, none indexed) to stay
+-- a HOT update: no new index entries. Relaying 20,000 messages of 230-byte payloads written in
+-- bulk: 1,368 WAL bytes per message at fillfactor 100 (no claim HOT), 866 at 70, 752 at 60, 525
+-- at 50. The price: delivered rows kept for retention take twice the pages.
+ALTER TABLE "skiplock"."outbox_messages" SET (fillfactor = 50);
