@@ -29,6 +29,19 @@ export default tseslint.config(
     rules: { '@typescript-eslint/no-require-imports': 'off' },
   },
   {
+    // The dashboard's one browser script, served as is (no bundler).
+    files: ['packages/dashboard/assets/**/*.js'],
+    languageOptions: {
+      sourceType: 'script',
+      globals: {
+        window: 'readonly',
+        document: 'readonly',
+        fetch: 'readonly',
+        DOMParser: 'readonly',
+      },
+    },
+  },
+  {
     files: ['**/*.test.ts', '**/*.test-d.ts', 'test/**', 'bench/**', 'scripts/**'],
     rules: { '@typescript-eslint/no-non-null-assertion': 'off' },
   },

@@ -13,6 +13,7 @@ const readmes = [
   'packages/saga/README.md',
   'packages/cli/README.md',
   'packages/outbox/README.md',
+  'packages/dashboard/README.md',
   'examples/billing/README.md',
 ];
 const write = process.argv.includes('--write');

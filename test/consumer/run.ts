@@ -1,5 +1,5 @@
 // The consumer test: what a user outside this repository gets. Packs every package, serves the
-// tarballs from a loopback registry, installs @skiplock/saga, @skiplock/outbox and @skiplock/cli with npm into a
+// tarballs from a loopback registry, installs @skiplock/saga, @skiplock/outbox and @skiplock/cli (which brings @skiplock/dashboard) with npm into a
 // fresh project, type-checks the README programs there with strict compiler flags, and runs
 // them, a CommonJS program and the installed CLI with plain `node` against a real database.
 // Run: `pnpm test:consumer` (DATABASE_URL, else the same database the tests would start).
@@ -14,7 +14,13 @@ import { createDatabase, dropDatabase, startDatabase } from '@skiplock/devdb';
 import { startLocalRegistry } from './registry.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
-const published = ['packages/queue', 'packages/saga', 'packages/outbox', 'packages/cli'];
+const published = [
+  'packages/queue',
+  'packages/saga',
+  'packages/outbox',
+  'packages/dashboard',
+  'packages/cli',
+];
 
 interface Run {
   code: number;
@@ -219,6 +225,17 @@ try {
     parsed.stats.some((s) => s.queue === 'default'),
     'skiplock stats --json prints JSON only',
     stats.stdout,
+  );
+  // The dashboard from the installed @skiplock/dashboard (dist/ and its assets/), up and stopped.
+  const dashboard = await runUntil(bin, ['dashboard', '--port', '0'], {
+    cwd: app,
+    env: { ...env, SKIPLOCK_LOG_LEVEL: 'info' },
+    readyLine: '"reason":"dashboard_listening"',
+  });
+  check(
+    dashboard.code === 0 && dashboard.stdout.includes('"url":"http://127.0.0.1:'),
+    'skiplock dashboard serves from the installed package on loopback, and SIGTERM stops it',
+    `exit ${dashboard.code} signal ${dashboard.signal}\n${dashboard.stdout}\n${dashboard.stderr}`,
   );
   const worker = await run(bin, ['worker', 'jobs.ts'], { cwd: app, env });
   check(

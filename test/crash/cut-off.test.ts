@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { captureLogs, useTestDatabase } from '../support/db.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 import { waitFor } from '../support/wait.js';
+import { metricValue } from '../support/metrics.js';
 
 const TYPE = 'cutoff.work';
 const LEASE_MS = 1_000;
@@ -163,8 +164,10 @@ describe.each(['hang', 'die'] as const)('a worker cut off from the database (%s)
       expect([...runsA].sort()).toEqual(ids);
       expect([...runsB].sort()).toEqual(ids);
       // Every one of A's results was refused as a lost lock; none counted as completed.
-      expect(workerA.metrics.counter('jobs_completed_total')).toBe(0);
-      expect(workerA.metrics.counter('jobs_lock_lost_total')).toBe(ids.length);
+      const outcomes = (outcome: string) =>
+        metricValue(workerA.metrics, 'skiplock_job_outcomes_total', { outcome });
+      expect(await outcomes('completed')).toBe(0);
+      expect(await outcomes('lock_lost')).toBe(ids.length);
     } finally {
       proxy.resume();
       await workerB.stop({ timeoutMs: 1_000 });

@@ -72,6 +72,10 @@ describe('the README programs', () => {
     );
   });
 
+  it('dashboard.ts mounts the dashboard under a path of its own server', async () => {
+    expect(await runProgram('dashboard.ts')).toBe('GET /admin/skiplock/: 200 Overview · skiplock');
+  });
+
   it('saga.ts completes one saga and compensates the declined one', async () => {
     expect(await runProgram('saga.ts')).toBe(
       [

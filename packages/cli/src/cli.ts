@@ -1,4 +1,5 @@
 import { CliError, UsageError } from './args.js';
+import { dashboardCommand } from './commands/dashboard.js';
 import { jobsCancelCommand } from './commands/jobs-cancel.js';
 import { jobsListCommand } from './commands/jobs-list.js';
 import { jobsRetryCommand } from './commands/jobs-retry.js';
@@ -34,6 +35,7 @@ const commands: Command[] = [
   schedulesPauseCommand,
   schedulesResumeCommand,
   rolesCommand,
+  dashboardCommand,
 ];
 
 function listing(list: readonly Command[]): string[] {

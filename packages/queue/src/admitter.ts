@@ -4,7 +4,7 @@ import { parseConfig } from './config.js';
 import { runSql } from './db.js';
 import { errorMessage } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
-import { Metrics } from './metrics.js';
+import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import { IntervalService } from './service.js';
 import { admitKeys, type AdmitRow } from './sql/admit.js';
 import type { ClaimedRow } from './sql/claim.js';
@@ -56,7 +56,7 @@ export interface Admitter {
   /** Waiting jobs of `key` (`*`: of many keys) were inserted: admit them unless another does. */
   poke(key: string): void;
   /** `jobs_admitted_total` and `admit_failures_total`. */
-  readonly metrics: Metrics;
+  readonly metrics: QueueMetrics;
 }
 
 // Keys remembered between flushes. Past this, the rest are left to one full pass, which finds
@@ -81,11 +81,12 @@ export function createAdmitter(
   options: AdmitterOptions & {
     pool: pg.Pool;
     logger?: Logger;
-    metrics?: Metrics;
+    metrics?: MetricsOption;
     lease?: AdmitterLease | undefined;
   },
 ): Admitter {
-  const { pool, logger = createDefaultLogger(), metrics = new Metrics(), lease, ...rest } = options;
+  const { pool, logger = createDefaultLogger(), metrics: given, lease, ...rest } = options;
+  const metrics = resolveMetrics(given);
   const config = parseConfig('admitter options', admitterOptionsSchema, rest);
   let freedKeys = new Set<string>();
   let pokedKeys = new Set<string>();
@@ -108,9 +109,9 @@ export function createAdmitter(
         }),
       )
     ).rows[0]!;
-    if (row.admitted > 0) metrics.inc('jobs_admitted_total', row.admitted);
+    if (row.admitted > 0) metrics.admitted.inc(row.admitted);
     if (row.leased.length > 0) {
-      metrics.inc('jobs_admitted_leased_total', row.leased.length);
+      metrics.admittedLeased.inc(row.leased.length);
       lease!.adopt(row.leased);
     }
     return row;
@@ -158,7 +159,7 @@ export function createAdmitter(
           if (full) await fullPass();
         } catch (error) {
           // The keys are not retried here: the next full pass finds whatever is still waiting.
-          metrics.inc('admit_failures_total');
+          metrics.admitFailures.inc();
           logger.warn(
             { reason: 'admit_failed', keys: freed.length + poked.length, err: errorMessage(error) },
             'admission failed; the next pass admits what waits',

@@ -44,11 +44,33 @@ export {
 } from './roles.js';
 export { LockKeys, type LockKey } from './sql/lock.js';
 export { IntervalService } from './service.js';
+// The queue's copy of prom-client, for the metrics of packages built on it (they register theirs
+// in the registry the application gives, beside the queue's).
+export { Counter, Gauge, Histogram, Registry } from 'prom-client';
+export { isRegistry, reuse } from './metrics.js';
 export { commitItem } from './sql/commit.js';
 export { Listener, type ListenerOptions } from './listener.js';
 export { retryDelayMs, sleep, withJitter } from './timers.js';
 export { asStored, findJsonProblem, type JsonProblem } from './json-safe.js';
 export { findSchemaJsonProblem } from './schema-json.js';
+// Bounded operator reads and bulk actions on dead jobs, for the dashboard.
+export {
+  browseJobs,
+  discardDeadJobs,
+  findJobsByKey,
+  readQueueOverview,
+  readRecentWorkers,
+  readThroughput,
+  retryDeadJobs,
+  type BrowseOptions,
+  type BrowsePage,
+  type JobSummary,
+  type OverviewOptions,
+  type QueueCounts,
+  type QueueOverview,
+  type RecentWorker,
+  type Throughput,
+} from './overview.js';
 /** The job status enum, for tools that list or filter by status (the CLI). */
 export { jobStatus } from './schema.js';
 

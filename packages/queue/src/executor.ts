@@ -13,7 +13,7 @@ import {
 import type { LockLostEvent, SafeEmitter, WorkerEvents } from './events.js';
 import type { LeaseHolder } from './heartbeat.js';
 import type { Logger } from './logger.js';
-import type { Metrics } from './metrics.js';
+import type { JobOutcome, QueueMetrics } from './metrics.js';
 import type { Completer } from './completer.js';
 import { failureRecord, markDead } from './dead.js';
 import { HAND_OFF, type HandOffSlot } from './handoff.js';
@@ -39,6 +39,8 @@ export class RunningJob implements LeaseHolder {
   handlerSettled: Promise<void> = Promise.resolve();
   /** How many hand-offs in a row led to this job; 0 for a job the worker claimed. */
   handOffDepth = 0;
+  /** When the worker took the row (a claim, an admission's lease, a hand-off). */
+  readonly takenAt = performance.now();
   /** Why the job was aborted (lock lost, timeout, shutdown); null while it may run on. */
   abortReason: Error | null = null;
   /** Called once on abort, while a handler runs: ends the race in `run`. */
@@ -88,7 +90,7 @@ export interface ExecutorDeps {
   definitions: ReadonlyMap<string, AnyJobDefinition>;
   completer: Completer;
   logger: Logger;
-  metrics: Metrics;
+  metrics: QueueMetrics;
   events: SafeEmitter<WorkerEvents>;
   /** Attempts at writing a settle before leaving the job to the sweeper. */
   settleAttempts: number;
@@ -119,11 +121,17 @@ type Outcome =
 export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void> {
   const started = performance.now();
   job.state = 'running';
+  // The database's part (run_at to the claim, in its clock) and the time in the local buffer.
+  d.metrics.jobLag.observe(
+    { queue: job.info.queue, job_type: job.info.type },
+    (job.row.lag_seconds ?? 0) + (started - job.takenAt) / 1000,
+  );
   const outcome = await run(d, job);
   job.state = 'settling';
-  d.handlerDone(job, performance.now() - started);
+  const durationMs = performance.now() - started;
+  d.handlerDone(job, durationMs);
   try {
-    await settle(d, job, outcome, performance.now() - started);
+    await settle(d, job, outcome, durationMs);
     // A settled (or released) job of a concurrency key gave its slot back: admit the key's next
     // job once this handler has returned. After a lost lock the admission is harmless: it counts
     // before admitting.
@@ -131,7 +139,7 @@ export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void
     if (key !== null) void job.handlerSettled.then(() => d.slotFreed(key));
   } catch (error) {
     // The job stays processing under its lease; the sweeper will take it back.
-    d.metrics.inc('settle_failed_total');
+    d.metrics.settleFailures.inc();
     d.logger.error(
       { ...jobFields(job), reason: 'settle_failed', err: errorMessage(error) },
       'could not settle job',
@@ -308,35 +316,50 @@ function abortedOutcome(reason: unknown): Outcome | null {
   return null;
 }
 
+/**
+ * Counts how an attempt's settle ended (`reason`: the retry or dead reason code, `none` for a
+ * completion or a lost lock) and how long its handler ran. Called before the outcome's event is
+ * emitted, so a listener of the event sees it counted.
+ */
+function record(
+  d: ExecutorDeps,
+  job: RunningJob,
+  durationMs: number,
+  outcome: JobOutcome,
+  reason: string,
+): void {
+  const labels = { queue: job.info.queue, job_type: job.info.type, outcome };
+  d.metrics.jobOutcomes.inc({ ...labels, reason });
+  d.metrics.jobDuration.observe(labels, durationMs / 1000);
+}
+
 async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durationMs: number) {
   switch (outcome.kind) {
     case 'success': {
-      d.metrics.inc('job_duration_ms_sum', durationMs);
-      d.metrics.inc('job_duration_ms_count');
       if (!job.settledExplicitly) {
         const owned = await withRetry(d, () => d.completer.complete(job.token));
-        if (!owned) return lockLost(d, job);
+        if (!owned) return lockLost(d, job, durationMs);
       }
-      d.metrics.inc('jobs_completed_total');
+      record(d, job, durationMs, 'completed', 'none');
       if (d.events.listening('job:completed')) {
         d.events.emit('job:completed', { ...jobFields(job), durationMs });
       }
       return;
     }
     case 'lock_lost':
-      return lockLost(d, job);
+      return lockLost(d, job, durationMs);
     case 'shutdown': {
       const released = await withRetry(d, () =>
         runSql(d.pool, releaseJobs(d.workerId, [job.token], d.asyncCommit)),
       );
-      if (released.rowCount === 0) return lockLost(d, job);
-      d.metrics.inc('jobs_released_total');
+      if (released.rowCount === 0) return lockLost(d, job, durationMs);
+      record(d, job, durationMs, 'released', 'shutdown');
       d.logger.info({ ...jobFields(job), reason: 'shutdown' }, 'job released on shutdown');
       d.events.emit('job:released', jobFields(job));
       return;
     }
     case 'failure':
-      return settleFailure(d, job, outcome.decision, outcome.error);
+      return settleFailure(d, job, outcome.decision, outcome.error, durationMs);
   }
 }
 
@@ -347,8 +370,8 @@ async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durati
  * `completed`, `cancelled`, `dead`), or `current: null` when the row is gone. One read by primary
  * key, on this rare path only; if it fails, `current` is undefined and the loss is still reported.
  */
-async function lockLost(d: ExecutorDeps, job: RunningJob): Promise<void> {
-  d.metrics.inc('jobs_lock_lost_total');
+async function lockLost(d: ExecutorDeps, job: RunningJob, durationMs: number): Promise<void> {
+  record(d, job, durationMs, 'lock_lost', 'none');
   let current: LockLostEvent['current'];
   try {
     const row = (await runSql<JobHolderRow>(d.pool, selectJobHolder(job.info.id))).rows[0];
@@ -368,7 +391,8 @@ async function settleFailure(
   job: RunningJob,
   decision: FailureDecision,
   error: unknown,
-) {
+  durationMs: number,
+): Promise<void> {
   const fields = jobFields(job);
   const event = jobFields(job);
   const message = errorMessage(error);
@@ -379,8 +403,8 @@ async function settleFailure(
   });
   if (decision.kind === 'retry') {
     const { rowCount } = await withRetry(d, () => runSql(d.pool, write));
-    if (rowCount === 0) return lockLost(d, job);
-    d.metrics.inc(`jobs_retried_total{reason="${decision.reason}"}`);
+    if (rowCount === 0) return lockLost(d, job, durationMs);
+    record(d, job, durationMs, 'retried', decision.reason);
     d.logger.info(
       { ...fields, reason: decision.reason, delayMs: decision.delayMs, err: message },
       'attempt failed; retry scheduled',
@@ -395,8 +419,8 @@ async function settleFailure(
       markDead(tx, write, definition, { ...job.info, reason: decision.reason, error: message }),
     );
   });
-  if (!owned) return lockLost(d, job);
-  d.metrics.inc(`jobs_dead_total{reason="${decision.reason}"}`);
+  if (!owned) return lockLost(d, job, durationMs);
+  record(d, job, durationMs, 'dead', decision.reason);
   d.logger.warn({ ...fields, reason: decision.reason, err: message }, 'job is dead');
   d.events.emit('job:dead', { ...event, reason: decision.reason });
 }

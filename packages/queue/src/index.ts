@@ -48,9 +48,12 @@ export {
   SkiplockError,
   UnknownJobTypeError,
 } from './errors.js';
-export { Metrics } from './metrics.js';
+export { createQueueMetrics } from './metrics.js';
+export type { JobOutcome, MetricsOption, QueueMetrics } from './metrics.js';
+export { createJobGauges } from './gauges.js';
+export type { JobGauges, JobGaugesOptions, JobGaugesResult } from './gauges.js';
 export type { WorkerEvents, JobEvent, LockLostEvent } from './events.js';
 export type { JobStatus } from './schema.js';
 export type { Logger } from './logger.js';
 export { serveMetrics } from './metrics-server.js';
-export type { MetricsServerOptions } from './metrics-server.js';
+export type { MetricsServerOptions, MetricsSource } from './metrics-server.js';

@@ -1,32 +1,60 @@
 import { createServer, type Server } from 'node:http';
-import type { Client } from './client.js';
-import type { Metrics } from './metrics.js';
+import { Registry } from 'prom-client';
+import { ConfigError } from './errors.js';
+import { isRegistry } from './metrics.js';
+
+/** A prom-client registry, or what carries one (a worker's or a saga runtime's `metrics`). */
+export type MetricsSource = Registry | { readonly registry: Registry };
 
 export interface MetricsServerOptions {
-  /** In-process counters to expose (a worker's, a sweeper's). */
-  metrics: readonly Metrics[];
-  /** When given, queue depth and oldest runnable age are read from the database on each scrape. */
-  client?: Client | undefined;
+  /**
+   * What to serve: a prom-client `Registry` (give the same one to `createWorker` and
+   * `createSagaRuntime`), a worker's or runtime's `metrics`, or several of them, merged on each
+   * scrape (their metric names must not overlap).
+   */
+  registry: MetricsSource | readonly MetricsSource[];
   port: number;
   host?: string | undefined;
 }
 
 /**
- * Serves `GET /metrics` in the Prometheus text format: the given in-process counters plus queue
- * depth per queue and status. A failed depth query is reported as `skiplock_scrape_error 1`
- * rather than failing the scrape, so counters stay visible while the database is down.
+ * Serves `GET /metrics` in the Prometheus text format with the registry's own content type. A
+ * scrape reads only what is in process: the job gauges come from a periodic query
+ * (`createJobGauges`, or a worker's `jobGauges`, on in one process), never from a query per scrape.
  */
 export async function serveMetrics(
   options: MetricsServerOptions,
 ): Promise<{ server: Server; url: string; close(): Promise<void> }> {
+  const registries = [options.registry].flat().map((r) => {
+    const registry = isRegistry(r) ? r : (r as { registry?: unknown } | null)?.registry;
+    if (!isRegistry(registry)) {
+      throw new ConfigError('invalid serveMetrics options: registry: give a prom-client Registry');
+    }
+    return registry;
+  });
+  if (registries.length === 0) {
+    throw new ConfigError('invalid serveMetrics options: registry: give at least one registry');
+  }
+  const unique = [...new Set(registries)];
+  const registry = unique.length === 1 ? unique[0]! : null;
   const server = createServer((req, res) => {
-    if (req.method !== 'GET' || req.url !== '/metrics') {
+    if (req.method !== 'GET' || req.url?.split('?')[0] !== '/metrics') {
       res.writeHead(404).end('not found\n');
       return;
     }
-    void render(options).then((body) => {
-      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' }).end(body);
-    });
+    // Merged per scrape, so metrics registered after the server started are served too; a merge
+    // that fails (two registries with the same metric) answers 500 rather than throw here.
+    void (async () => {
+      try {
+        const source = registry ?? Registry.merge(unique);
+        const body = await source.metrics();
+        res.writeHead(200, { 'content-type': source.contentType }).end(body);
+      } catch (error) {
+        res
+          .writeHead(500, { 'content-type': 'text/plain' })
+          .end(`metrics failed: ${error instanceof Error ? error.message : String(error)}\n`);
+      }
+    })();
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -39,36 +67,4 @@ export async function serveMetrics(
     url: `http://${options.host ?? '127.0.0.1'}:${port}/metrics`,
     close: () => new Promise((resolve) => server.close(() => resolve())),
   };
-}
-
-function label(value: string): string {
-  return value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
-}
-
-async function render(options: MetricsServerOptions): Promise<string> {
-  const parts = options.metrics.map((m) => m.toPrometheus());
-  if (options.client) {
-    try {
-      const stats = await options.client.stats();
-      const lines = ['# TYPE skiplock_queue_depth gauge'];
-      for (const s of stats) {
-        lines.push(
-          `skiplock_queue_depth{queue="${label(s.queue)}",status="${s.status}"} ${s.count}`,
-        );
-      }
-      lines.push('# TYPE skiplock_oldest_runnable_age_seconds gauge');
-      for (const s of stats) {
-        if (s.oldestRunnableAgeMs !== null) {
-          lines.push(
-            `skiplock_oldest_runnable_age_seconds{queue="${label(s.queue)}",status="${s.status}"} ${s.oldestRunnableAgeMs / 1000}`,
-          );
-        }
-      }
-      lines.push('skiplock_scrape_error 0');
-      parts.push(lines.join('\n') + '\n');
-    } catch {
-      parts.push('skiplock_scrape_error 1\n');
-    }
-  }
-  return parts.join('');
 }

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { parseConfig } from './config.js';
 import { runSql, withTransaction } from './db.js';
 import { createDefaultLogger, type Logger } from './logger.js';
-import { Metrics } from './metrics.js';
+import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import { IntervalService } from './service.js';
 import { LockKeys, tryTransactionLock } from './sql/lock.js';
 import { pruneJobs } from './sql/retention.js';
@@ -40,7 +40,7 @@ export interface Retention {
   start(): void;
   stop(): Promise<void>;
   runOnce(): Promise<RetentionResult>;
-  readonly metrics: Metrics;
+  readonly metrics: QueueMetrics;
 }
 
 /**
@@ -49,9 +49,10 @@ export interface Retention {
  * keeps hosts from pruning the same rows at once.
  */
 export function createRetention(
-  options: RetentionOptions & { pool: pg.Pool; logger?: Logger; metrics?: Metrics },
+  options: RetentionOptions & { pool: pg.Pool; logger?: Logger; metrics?: MetricsOption },
 ): Retention {
-  const { pool, logger = createDefaultLogger(), metrics = new Metrics(), ...rest } = options;
+  const { pool, logger = createDefaultLogger(), metrics: given, ...rest } = options;
+  const metrics = resolveMetrics(given);
   const config = parseConfig('retention options', retentionOptionsSchema, rest);
 
   async function pass(): Promise<RetentionResult> {
@@ -73,7 +74,7 @@ export function createRetention(
       if (rows.length < config.batchSize) break;
     }
     if (deleted > 0) {
-      metrics.inc('jobs_pruned_total', deleted);
+      metrics.pruned.inc(deleted);
       logger.info({ reason: 'retention_pruned', deleted, byStatus }, 'pruned finished jobs');
     }
     return { ran, deleted, byStatus };

@@ -6,7 +6,7 @@ import { runSql, withTransaction, type Queryable } from './db.js';
 import type { JobDefinition } from './define.js';
 import { ConfigError, errorMessage } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
-import { Metrics } from './metrics.js';
+import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import { ON_TIME_MS, MAX_TICKS_PER_PASS, type ScheduleDefinition } from './schedule.js';
 import { IntervalService } from './service.js';
 import {
@@ -40,7 +40,7 @@ export interface Scheduler {
   stop(): Promise<void>;
   /** One pass over every schedule; `now` stands in for the database clock (tests). */
   runOnce(options?: { now?: Date }): Promise<SchedulerResult>;
-  readonly metrics: Metrics;
+  readonly metrics: QueueMetrics;
 }
 
 /**
@@ -54,11 +54,12 @@ export function createScheduler(
     pool: pg.Pool;
     schedules: readonly ScheduleDefinition[];
     logger?: Logger;
-    metrics?: Metrics;
+    metrics?: MetricsOption;
     client?: Client;
   },
 ): Scheduler {
-  const { pool, schedules, logger = createDefaultLogger(), metrics = new Metrics() } = options;
+  const { pool, schedules, logger = createDefaultLogger(), metrics: given } = options;
+  const metrics = resolveMetrics(given);
   const config = parseConfig('scheduler options', schedulerOptionsSchema, {
     intervalMs: options.intervalMs,
   });
@@ -148,7 +149,7 @@ export function createScheduler(
         enqueued = await runSchedule(s, now);
       } catch (error) {
         // One schedule's bad payload or lost connection does not hold up the others.
-        metrics.inc('schedule_failures_total');
+        metrics.scheduleFailures.inc({ schedule: s.name });
         logger.error(
           { reason: 'schedule_failed', schedule: s.name, err: errorMessage(error) },
           'schedule pass failed; its ticks stay due',
@@ -162,7 +163,7 @@ export function createScheduler(
       }
       result.enqueued[s.name] = enqueued;
       if (enqueued > 0) {
-        metrics.inc('schedule_ticks_enqueued_total', enqueued);
+        metrics.scheduleTicksEnqueued.inc({ schedule: s.name }, enqueued);
         logger.info(
           { reason: 'schedule_enqueued', schedule: s.name, jobs: enqueued },
           'schedule enqueued its due ticks',

@@ -4,7 +4,7 @@ import { backoffSchema, parseConfig } from './config.js';
 import { runSql, withTransaction } from './db.js';
 import type { AnyJobDefinition, DeadJobInfo } from './define.js';
 import { createDefaultLogger, type Logger } from './logger.js';
-import { Metrics } from './metrics.js';
+import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import { failureRecord, markDead } from './dead.js';
 import { errorMessage } from './errors.js';
 import { defaultBackoff } from './retry/backoff.js';
@@ -40,8 +40,8 @@ export interface Sweeper {
   start(): void;
   stop(): Promise<void>;
   runOnce(): Promise<SweepResult>;
-  /** `stale_recovered_total` counter and `stale_recovered_last` gauge, among others. */
-  readonly metrics: Metrics;
+  /** Counts `skiplock_lease_expiries_recovered_total` and `skiplock_dead_hook_failures_total`. */
+  readonly metrics: QueueMetrics;
 }
 
 /**
@@ -58,7 +58,8 @@ export function createSweeper(
   options: SweeperOptions & {
     pool: pg.Pool;
     logger?: Logger;
-    metrics?: Metrics;
+    /** A prom-client `Registry` (default: one of its own), or a worker's `metrics`. */
+    metrics?: MetricsOption;
     /**
      * Job definitions whose retry policy, backoff and `onDead` hook apply to their expired jobs (a
      * worker passes its own). Jobs of other types retry with `backoff` and go dead without a hook:
@@ -67,13 +68,8 @@ export function createSweeper(
     jobs?: readonly AnyJobDefinition[];
   },
 ): Sweeper {
-  const {
-    pool,
-    logger = createDefaultLogger(),
-    metrics = new Metrics(),
-    jobs = [],
-    ...rest
-  } = options;
+  const { pool, logger = createDefaultLogger(), metrics: given, jobs = [], ...rest } = options;
+  const metrics = resolveMetrics(given);
   const config = parseConfig('sweeper options', sweeperOptionsSchema, rest);
   const backoff = { ...defaultBackoff, ...config.backoff };
   const definitions = new Map(jobs.map((d) => [d.type, d]));
@@ -134,7 +130,7 @@ export function createSweeper(
       } catch (error) {
         await tx.query('ROLLBACK TO SAVEPOINT skiplock_on_dead');
         held.push(row.id);
-        metrics.inc('dead_hook_failed_total');
+        metrics.deadHookFailures.inc();
         logger.error(
           {
             reason: 'dead_hook_failed',
@@ -182,9 +178,13 @@ export function createSweeper(
       );
     }
     const dead = swept.filter((s) => s.decision.kind === 'dead').length;
-    metrics.inc('stale_recovered_total', swept.length);
-    metrics.inc('stale_dead_total', dead);
-    metrics.set('stale_recovered_last', swept.length);
+    for (const { row, decision } of swept) {
+      metrics.leaseExpiriesRecovered.inc({
+        queue: row.queue,
+        job_type: row.job_type,
+        outcome: decision.kind === 'retry' ? 'retried' : 'dead',
+      });
+    }
     return {
       ran: true,
       recovered: swept.length,

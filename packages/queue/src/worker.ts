@@ -12,7 +12,8 @@ import { executeJob, RunningJob, type ExecutorDeps } from './executor.js';
 import { Heartbeat, type HeartbeatResult } from './heartbeat.js';
 import { Listener } from './listener.js';
 import { createDefaultLogger, type Logger } from './logger.js';
-import { Metrics } from './metrics.js';
+import { createJobGauges, type JobGauges, type JobGaugesOptions } from './gauges.js';
+import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import { resolvePool, type PoolSource } from './pool.js';
 import { createRetention, type Retention, type RetentionOptions } from './retention.js';
 import { claimJobs, type ClaimedRow } from './sql/claim.js';
@@ -89,6 +90,19 @@ export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsS
    * worker must run it; turn it off only where another process does.
    */
   admitter?: boolean | AdmitterOptions | undefined;
+  /**
+   * Where the worker and its services record their Prometheus metrics: a prom-client `Registry`
+   * (share one with `createSagaRuntime` and `serveMetrics`), or another worker's `metrics`.
+   * Default: a registry of the worker's own, never prom-client's global one.
+   */
+  metrics?: MetricsOption | undefined;
+  /**
+   * Refreshes the `skiplock_jobs` and `skiplock_oldest_runnable_age_seconds` gauges from a bounded
+   * query every 15 s. Off by default: `true` (or options) turns it on, its `queues` defaulting to
+   * the worker's. Each process that turns it on runs the same queries, uncoordinated: turn it on
+   * in one (the one serving /metrics), or run `createJobGauges` once instead.
+   */
+  jobGauges?: boolean | JobGaugesOptions | undefined;
 }
 
 export interface StopOptions {
@@ -100,13 +114,16 @@ export interface StopOptions {
 
 export interface Worker {
   readonly id: string;
-  readonly metrics: Metrics;
+  /** The worker's Prometheus metrics; `metrics.registry` is what to serve. */
+  readonly metrics: QueueMetrics;
   readonly sweeper: Sweeper | null;
   readonly retention: Retention | null;
   /** Runs `schedules`; null when the worker has none. */
   readonly scheduler: Scheduler | null;
   /** Admits waiting jobs of concurrency keys; null with `admitter: false`. */
   readonly admitter: Admitter | null;
+  /** Refreshes the job gauges; null unless `jobGauges` is set. */
+  readonly jobGauges: JobGauges | null;
   /** Starts claiming; resolves once the loop runs. */
   start(): Promise<void>;
   /**
@@ -153,6 +170,8 @@ export function createWorker(options: WorkerOptions): Worker {
     'schedules',
     'scheduler',
     'admitter',
+    'metrics',
+    'jobGauges',
     'pool',
     'connectionString',
     'maxConnections',
@@ -208,7 +227,7 @@ export function createWorker(options: WorkerOptions): Worker {
     'worker',
   );
   const pool = owned.pool;
-  const metrics = new Metrics();
+  const metrics = resolveMetrics(options.metrics);
   const events = new SafeEmitter<WorkerEvents>(logger);
   const run = preparedRunner({
     enabled: config.preparedStatements,
@@ -277,7 +296,7 @@ export function createWorker(options: WorkerOptions): Worker {
             accepts: (jobType, queue) =>
               state === 'running' && definitions.has(jobType) && queues.includes(queue),
             adopt: (row, depth) => {
-              metrics.inc('jobs_handed_off_total');
+              metrics.handedOff.inc();
               void accept(row, depth);
               // Stopping began after the insert: hand it back with the rest of the buffer.
               if (state !== 'running') void releaseBuffered();
@@ -327,6 +346,16 @@ export function createWorker(options: WorkerOptions): Worker {
           ...(options.scheduler ?? {}),
         })
       : null;
+  const jobGauges =
+    options.jobGauges === undefined || options.jobGauges === false
+      ? null
+      : createJobGauges({
+          pool,
+          logger,
+          metrics,
+          queues,
+          ...(typeof options.jobGauges === 'object' ? options.jobGauges : {}),
+        });
   const listener = config.listen
     ? new Listener({
         connection: pool.options as pg.ClientConfig,
@@ -376,9 +405,8 @@ export function createWorker(options: WorkerOptions): Worker {
         }),
       ),
     );
-    metrics.inc('claim_latency_ms_sum', performance.now() - started);
-    metrics.inc('claims_total');
-    metrics.inc('jobs_claimed_total', rows.length);
+    metrics.claimDuration.observe((performance.now() - started) / 1000);
+    metrics.claimBatchSize.observe(rows.length);
     if (rows.length > 0) {
       let bytes = 0;
       for (const row of rows) bytes += row.payload_bytes ?? 0;
@@ -500,7 +528,7 @@ export function createWorker(options: WorkerOptions): Worker {
         failures = 0;
       } catch (error) {
         failures += 1;
-        metrics.inc('claim_errors_total');
+        metrics.claimErrors.inc();
         logger.warn(
           { reason: 'db_error', err: errorMessage(error), failures },
           'claim failed; backing off',
@@ -526,7 +554,14 @@ export function createWorker(options: WorkerOptions): Worker {
     const tokens = jobs.map((j) => j.token);
     try {
       await runSql(pool, releaseJobs(id, tokens, config.asyncCommit));
-      metrics.inc('jobs_released_total', jobs.length);
+      for (const job of jobs) {
+        metrics.jobOutcomes.inc({
+          queue: job.info.queue,
+          job_type: job.info.type,
+          outcome: 'released',
+          reason: 'not_started',
+        });
+      }
     } catch (error) {
       logger.warn(
         { reason: 'db_error', err: errorMessage(error) },
@@ -572,6 +607,7 @@ export function createWorker(options: WorkerOptions): Worker {
             retention?.stop(),
             scheduler?.stop(),
             admitter?.stop(),
+            jobGauges?.stop(),
           ]);
         }
         await owned.release();
@@ -594,6 +630,7 @@ export function createWorker(options: WorkerOptions): Worker {
     retention,
     scheduler,
     admitter,
+    jobGauges,
     get inFlight() {
       return running.size;
     },
@@ -606,6 +643,7 @@ export function createWorker(options: WorkerOptions): Worker {
       retention?.start();
       scheduler?.start();
       admitter?.start();
+      jobGauges?.start();
       loopDone = loop().catch((error) => {
         logger.fatal({ reason: 'loop_crashed', err: errorMessage(error) }, 'worker loop crashed');
       });

@@ -14,6 +14,7 @@ import { failExpiredJobs, selectExpiredLeases } from '../src/sql/sweep.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { countByStatus, quiet, testWorker } from './fixtures.js';
+import { metricValue } from '../../../test/support/metrics.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
@@ -52,16 +53,23 @@ describe('claiming', () => {
       what: '1,000 completed jobs',
     });
     await Promise.all(workers.map((w) => w.stop()));
-    const jobsPerClaim = workers.map(
-      (w) =>
-        w.metrics.counter('jobs_claimed_total') / Math.max(1, w.metrics.counter('claims_total')),
+    const jobsPerClaim = await Promise.all(
+      workers.map(
+        async (w) =>
+          (await metricValue(w.metrics, 'skiplock_claim_batch_size_sum')) /
+          Math.max(1, await metricValue(w.metrics, 'skiplock_claim_batch_size_count')),
+      ),
     );
 
     expect(executions.size).toBe(1_000);
     expect([...executions.values()].every((runs) => runs.length === 1)).toBe(true);
     expect(claimCounts.size).toBe(1_000);
     expect([...claimCounts.values()].every((n) => n === 1)).toBe(true);
-    const perWorker = workers.map((w) => w.metrics.counter('jobs_completed_total'));
+    const perWorker = await Promise.all(
+      workers.map((w) =>
+        metricValue(w.metrics, 'skiplock_job_outcomes_total', { outcome: 'completed' }),
+      ),
+    );
     expect(perWorker.reduce((a, b) => a + b, 0)).toBe(1_000);
     // More than one worker took part, and claims carried more than one job at a time.
     expect(perWorker.filter((n) => n > 0).length).toBeGreaterThan(1);

@@ -5,6 +5,7 @@ import { createClient, defineJob, type Worker } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { quiet, testWorker } from './fixtures.js';
+import { metricValue } from '../../../test/support/metrics.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
@@ -77,7 +78,7 @@ describe('hand-off of a successor job to the worker that finished its predecesso
   it('runs a chain on one worker with no claim or poll between its jobs', async () => {
     const { def, decisions, ran } = chain('handoff-chain', 6);
     const worker = await slowPolling([def]);
-    const claimsBefore = worker.metrics.counter('claims_total');
+    const claimsBefore = await metricValue(worker.metrics, 'skiplock_claim_batch_size_count');
     const listener = await db.pool.connect();
     const notified: string[] = [];
     listener.on('notification', (m) => notified.push(m.payload ?? ''));
@@ -96,10 +97,12 @@ describe('hand-off of a successor job to the worker that finished its predecesso
     // One wake-up, for the enqueued job 0; jobs inserted leased send none.
     expect(notified).toEqual(['handoff-chain']);
     expect([...decisions.values()].every((d) => d.handedOff && d.inserted)).toBe(true);
-    expect(worker.metrics.counter('jobs_handed_off_total')).toBe(6);
+    expect(await metricValue(worker.metrics, 'skiplock_jobs_handed_off_total')).toBe(6);
     // One claim took job 0 (wake-ups may add empty ones); none took the six handed-off jobs.
-    expect(worker.metrics.counter('jobs_claimed_total')).toBe(1);
-    expect(worker.metrics.counter('claims_total') - claimsBefore).toBeLessThan(7);
+    expect(await metricValue(worker.metrics, 'skiplock_claim_batch_size_sum')).toBe(1);
+    expect(
+      (await metricValue(worker.metrics, 'skiplock_claim_batch_size_count')) - claimsBefore,
+    ).toBeLessThan(7);
     for (const row of await rows('handoff-chain')) {
       expect(row).toMatchObject({ status: 'completed', attempts: 1, locked_by: worker.id });
     }
@@ -119,7 +122,7 @@ describe('hand-off of a successor job to the worker that finished its predecesso
     // Depth 0 (claimed) hands off 1, 2, 3; job 3 is at the limit, so 4 is queued and claimed.
     const handed = [...Array(9).keys()].map((i) => decisions.get(i + 1)!.handedOff);
     expect(handed).toEqual([true, true, true, false, true, true, true, false, true]);
-    expect(worker.metrics.counter('jobs_handed_off_total')).toBe(7);
+    expect(await metricValue(worker.metrics, 'skiplock_jobs_handed_off_total')).toBe(7);
   });
 
   it('inserts nothing and starts nothing when the completing transaction rolls back', async () => {
@@ -130,7 +133,7 @@ describe('hand-off of a successor job to the worker that finished its predecesso
     await stop(worker);
     expect(decisions.get(1)?.handedOff).toBe(true);
     expect((await rows('handoff-rollback')).map((r) => r.n)).toEqual([0]);
-    expect(worker.metrics.counter('jobs_handed_off_total')).toBe(0);
+    expect(await metricValue(worker.metrics, 'skiplock_jobs_handed_off_total')).toBe(0);
   });
 
   it('enqueues like any job when the key is taken, from runOnce, or with hand-offs off', async () => {

@@ -13,6 +13,7 @@ import { failJob } from '../src/sql/settle.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { fastBackoff, jobRow, quiet, testWorker } from './fixtures.js';
+import { metricValue } from '../../../test/support/metrics.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
@@ -87,8 +88,10 @@ describe('leases, fencing and the sweeper', () => {
     expect(lost).toEqual([
       { jobId: id, jobType: def.type, queue: 'default', attempt: 1, current: line!['current'] },
     ]);
-    expect(first.metrics.counter('jobs_lock_lost_total')).toBe(1);
-    expect(first.metrics.counter('jobs_completed_total')).toBe(0);
+    const outcomes = (outcome: string) =>
+      metricValue(first.metrics, 'skiplock_job_outcomes_total', { outcome });
+    expect(await outcomes('lock_lost')).toBe(1);
+    expect(await outcomes('completed')).toBe(0);
 
     // A late failure write from the first owner touches nothing either.
     const late = await runSql(
@@ -184,7 +187,9 @@ describe('leases, fencing and the sweeper', () => {
     expect(
       logs.lines.find((l) => l.reason === 'lock_lost' && l.jobId === b.id && 'current' in l),
     ).toMatchObject({ current: { status: 'retryable', attempt: 1, holder: null } });
-    expect(worker.metrics.counter('jobs_completed_total')).toBe(1);
+    expect(
+      await metricValue(worker.metrics, 'skiplock_job_outcomes_total', { outcome: 'completed' }),
+    ).toBe(1);
   });
 
   it('one job row locked for 3x the lease costs no other job on the worker its lease', async () => {
@@ -288,8 +293,14 @@ describe('leases, fencing and the sweeper', () => {
     });
     const result = await sweeper.runOnce();
     expect(result).toMatchObject({ ran: true, recovered: 2, retried: 1, dead: 1 });
-    expect(sweeper.metrics.counter('stale_recovered_total')).toBe(2);
-    expect(sweeper.metrics.gauge('stale_recovered_last')).toBe(2);
+    const recovered = (outcome: string) =>
+      metricValue(sweeper.metrics, 'skiplock_lease_expiries_recovered_total', {
+        queue: 'default',
+        job_type: def.type,
+        outcome,
+      });
+    expect(await recovered('retried')).toBe(1);
+    expect(await recovered('dead')).toBe(1);
     expect(
       logs.lines
         .filter((l) => l.reason === 'lease_expired')
@@ -305,9 +316,9 @@ describe('leases, fencing and the sweeper', () => {
     );
     expect(rows[0]!.ahead).toBeGreaterThan(50_000);
     expect((await jobRow(db.pool, exhaust.id)).status).toBe('dead');
-    // A second pass finds nothing; the gauge shows the last pass.
+    // A second pass finds nothing and counts nothing more.
     expect((await sweeper.runOnce()).recovered).toBe(0);
-    expect(sweeper.metrics.gauge('stale_recovered_last')).toBe(0);
+    expect(await metricValue(sweeper.metrics, 'skiplock_lease_expiries_recovered_total')).toBe(2);
     release();
     await run;
   });
@@ -446,7 +457,7 @@ describe('leases, fencing and the sweeper', () => {
       jobId: a.id,
       err: 'dead-letter store is down',
     });
-    expect(sweeper.metrics.counter('dead_hook_failed_total')).toBe(1);
+    expect(await metricValue(sweeper.metrics, 'skiplock_dead_hook_failures_total')).toBe(1);
 
     hookDown = false;
     expect(await sweeper.runOnce()).toMatchObject({ recovered: 1, dead: 1, jobIds: [a.id] });

@@ -5,6 +5,7 @@ import { createClient, defineJob } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { countByStatus, quiet, testWorker } from './fixtures.js';
+import { metricValue } from '../../../test/support/metrics.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
@@ -31,7 +32,8 @@ describe('claiming ahead into the local buffer', () => {
     expect(runs.size).toBe(2_000);
     expect([...runs.values()].every((n) => n === 1)).toBe(true);
     const perClaim =
-      worker.metrics.counter('jobs_claimed_total') / worker.metrics.counter('claims_total');
+      (await metricValue(worker.metrics, 'skiplock_claim_batch_size_sum')) /
+      (await metricValue(worker.metrics, 'skiplock_claim_batch_size_count'));
     expect(perClaim).toBeGreaterThan(2);
   });
 
@@ -112,7 +114,8 @@ describe('claiming ahead into the local buffer', () => {
       return {
         avgBytes: rows[0]!.avg,
         perClaim:
-          worker.metrics.counter('jobs_claimed_total') / worker.metrics.counter('claims_total'),
+          (await metricValue(worker.metrics, 'skiplock_claim_batch_size_sum')) /
+          (await metricValue(worker.metrics, 'skiplock_claim_batch_size_count')),
       };
     };
     const unbounded = await perClaim('bytes-default', {});

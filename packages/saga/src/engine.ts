@@ -1,8 +1,9 @@
-import type { AnyJobDefinition, Client, JobContext, Logger, Metrics } from '@skiplock/queue';
+import type { AnyJobDefinition, Client, JobContext, Logger } from '@skiplock/queue';
 import type { QueryOutcome, Queryable } from '@skiplock/queue/engine';
 import type { SQL } from 'drizzle-orm';
 import type pg from 'pg';
 import type { AnySagaDefinition, StepSpec } from './define.js';
+import type { SagaMetrics } from './metrics.js';
 
 /** Where a crash-injection hook is called; see `@skiplock/saga/testing`. */
 export interface FaultPoint {
@@ -42,7 +43,7 @@ export interface Engine {
    */
   sql: <T>(tx: Queryable, query: SQL) => Promise<QueryOutcome<T>>;
   logger: Logger;
-  metrics: Metrics;
+  metrics: SagaMetrics;
   entries: ReadonlyMap<string, SagaEntry>;
   faults: FaultHook | null;
   /**
@@ -95,9 +96,15 @@ export const compensationKey = (sagaId: string, step: string) =>
   `saga:${keyId(sagaId)}:compensate:${step}`;
 export const timeoutKey = (sagaId: string, step: string) => `saga:${keyId(sagaId)}:timeout:${step}`;
 
+/** Every saga job's type starts with this; such a job moves only with its saga. */
+export const SAGA_JOB_PREFIX = 'saga:';
+
+/** Whether a queue job is a saga's step, compensation or timeout (tools must not act on it alone). */
+export const isSagaJobType = (type: string): boolean => type.startsWith(SAGA_JOB_PREFIX);
+
 /** Job types name the saga, its version and the step, so an unknown version dies as unknown. */
 export const jobType = (
   def: AnySagaDefinition,
   step: string,
   what: 'run' | 'compensate' | 'timeout',
-) => `saga:${def.name}:v${def.version}:${step}${what === 'run' ? '' : `:${what}`}`;
+) => `${SAGA_JOB_PREFIX}${def.name}:v${def.version}:${step}${what === 'run' ? '' : `:${what}`}`;

@@ -1,8 +1,31 @@
 import type { AnySagaDefinition, StepSpec } from './define.js';
 
-/** A Mermaid label: quoted, with the characters Mermaid would read as syntax escaped. */
-function label(text: string): string {
-  return `"${text.replace(/"/g, '#quot;').replace(/</g, '#lt;').replace(/>/g, '#gt;')}"`;
+/** What a node of a saga's shape stands for. */
+export type SagaShapeNodeKind =
+  'start' | 'step' | 'wait' | 'pivot' | 'retriable' | 'compensation' | 'completed' | 'compensated';
+
+export interface SagaShapeNode {
+  /** `start`, `s<index>` (a step), `c<index>` (its compensation), `done`, `compensated`. */
+  id: string;
+  kind: SagaShapeNodeKind;
+  label: string;
+  /** The step it belongs to (a step or its compensation); null for start and the two ends. */
+  step: string | null;
+}
+
+export interface SagaShapeEdge {
+  from: string;
+  to: string;
+  /** `next`: the step that follows; `fails`: where a failure for good leads; `undo`: the next compensation. */
+  kind: 'next' | 'fails' | 'undo';
+  /** `fails` or `fails or times out` on failure edges; null on the others. */
+  label: string | null;
+}
+
+/** A saga definition as a graph: what `sagaGraph` draws, for tools that draw it themselves. */
+export interface SagaShape {
+  nodes: SagaShapeNode[];
+  edges: SagaShapeEdge[];
 }
 
 function duration(ms: number): string {
@@ -13,40 +36,54 @@ function duration(ms: number): string {
   return `${ms} ms`;
 }
 
-/** One step's node: its shape says what it is (a wait, the pivot, a step that only retries). */
-function node(step: StepSpec): string {
-  const id = `s${step.index}`;
+/** One step's node: its kind says what it is (a wait, the pivot, a step that only retries). */
+function stepNode(step: StepSpec): SagaShapeNode {
+  const base = { id: `s${step.index}`, step: step.name };
   if (step.wait) {
     const timeout =
       step.wait.timeoutMs === null ? '' : `, timeout ${duration(step.wait.timeoutMs)}`;
-    return `  ${id}[/${label(`${step.name}: wait for signal ${step.wait.signal}${timeout}`)}/]`;
+    return {
+      ...base,
+      kind: 'wait',
+      label: `${step.name}: wait for signal ${step.wait.signal}${timeout}`,
+    };
   }
-  if (step.role === 'pivot') return `  ${id}{{${label(`${step.name} (pivot)`)}}}`;
-  if (step.role === 'retriable') return `  ${id}[${label(`${step.name} (retried until done)`)}]`;
-  return `  ${id}[${label(step.name)}]`;
+  if (step.role === 'pivot') return { ...base, kind: 'pivot', label: `${step.name} (pivot)` };
+  if (step.role === 'retriable') {
+    return { ...base, kind: 'retriable', label: `${step.name} (retried until done)` };
+  }
+  return { ...base, kind: 'step', label: step.name };
 }
 
 /**
- * The definition as a Mermaid flowchart: the steps in order from start to completed; from each
- * step that can fail the saga, a dashed edge to the compensations it triggers, which run in
- * reverse order of the steps down to `compensated`. Steps after the pivot retry until done and
- * have no such edge. Deterministic, so a diagram in a README can be checked against the code.
+ * The definition as nodes and edges: the steps in order from start to completed; from each step
+ * that can fail the saga, a failure edge to the compensation that runs first, and from each
+ * compensation to the next, in reverse order of the steps down to `compensated`. Steps after the
+ * pivot retry until done and have no failure edge.
  */
-export function sagaGraph(definition: AnySagaDefinition): string {
+export function sagaShape(definition: AnySagaDefinition): SagaShape {
   const steps = definition.steps;
-  const lines = [
-    'flowchart TD',
-    `  start([${label(`start ${definition.name} v${definition.version}`)}])`,
-    ...steps.map(node),
-    `  done([${label('completed')}])`,
+  const nodes: SagaShapeNode[] = [
+    {
+      id: 'start',
+      kind: 'start',
+      label: `start ${definition.name} v${definition.version}`,
+      step: null,
+    },
+    ...steps.map(stepNode),
+    { id: 'done', kind: 'completed', label: 'completed', step: null },
   ];
   const compensatable = steps.filter((s) => s.role === 'compensatable');
-  for (const s of compensatable) lines.push(`  c${s.index}[${label(`undo ${s.name}`)}]`);
+  for (const s of compensatable) {
+    nodes.push({ id: `c${s.index}`, kind: 'compensation', label: `undo ${s.name}`, step: s.name });
+  }
   if (steps.some((s) => s.role !== 'retriable')) {
-    lines.push(`  compensated([${label('compensated')}])`);
+    nodes.push({ id: 'compensated', kind: 'compensated', label: 'compensated', step: null });
   }
   const chain = ['start', ...steps.map((s) => `s${s.index}`), 'done'];
-  lines.push(`  ${chain.join(' --> ')}`);
+  const edges: SagaShapeEdge[] = chain
+    .slice(1)
+    .map((to, i) => ({ from: chain[i]!, to, kind: 'next', label: null }));
   // The compensation that runs first when position `index` fails: the nearest earlier step with
   // a compensation, else nothing to undo.
   const undoBefore = (index: number) => {
@@ -55,9 +92,52 @@ export function sagaGraph(definition: AnySagaDefinition): string {
   };
   for (const s of steps) {
     if (s.role === 'retriable') continue;
-    const why = s.wait?.timeoutMs != null ? 'fails or times out' : 'fails';
-    lines.push(`  s${s.index} -. ${why} .-> ${undoBefore(s.index)}`);
+    const label = s.wait?.timeoutMs != null ? 'fails or times out' : 'fails';
+    edges.push({ from: `s${s.index}`, to: undoBefore(s.index), kind: 'fails', label });
   }
-  for (const s of compensatable) lines.push(`  c${s.index} --> ${undoBefore(s.index)}`);
+  for (const s of compensatable) {
+    edges.push({ from: `c${s.index}`, to: undoBefore(s.index), kind: 'undo', label: null });
+  }
+  return { nodes, edges };
+}
+
+/** A Mermaid label: quoted, with the characters Mermaid would read as syntax escaped. */
+function label(text: string): string {
+  return `"${text.replace(/"/g, '#quot;').replace(/</g, '#lt;').replace(/>/g, '#gt;')}"`;
+}
+
+function mermaidNode(node: SagaShapeNode): string {
+  const text = label(node.label);
+  switch (node.kind) {
+    case 'start':
+    case 'completed':
+    case 'compensated':
+      return `  ${node.id}([${text}])`;
+    case 'wait':
+      return `  ${node.id}[/${text}/]`;
+    case 'pivot':
+      return `  ${node.id}{{${text}}}`;
+    default:
+      return `  ${node.id}[${text}]`;
+  }
+}
+
+/**
+ * The definition as a Mermaid flowchart (`sagaShape` drawn): the steps in order from start to
+ * completed; from each step that can fail the saga, a dashed edge to the compensations it
+ * triggers, which run in reverse order of the steps down to `compensated`. Steps after the pivot
+ * retry until done and have no such edge. Deterministic, so a diagram in a README can be checked
+ * against the code.
+ */
+export function sagaGraph(definition: AnySagaDefinition): string {
+  const { nodes, edges } = sagaShape(definition);
+  const chain = edges.filter((e) => e.kind === 'next');
+  const lines = [
+    'flowchart TD',
+    ...nodes.map(mermaidNode),
+    `  ${[chain[0]!.from, ...chain.map((e) => e.to)].join(' --> ')}`,
+    ...edges.filter((e) => e.kind === 'fails').map((e) => `  ${e.from} -. ${e.label} .-> ${e.to}`),
+    ...edges.filter((e) => e.kind === 'undo').map((e) => `  ${e.from} --> ${e.to}`),
+  ];
   return `${lines.join('\n')}\n`;
 }

@@ -137,7 +137,7 @@ function report(e: Engine, saga: SagaRow, step: string, transition: Transition):
     return;
   }
   if (!OUTCOMES.has(transition)) return;
-  e.metrics.inc(`saga_outcomes_total{outcome="${transition}"}`);
+  e.metrics.outcomes.inc({ saga: saga.name, step, outcome: transition });
   const level = transition === 'completed' ? 'info' : 'warn';
   e.logger[level]({ ...fields, reason: `saga_${transition}` }, `saga ${transition}`);
 }

@@ -1,5 +1,6 @@
 export { defineSaga } from './define.js';
-export { sagaGraph } from './graph.js';
+export { sagaGraph, sagaShape } from './graph.js';
+export type { SagaShape, SagaShapeEdge, SagaShapeNode, SagaShapeNodeKind } from './graph.js';
 export { migrate, sagaMigrations } from './migrate.js';
 export type {
   AnySagaDefinition,
@@ -21,6 +22,7 @@ export { sagaGrants } from './roles.js';
 export { createSagaRuntime } from './runtime.js';
 export type {
   CancelResult,
+  RetryResult,
   SagaRuntime,
   SagaRuntimeOptions,
   SignalResult,
@@ -28,9 +30,12 @@ export type {
   StartResult,
 } from './runtime.js';
 export type { Reconciler, ReconcilerOptions, ReconcileResult } from './reconciler.js';
+export { createSagaMetrics } from './metrics.js';
+export type { SagaMetrics, SagaMetricsOption } from './metrics.js';
 // Reads for tools that have no definitions at hand (the CLI); a runtime's getSaga/listSagas wrap them.
-export { readSaga, readSagas } from './read.js';
+export { readSaga, readSagaCounts, readSagaNames, readSagas } from './read.js';
 export type {
+  SagaCounts,
   SagaList,
   SagaListOptions,
   SagaSummary,
@@ -39,6 +44,7 @@ export type {
   StepRecord,
 } from './read.js';
 export type { FaultHook, FaultPoint } from './engine.js';
+export { isSagaJobType, SAGA_JOB_PREFIX } from './engine.js';
 export {
   SagaDeadlineError,
   SagaDefinitionError,

@@ -2,7 +2,16 @@ import { jobStates, runSql, type JobState } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { SagaError } from './errors.js';
 import { sagaStatus, type SagaStatus, type SagaStepKind, type SagaStepStatus } from './schema.js';
-import { selectSaga, selectSagas, type SagaReadRow } from './sql/read.js';
+import {
+  countSagasByStatus,
+  SAGA_SCAN_LIMIT,
+  sagaWindowFilters,
+  selectSaga,
+  selectSagaNames,
+  selectSagaReach,
+  selectSagas,
+  type SagaReadRow,
+} from './sql/read.js';
 import { selectSignals, type SignalRow } from './sql/signals.js';
 import { selectHistories, selectHistory, type HistoryRow } from './sql/steps.js';
 
@@ -57,10 +66,19 @@ export interface SagaView extends SagaSummary {
 export interface SagaListOptions {
   status?: SagaStatus | readonly SagaStatus[] | undefined;
   name?: string | undefined;
+  /** Only sagas of this definition version. */
+  version?: number | undefined;
   /** Page size, 1-1000 (default 50). */
   limit?: number | undefined;
   /** `nextCursor` of the previous page. */
   cursor?: string | undefined;
+  /**
+   * Most sagas looked at for one page (default 20,000, at least `limit`), newest first along one
+   * index: the name index with `name`, the status index with one status, else the creation
+   * index. A filter that matches few of them gives a short (even empty) page with `complete:
+   * false` and a `nextCursor` that searches older; the read costs the same on millions of sagas.
+   */
+  scanLimit?: number | undefined;
   /**
    * Also each saga's step history (statuses, attempts, times, errors; outputs too), read for the
    * whole page in one more statement instead of one `getSaga` per saga.
@@ -70,8 +88,13 @@ export interface SagaListOptions {
 
 export interface SagaList {
   sagas: SagaSummary[];
-  /** Pass it as `cursor` for the next page; null on the last page. */
+  /** Pass it as `cursor` for the next page (or to search older); null on the last page. */
   nextCursor: string | null;
+  /**
+   * False when the page stopped at `scanLimit` sagas looked at rather than at `limit` matches or
+   * the oldest saga: it may be short or empty, and older sagas may still match (`nextCursor`).
+   */
+  complete?: boolean;
 }
 
 const date = (value: Date | string | null) => (value === null ? null : new Date(value));
@@ -173,6 +196,22 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
       : typeof options.status === 'string'
         ? [options.status]
         : [...options.status];
+  if (
+    options.version !== undefined &&
+    (!Number.isInteger(options.version) || options.version < 1)
+  ) {
+    throw new SagaError(
+      'invalid_version',
+      `version must be a positive integer, got ${options.version}`,
+    );
+  }
+  const scanLimit = options.scanLimit ?? SAGA_SCAN_LIMIT;
+  if (!Number.isInteger(scanLimit) || scanLimit < 1 || scanLimit > 1_000_000) {
+    throw new SagaError(
+      'invalid_limit',
+      `scanLimit must be an integer from 1 to 1000000, got ${scanLimit}`,
+    );
+  }
   const unknown = statuses.filter((s) => !sagaStatus.enumValues.includes(s));
   if (unknown.length > 0) {
     throw new SagaError(
@@ -180,21 +219,31 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
       `unknown saga status ${unknown.map((s) => JSON.stringify(s)).join(', ')}; use ${sagaStatus.enumValues.join(', ')}`,
     );
   }
-  const { rows } = await runSql<SagaReadRow>(
-    pool,
-    selectSagas({
-      statuses,
-      name: options.name,
-      limit: limit + 1,
-      after: options.cursor ? decodeCursor(options.cursor) : undefined,
-    }),
-  );
+  const filter = {
+    statuses,
+    name: options.name,
+    version: options.version,
+    limit: limit + 1,
+    after: options.cursor ? decodeCursor(options.cursor) : undefined,
+    scanLimit: Math.max(scanLimit, limit + 1),
+  };
+  const { rows } = await runSql<SagaReadRow>(pool, selectSagas(filter));
   const page = rows.slice(0, limit);
   const last = page[page.length - 1];
-  const nextCursor =
-    rows.length > limit && last
-      ? Buffer.from(JSON.stringify([last.created_key, last.id]), 'utf8').toString('base64url')
-      : null;
+  let nextCursor = rows.length > limit && last ? encodeCursor(last.created_key, last.id) : null;
+  let complete = true;
+  if (nextCursor === null && sagaWindowFilters(filter)) {
+    // A short page: the filter ran out of matches, or the window ran out of sagas to look at.
+    const { rows: reach } = await runSql<{ scanned: number; created_key: string; id: string }>(
+      pool,
+      selectSagaReach(filter),
+    );
+    const end = reach[0];
+    if (end && end.scanned >= filter.scanLimit) {
+      nextCursor = encodeCursor(end.created_key, end.id);
+      complete = false;
+    }
+  }
   const sagas = page.map(toSummary);
   if (options.history && sagas.length > 0) {
     const { rows: steps } = await runSql<HistoryRow & { saga_id: string }>(
@@ -206,5 +255,43 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
     steps.forEach((row, i) => bySaga.get(row.saga_id)?.push(records[i]!));
     for (const saga of sagas) saga.history = bySaga.get(saga.id)!;
   }
-  return { sagas, nextCursor };
+  return { sagas, nextCursor, complete };
+}
+
+function encodeCursor(createdKey: string, id: string): string {
+  return Buffer.from(JSON.stringify([createdKey, id]), 'utf8').toString('base64url');
+}
+
+export interface SagaCounts {
+  /** Sagas per status; a count above `cap` is shown as `cap + 1` and listed in `atLeast`. */
+  counts: Record<SagaStatus, number>;
+  atLeast: SagaStatus[];
+  cap: number;
+}
+
+/**
+ * How many sagas are in each status, each count read from the status index and stopped past
+ * `cap` (default 10,000), so it costs the same on millions of sagas.
+ */
+export async function readSagaCounts(
+  pool: pg.Pool,
+  options: { cap?: number } = {},
+): Promise<SagaCounts> {
+  const cap = options.cap ?? 10_000;
+  const { rows } = await runSql<{ status: SagaStatus; count: number }>(
+    pool,
+    countSagasByStatus(sagaStatus.enumValues, cap),
+  );
+  const counts = Object.fromEntries(sagaStatus.enumValues.map((s) => [s, 0])) as Record<
+    SagaStatus,
+    number
+  >;
+  for (const r of rows) counts[r.status] = r.count;
+  return { counts, atLeast: rows.filter((r) => r.count > cap).map((r) => r.status), cap };
+}
+
+/** The names of the saga definitions that have sagas, in order (at most `max`, default 500). */
+export async function readSagaNames(pool: pg.Pool, options: { max?: number } = {}) {
+  const { rows } = await runSql<{ name: string }>(pool, selectSagaNames(options.max ?? 500));
+  return rows.map((r) => r.name);
 }

@@ -17,7 +17,7 @@ import {
   type WaitingSagaRow,
 } from './sql/reconcile.js';
 import { settleStep } from './sql/steps.js';
-import { failSaga, failStep, type Transition } from './transitions.js';
+import { failSaga, failStep, OUTCOMES, type Transition } from './transitions.js';
 
 export interface ReconcileResult {
   /** False when another process held the reconciler lock, so this pass did nothing. */
@@ -99,6 +99,9 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       );
       transition = await failSaga(tx, saga.id, `compensation of "${step}" failed: ${why}`);
     }
+    if (OUTCOMES.has(transition)) {
+      e.metrics.outcomes.inc({ saga: saga.name, step, outcome: transition });
+    }
     e.logger.warn(
       { reason: 'saga_reconciled', sagaId: saga.id, step, outcome: transition },
       'stranded saga moved on',
@@ -141,6 +144,9 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       const saga = (await runSql<SagaRow>(tx, lockSaga(row.id))).rows[0]!;
       const entry = e.entries.get(entryKey(row.name, row.version))!;
       const transition = await failStep(e, tx, entry, saga, index, why);
+      if (OUTCOMES.has(transition)) {
+        e.metrics.outcomes.inc({ saga: row.name, step: row.current_step, outcome: transition });
+      }
       e.logger.warn(
         { reason: 'saga_reconciled', sagaId: row.id, step: row.current_step, outcome: transition },
         'waiting saga moved on',
@@ -171,7 +177,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
         stranded.push(row.id);
       }
       stranded.push(...(await reconcileWaiting(tx)));
-      if (stranded.length > 0) e.metrics.inc('sagas_reconciled_total', stranded.length);
+      if (stranded.length > 0) e.metrics.reconciled.inc(stranded.length);
       return { ran: true, reconciled: stranded.length, sagaIds: stranded };
     });
   }

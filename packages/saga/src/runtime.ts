@@ -1,10 +1,4 @@
-import {
-  createClient,
-  Metrics,
-  type AnyJobDefinition,
-  type Client,
-  type Logger,
-} from '@skiplock/queue';
+import { createClient, type AnyJobDefinition, type Client, type Logger } from '@skiplock/queue';
 import {
   cancelQueuedJob,
   createDefaultLogger,
@@ -34,19 +28,21 @@ import {
   UnknownSagaError,
 } from './errors.js';
 import { buildEntry } from './handlers.js';
+import { createSagaMetrics, type SagaMetrics, type SagaMetricsOption } from './metrics.js';
 import { createReconciler, type Reconciler, type ReconcilerOptions } from './reconciler.js';
 import { readSaga, readSagas, type SagaList, type SagaListOptions, type SagaView } from './read.js';
-import type { SagaStatus } from './schema.js';
+import type { SagaStatus, SagaStepKind } from './schema.js';
 import {
   insertSaga,
   lockSaga,
+  reopenSaga,
   selectStartConflict,
   setSagaFlags,
   type SagaRow,
   type StartConflictRow,
 } from './sql/sagas.js';
 import { consumeSignal, insertSignal } from './sql/signals.js';
-import { settleStep } from './sql/steps.js';
+import { selectHistory, settleStep, type HistoryRow } from './sql/steps.js';
 import { issuesAt, storedJsonIssues, validate } from './standard.js';
 import {
   advanceAfter,
@@ -66,6 +62,11 @@ export interface SagaRuntimeOptions {
   sagas: readonly AnySagaDefinition[];
   logger?: Logger | undefined;
   reconciler?: ReconcilerOptions | undefined;
+  /**
+   * Where saga outcomes are counted: a prom-client `Registry`, best the one given to
+   * `createWorker({ metrics })` so one scrape serves both. Default: a registry of the runtime's own.
+   */
+  metrics?: SagaMetricsOption | undefined;
   /** Crash injection for `@skiplock/saga/testing`; leave unset in production. */
   faults?: FaultHook | undefined;
   /**
@@ -111,12 +112,25 @@ export interface CancelResult {
   reason?: 'finished' | 'pivoted' | 'compensating' | undefined;
 }
 
+export interface RetryResult {
+  /** True when the failed step's (or compensation's) job runs again and the saga goes on. */
+  retried: boolean;
+  step?: string | undefined;
+  kind?: SagaStepKind | undefined;
+  /**
+   * Why nothing was retried: `not_failed` (the saga is not `failed`), `no_failed_step` (it failed
+   * for another reason: no worker knew its version, or a foreign job held its key), `job_gone`
+   * (retention removed the dead job, or it is no longer dead).
+   */
+  reason?: 'not_failed' | 'no_failed_step' | 'job_gone' | undefined;
+}
+
 export interface SagaRuntime {
   /** Job definitions to pass to `createWorker({ jobs })` (with any jobs of your own). */
   readonly jobs: readonly AnyJobDefinition[];
   readonly reconciler: Reconciler;
-  /** `saga_outcomes_total{outcome=...}` and `sagas_reconciled_total`. */
-  readonly metrics: Metrics;
+  /** `skiplock_saga_outcomes_total{saga,step,outcome}` and `skiplock_sagas_reconciled_total`. */
+  readonly metrics: SagaMetrics;
   start<S extends StandardSchemaV1, O extends StepOutputs>(
     definition: SagaDefinition<string, S, O>,
     options: StartOptions<StandardSchemaV1.InferInput<S>>,
@@ -133,6 +147,12 @@ export interface SagaRuntime {
     options?: { tx?: Queryable },
   ): Promise<SignalResult>;
   cancel(sagaId: string): Promise<CancelResult>;
+  /**
+   * An operator's retry of a `failed` saga: the step past the pivot or the compensation that
+   * failed for good runs again (its dead job retried with fresh attempts, in one transaction with
+   * the saga's return to `running` or `compensating`), and the saga goes on from there.
+   */
+  retryFailed(sagaId: string): Promise<RetryResult>;
   getSaga(id: string): Promise<SagaView | null>;
   listSagas(options?: SagaListOptions): Promise<SagaList>;
   /** Stops the reconciler loop and closes what the runtime created (not a pool you passed). */
@@ -202,7 +222,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     client,
     sql: (tx, query) => run(tx, namedStatement('skiplock_saga', query)),
     logger,
-    metrics: new Metrics(),
+    metrics: createSagaMetrics(options.metrics),
     entries,
     faults: options.faults ?? null,
   };
@@ -233,9 +253,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     return entry;
   }
 
-  function report(saga: SagaRow, transition: Transition, why: string) {
+  function report(saga: SagaRow, step: string, transition: Transition, why: string) {
     if (!OUTCOMES.has(transition)) return;
-    engine.metrics.inc(`saga_outcomes_total{outcome="${transition}"}`);
+    engine.metrics.outcomes.inc({ saga: saga.name, step, outcome: transition });
     logger.warn(
       { sagaId: saga.id, saga: saga.name, reason: `saga_${transition}`, why },
       `saga ${transition}`,
@@ -374,7 +394,8 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         }
         await runSql(tx, consumeSignal(sagaId, name));
         const output = JSON.parse(JSON.stringify(parsed.value ?? null)) as unknown;
-        report(saga, await advanceAfter(engine, tx, entry, saga, spec.index, output), 'signal');
+        const transition = await advanceAfter(engine, tx, entry, saga, spec.index, output);
+        report(saga, spec.name, transition, 'signal');
         return { delivered: true, resumed: true };
       };
       const result = signalOptions.tx ? await work(signalOptions.tx) : await ownTransaction(work);
@@ -414,13 +435,42 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           settleStep({ sagaId, step, kind: 'step', status: 'cancelled', error: 'cancelled' }),
         );
         const transition = await compensateNext(engine, tx, entry, flagged, index);
-        report(saga, transition, 'cancel');
+        report(saga, step, transition, 'cancel');
         return {
           accepted: true,
           status: transition === 'cancelled' ? 'cancelled' : 'compensating',
         };
       });
       logger.info({ reason: 'saga_cancel', sagaId, accepted: result.accepted }, 'cancel requested');
+      return result;
+    },
+
+    async retryFailed(sagaId) {
+      checkSagaId(sagaId);
+      const result = await ownTransaction(async (tx): Promise<RetryResult> => {
+        const saga = await lock(tx, sagaId);
+        if (saga.status !== 'failed') return { retried: false, reason: 'not_failed' };
+        entryOf(saga.name, saga.version);
+        const { rows } = await engine.sql<HistoryRow>(tx, selectHistory(sagaId));
+        const failed = [...rows].reverse().find((r) => r.status === 'failed');
+        // A step before the pivot that failed made the saga compensate, not fail: a failed saga
+        // with only such a step failed for another reason, which a retry would not mend.
+        if (!failed || failed.job_id === null || (failed.kind === 'step' && !saga.pivoted)) {
+          return { retried: false, reason: 'no_failed_step' };
+        }
+        const { step, kind } = failed;
+        if (!(await client.retryJob(failed.job_id, { tx }))) {
+          return { retried: false, step, kind, reason: 'job_gone' };
+        }
+        const status = kind === 'step' ? 'running' : 'compensating';
+        await engine.sql(tx, reopenSaga({ id: sagaId, status, step, kind, jobId: failed.job_id }));
+        return { retried: true, step, kind };
+      });
+      const { reason: refusal, ...done } = result;
+      logger.info(
+        { reason: 'saga_retry', sagaId, ...done, refusal: refusal ?? null },
+        result.retried ? 'failed saga retried' : 'failed saga not retried',
+      );
       return result;
     },
 

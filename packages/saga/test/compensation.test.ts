@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { defineSaga } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { fast, settled, startSagas, timeline } from './fixtures.js';
+import { metricValue } from '../../../test/support/metrics.js';
 
 const db = await useTestDatabase();
 
@@ -185,7 +186,13 @@ describe('compensations', () => {
     expect(timeline(done)).toEqual(['a:completed', 'b:completed', 'c:failed', 'undo b:failed']);
     // The operator decides; `a` is not undone behind the failed compensation's back.
     expect(effects.get('bu')).toBeUndefined();
-    expect(runtime.metrics.counter('saga_outcomes_total{outcome="failed"}')).toBe(1);
+    expect(
+      await metricValue(runtime.metrics, 'skiplock_saga_outcomes_total', {
+        saga: broken.name,
+        step: 'b',
+        outcome: 'failed',
+      }),
+    ).toBe(1);
   });
 });
 

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { createSagaRuntime, defineSaga } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { fast, settled, silent, timeline } from './fixtures.js';
+import { metricValue } from '../../../test/support/metrics.js';
 
 const db = await useTestDatabase();
 
@@ -49,8 +50,8 @@ describe('saga advance by hand-off', () => {
     // Claimed: the first step of each saga, and undo's first compensation (enqueued by the dead
     // job's hook, outside any completing transaction). Handed off: b and c of both sagas, and the
     // compensation of a, which the compensation of b enqueues as it completes.
-    expect(worker.metrics.counter('jobs_claimed_total')).toBe(3);
-    expect(worker.metrics.counter('jobs_handed_off_total')).toBe(5);
+    expect(await metricValue(worker.metrics, 'skiplock_claim_batch_size_sum')).toBe(3);
+    expect(await metricValue(worker.metrics, 'skiplock_jobs_handed_off_total')).toBe(5);
     const { rows } = await db.pool.query<{ locked_by: string }>(
       'SELECT DISTINCT locked_by FROM skiplock.jobs',
     );

@@ -19,6 +19,11 @@ export interface ClaimedRow {
    * `pg_column_size`: that is the compressed size on disk, and repetitive JSON compresses 5-20x.
    */
   payload_bytes?: number;
+  /**
+   * Seconds from the job's `run_at` to this claim, in the database's clock (so host clocks do not
+   * matter). Missing on rows that admission or a hand-off leased: they count from their lease.
+   */
+  lag_seconds?: number;
 }
 
 export interface ClaimParams {
@@ -103,7 +108,7 @@ export function claimJobs(params: ClaimParams) {
     )
     SELECT c.id::text AS id, c.queue, c.job_type, c.payload, c.attempts, c.max_attempts,
            c.priority, c.timeout_ms, c.lease_ms, c.idempotency_key, c.concurrency_key,
-           c.payload_bytes
+           c.payload_bytes, GREATEST(0, extract(epoch FROM now() - c.run_at))::float8 AS lag_seconds
     FROM claimed c
     ORDER BY ${order}`;
 }

@@ -33,25 +33,108 @@ export function selectSaga(id: string) {
 export interface SagaListFilter {
   statuses?: readonly SagaStatus[] | undefined;
   name?: string | undefined;
+  version?: number | undefined;
   limit: number;
   /** Keyset: only sagas created before this (created_at, id). */
   after?: { createdKey: string; id: string } | undefined;
+  /** Look at most this many sagas (newest first, along one index) for the page's matches. */
+  scanLimit?: number | undefined;
 }
 
-/** Newest first, paged by (created_at, id) so pages stay stable while sagas are added. */
-export function selectSagas(filter: SagaListFilter) {
-  const where: SQL[] = [sql`true`];
-  if (filter.statuses?.length) {
-    where.push(sql`status = ANY(${sql.param(filter.statuses)}::skiplock.saga_status[])`);
+/** Default of `SagaListFilter.scanLimit`. */
+export const SAGA_SCAN_LIMIT = 20_000;
+
+/**
+ * The window the filter walks, and what is left to test in it. With a name, the name index
+ * (name, created_at, id); else with one status, the status index (the status written out, as in
+ * `countSagasByStatus`: with a parameter the planner may walk the creation index instead); else
+ * the creation index. The walk goes newest first from `after` and stops after `scanLimit` rows.
+ */
+function sagaWindow(filter: SagaListFilter, columns: SQL) {
+  const bound: SQL[] = [sql`true`];
+  const rest: SQL[] = [];
+  const statuses = filter.statuses ?? [];
+  if (filter.name) {
+    bound.push(sql`name = ${filter.name}`);
+    if (statuses.length) {
+      rest.push(sql`w.status = ANY(${sql.param(statuses)}::skiplock.saga_status[])`);
+    }
+  } else if (statuses.length === 1) {
+    const [status] = statuses;
+    if (!/^[a-z]+$/.test(status!)) throw new Error(`not a saga status: ${status}`);
+    bound.push(sql`status = ${sql.raw(`'${status}'`)}`);
+  } else if (statuses.length) {
+    rest.push(sql`w.status = ANY(${sql.param(statuses)}::skiplock.saga_status[])`);
   }
-  if (filter.name) where.push(sql`name = ${filter.name}`);
+  if (filter.version !== undefined) rest.push(sql`w.version = ${filter.version}`);
   if (filter.after) {
-    where.push(
+    bound.push(
       sql`(created_at, id) < (${filter.after.createdKey}::timestamptz, ${filter.after.id})`,
     );
   }
+  const window = sql`
+    SELECT ${columns} FROM skiplock.sagas WHERE ${sql.join(bound, sql` AND `)}
+    ORDER BY created_at DESC, id DESC LIMIT ${filter.scanLimit ?? SAGA_SCAN_LIMIT}`;
+  return { window, rest };
+}
+
+/**
+ * Newest first, paged by (created_at, id) so pages stay stable while sagas are added. Reads at
+ * most `scanLimit` sagas along one index (see `sagaWindow`), whatever the filter matches: a
+ * filter that matches few of millions of sagas gives a short page, and the caller searches on
+ * from where the window ended (`selectSagaReach`). A filter the index settles alone stops at the
+ * page.
+ */
+export function selectSagas(filter: SagaListFilter) {
+  const { window, rest } = sagaWindow(filter, sql`*`);
   return sql`
-    SELECT ${readColumns} FROM skiplock.sagas
-    WHERE ${sql.join(where, sql` AND `)}
+    SELECT ${readColumns}
+    FROM (${window}) w
+    WHERE ${sql.join([sql`true`, ...rest], sql` AND `)}
     ORDER BY created_at DESC, id DESC LIMIT ${filter.limit}`;
+}
+
+/** Whether `selectSagas` can stop short of its page at the end of its window (not the data). */
+export function sagaWindowFilters(filter: SagaListFilter): boolean {
+  return sagaWindow(filter, sql`id`).rest.length > 0;
+}
+
+/** How far the window of `selectSagas` reached: its row count and its oldest (created_at, id). */
+export function selectSagaReach(filter: SagaListFilter) {
+  const { window } = sagaWindow(filter, sql`created_at, id`);
+  return sql`
+    SELECT (count(*) OVER ())::int AS scanned, w.created_at::text AS created_key, w.id
+    FROM (${window}) w
+    ORDER BY w.created_at, w.id LIMIT 1`;
+}
+
+/**
+ * Sagas per status, each count stopping at `cap + 1` rows of the status index (an index-only
+ * scan when the visibility map allows), so a table of millions of sagas costs `cap` entries each.
+ * Each status is its own branch with its value written out and newest first: with a parameter, or
+ * without the order, the planner read the whole table (the EXPLAIN test). A status most sagas are
+ * in may be read along the creation index instead, which finds its `cap + 1` rows as soon.
+ */
+export function countSagasByStatus(statuses: readonly SagaStatus[], cap: number) {
+  const branches = statuses.map((status) => {
+    if (!/^[a-z]+$/.test(status)) throw new Error(`not a saga status: ${status}`);
+    return sql`
+      SELECT ${status}::text AS status, count(*)::int AS count
+      FROM (SELECT 1 FROM skiplock.sagas
+            WHERE status = ${sql.raw(`'${status}'`)}
+            ORDER BY created_at DESC LIMIT ${cap + 1}) c`;
+  });
+  return sql.join(branches, sql` UNION ALL `);
+}
+
+/** The definitions (name, version) with sagas, from a skip scan of the name index. */
+export function selectSagaNames(maxNames: number) {
+  return sql`
+    WITH RECURSIVE names AS (
+      (SELECT name FROM skiplock.sagas ORDER BY name LIMIT 1)
+      UNION ALL
+      SELECT (SELECT x.name FROM skiplock.sagas x WHERE x.name > n.name ORDER BY x.name LIMIT 1)
+      FROM names n WHERE n.name IS NOT NULL
+    )
+    SELECT name FROM names WHERE name IS NOT NULL LIMIT ${maxNames}`;
 }

@@ -180,3 +180,28 @@ export function finishSaga(id: string, status: SagaStatus, error: string | null 
         finished_at = now(), updated_at = now()
     WHERE id = ${id}`;
 }
+
+/**
+ * Reopens a `failed` saga at the step or compensation that failed it, for an operator's retry:
+ * the history row goes back to `pending` (its error and finish time cleared, its attempts kept)
+ * and the saga points at it again, running or compensating, no longer finished.
+ */
+export function reopenSaga(p: {
+  id: string;
+  status: 'running' | 'compensating';
+  step: string;
+  kind: SagaStepKind;
+  jobId: string;
+}) {
+  return sql`
+    WITH history AS (
+      UPDATE skiplock.saga_steps
+      SET status = 'pending', error = NULL, finished_at = NULL, updated_at = now()
+      WHERE saga_id = ${p.id} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
+    )
+    UPDATE skiplock.sagas
+    SET status = ${p.status}::skiplock.saga_status, current_step = ${p.step},
+        current_kind = ${p.kind}::skiplock.saga_step_kind, current_job_id = ${p.jobId}::bigint,
+        error = NULL, finished_at = NULL, updated_at = now()
+    WHERE id = ${p.id} AND status = 'failed'`;
+}

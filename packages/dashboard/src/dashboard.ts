@@ -1,0 +1,829 @@
+import { readFileSync } from 'node:fs';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createClient, SkiplockError, type JobStatus, type Logger } from '@skiplock/queue';
+import {
+  browseJobs,
+  createDefaultLogger,
+  discardDeadJobs,
+  findJobsByKey,
+  readQueueOverview,
+  readRecentWorkers,
+  readThroughput,
+  resolvePool,
+  retryDeadJobs,
+  type BrowsePage,
+} from '@skiplock/queue/engine';
+import {
+  createSagaRuntime,
+  isSagaJobType,
+  readSaga,
+  readSagaCounts,
+  readSagaNames,
+  readSagas,
+  SAGA_JOB_PREFIX,
+  SagaError,
+  type AnySagaDefinition,
+  type SagaRuntime,
+  type SagaStatus,
+} from '@skiplock/saga';
+import type pg from 'pg';
+import { html, type Html } from './html.js';
+import { jobPage, jobsPage, jobStatuses, type JobFilters } from './pages/jobs.js';
+import type { PageContext } from './pages/layout.js';
+import { messagePage, signInPage } from './pages/misc.js';
+import { overviewPage, type OverviewData } from './pages/overview.js';
+import { sagaPage, sagasPage, sagaStatuses, type SagaFilters } from './pages/sagas.js';
+import {
+  bearerToken,
+  Guard,
+  isLoopback,
+  operatorName,
+  readCookies,
+  sameOrigin,
+  SESSION_COOKIE,
+  type Session,
+} from './security.js';
+
+export interface DashboardOptions {
+  /** The database: your pool, or a `connectionString` (default `$DATABASE_URL`) for a pool of its own. */
+  pool?: pg.Pool | undefined;
+  connectionString?: string | undefined;
+  /** Where the handler is mounted, e.g. `/admin/skiplock` (default `/`). */
+  basePath?: string | undefined;
+  /**
+   * The operator token that actions (retry, cancel, signal) need. Without one the dashboard
+   * only reads. Use a long random string; it is never logged.
+   */
+  token?: string | null | undefined;
+  /** Hide every action and refuse every change, whatever the token (default false). */
+  readOnly?: boolean | undefined;
+  /** Reading needs a signed-in session too, not only actions (needs a `token`; default false). */
+  requireSignIn?: boolean | undefined;
+  /**
+   * Host names (as in the `Host` header, without the port) that may read without signing in,
+   * beside the loopback ones (`localhost`, `127.x.x.x`, `::1`). Any other `Host` is refused unless
+   * `requireSignIn` is on: a web page that rebinds its own domain to 127.0.0.1 (DNS rebinding)
+   * must not be able to read payloads from a dashboard on the operator's machine.
+   */
+  allowedHosts?: readonly string[] | undefined;
+  /**
+   * Saga definitions (every version still in flight): the diagram of each saga, and what cancel
+   * and signal need. Without them sagas are listed and shown, but not drawn, cancelled or signalled.
+   */
+  sagas?: readonly AnySagaDefinition[] | undefined;
+  /**
+   * What to show of a job's payload, a saga's input, a step's output or a signal's payload:
+   * `what` is the job type, or `saga:<name>:input`, `saga:<name>:<step>:output`,
+   * `saga:<name>:signal:<signal>`. Default: all of it.
+   */
+  redact?: ((what: string, value: unknown) => unknown) | undefined;
+  /** Show no payloads, inputs or outputs at all (default false). */
+  hidePayloads?: boolean | undefined;
+  /** Mutations are logged here with the operator's name (default: JSON lines on stdout). */
+  logger?: Logger | undefined;
+  /** How often open pages refresh their counts and details (default 2,000 ms). */
+  liveIntervalMs?: number | undefined;
+}
+
+/** A request handler for `node:http` (and Express-style `next`), with `close()`. */
+export interface Dashboard {
+  (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void): void;
+  /** Ends the pool the dashboard made (not a pool you passed). */
+  close(): Promise<void>;
+}
+
+const ASSETS: Record<string, string> = {
+  'dashboard.css': 'text/css; charset=utf-8',
+  'dashboard.js': 'text/javascript; charset=utf-8',
+};
+
+const SECURITY_HEADERS: Record<string, string> = {
+  'content-security-policy':
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'same-origin',
+};
+
+const MAX_BODY_BYTES = 64 * 1024;
+const JOB_ID = /^[1-9][0-9]{0,18}$/;
+
+const NOTICES: Record<string, (n: number) => string> = {
+  job_retried: () => 'Job retried: it runs again now.',
+  job_not_retried: () =>
+    'Not retried: only dead, cancelled, retry-waiting and slot-waiting jobs can be.',
+  job_cancelled: () => 'Job cancelled.',
+  job_not_cancelled: () =>
+    'Not cancelled: only pending, retry-waiting and slot-waiting jobs can be.',
+  bulk_retried: (n) => `${n} dead job${n === 1 ? '' : 's'} retried.`,
+  bulk_discarded: (n) => `${n} dead job${n === 1 ? '' : 's'} discarded.`,
+  saga_cancel_accepted: () => 'Cancel accepted: the saga compensates its completed steps.',
+  saga_cancel_finished: () => 'Not cancelled: the saga has finished.',
+  saga_cancel_pivoted: () => 'Not cancelled: the saga is past its pivot.',
+  saga_cancel_compensating: () => 'Not cancelled: the saga is compensating already.',
+  saga_retried: () => 'Retried: the failed step runs again and the saga goes on from there.',
+  saga_not_retried: () =>
+    'Not retried: only a saga failed by a step past its pivot or by a compensation can be, while its dead job is kept.',
+  signal_resumed: () => 'Signal delivered: the waiting step took it and the saga moved on.',
+  signal_stored: () => 'Signal stored: the wait step takes it when the saga gets there.',
+  signal_duplicate: () => 'Ignored: a signal of that name was delivered before.',
+  signed_in: () => 'Signed in.',
+  signed_out: () => 'Signed out.',
+};
+const BAD_NOTICES = new Set([
+  'job_not_retried',
+  'job_not_cancelled',
+  'saga_cancel_finished',
+  'saga_cancel_pivoted',
+  'saga_cancel_compensating',
+  'signal_duplicate',
+  'saga_not_retried',
+]);
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+interface Request {
+  req: IncomingMessage;
+  res: ServerResponse;
+  url: URL;
+  segments: string[];
+  session: Session | null;
+  ctx: PageContext;
+}
+
+function normalizeBase(basePath: string | undefined): string {
+  const base = (basePath ?? '/').replace(/\/+$/, '');
+  if (base !== '' && !/^\/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$/.test(base)) {
+    throw new TypeError(`createDashboard: basePath must be a path such as /admin/skiplock`);
+  }
+  return base;
+}
+
+/**
+ * The dashboard as a request handler: mount it in a `node:http` server (`createServer(dashboard)`)
+ * or under a path of an existing one (`basePath`, and Express's `app.use(path, dashboard)`).
+ */
+export function createDashboard(options: DashboardOptions): Dashboard {
+  const logger = options.logger ?? createDefaultLogger('skiplock-dashboard');
+  const base = normalizeBase(options.basePath);
+  const token = options.token ?? null;
+  if (token !== null && (typeof token !== 'string' || token.length < 8)) {
+    throw new TypeError('createDashboard: token must be a string of at least 8 characters');
+  }
+  if (options.requireSignIn && token === null) {
+    throw new TypeError('createDashboard: requireSignIn needs a token to sign in with');
+  }
+  const readOnly = options.readOnly ?? false;
+  const liveMs = options.liveIntervalMs ?? 2_000;
+  const allowedHosts = new Set((options.allowedHosts ?? []).map((h) => h.toLowerCase()));
+  const guard = new Guard(token);
+  const owned = resolvePool(
+    { pool: options.pool, connectionString: options.connectionString, maxConnections: 4 },
+    logger,
+    'dashboard',
+  );
+  const pool = owned.pool;
+  const client = createClient({ pool, logger });
+  const definitions = new Map<string, AnySagaDefinition>();
+  for (const def of options.sagas ?? []) definitions.set(`${def.name}@${def.version}`, def);
+  const runtime: SagaRuntime | null =
+    definitions.size > 0
+      ? createSagaRuntime({ pool, client, logger, sagas: [...definitions.values()] })
+      : null;
+  const show: ((what: string, value: unknown) => unknown) | null = options.hidePayloads
+    ? null
+    : (options.redact ?? ((_what, value) => value));
+  const assets = new Map<string, Buffer>();
+  for (const name of Object.keys(ASSETS)) {
+    assets.set(name, readFileSync(new URL(`../assets/${name}`, import.meta.url)));
+  }
+
+  function send(
+    res: ServerResponse,
+    status: number,
+    type: string,
+    body: string | Buffer,
+    headers: Record<string, string> = {},
+  ) {
+    res.writeHead(status, {
+      ...SECURITY_HEADERS,
+      'content-type': type,
+      'cache-control': 'no-store',
+      ...headers,
+    });
+    res.end(body);
+  }
+
+  function page(r: Request, result: { status: number; body: Html }) {
+    send(r.res, result.status, 'text/html; charset=utf-8', result.body.text);
+  }
+
+  function redirect(res: ServerResponse, location: string, headers: Record<string, string> = {}) {
+    res.writeHead(303, { ...SECURITY_HEADERS, location, 'cache-control': 'no-store', ...headers });
+    res.end();
+  }
+
+  function noticeOf(url: URL): Html | null {
+    const code = url.searchParams.get('notice');
+    const make = code ? NOTICES[code] : undefined;
+    if (!code || !make) return null;
+    const n = Number(url.searchParams.get('n') ?? '0');
+    return html`<p
+      class="notice ${BAD_NOTICES.has(code) ? 'bad' : 'good'}"
+      role="status"
+      data-testid="notice"
+    >
+      ${make(Number.isSafeInteger(n) ? n : 0)}
+    </p>`;
+  }
+
+  function hostAllowed(host: string | undefined): boolean {
+    if (!host) return false;
+    let name: string;
+    try {
+      name = new URL(`http://${host}`).hostname.replace(/^\[|\]$/g, '').toLowerCase();
+    } catch {
+      return false;
+    }
+    return isLoopback(name) || allowedHosts.has(name);
+  }
+
+  /** A path under the mount point to come back to, from a form: nothing else is followed. */
+  function localPath(value: unknown, fallback: string): string {
+    if (typeof value !== 'string' || !value.startsWith('/') || value.includes('\\')) {
+      return fallback;
+    }
+    // Judged after normalising, as the redirect will be: `/.//evil.com` becomes `//evil.com`.
+    let url: URL;
+    try {
+      url = new URL(value, 'http://dashboard');
+    } catch {
+      return fallback;
+    }
+    const path = url.pathname;
+    if (url.origin !== 'http://dashboard' || path.startsWith('//')) return fallback;
+    if (base !== '' && path !== base && !path.startsWith(`${base}/`)) return fallback;
+    return `${path}${url.search}`;
+  }
+
+  async function readForm(req: IncomingMessage): Promise<URLSearchParams> {
+    // Behind Express's urlencoded parser the body was read already: take what it parsed.
+    const parsed = (req as { body?: unknown }).body;
+    if (parsed !== null && typeof parsed === 'object' && !Buffer.isBuffer(parsed)) {
+      const form = new URLSearchParams();
+      for (const [key, value] of Object.entries(parsed as Record<string, unknown>)) {
+        for (const v of Array.isArray(value) ? value : [value]) {
+          if (typeof v === 'string') form.append(key, v);
+        }
+      }
+      return form;
+    }
+    const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+    if (type !== 'application/x-www-form-urlencoded') {
+      throw new HttpError(415, 'Send the form as application/x-www-form-urlencoded.');
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) throw new HttpError(413, 'The form is too large.');
+      chunks.push(chunk);
+    }
+    return new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
+  }
+
+  /**
+   * Who may change something, or null after refusing (and logging) the request: read-only, no
+   * token set, no valid session or bearer token, or a CSRF or cross-origin failure.
+   */
+  function authorize(r: Request, form: URLSearchParams, action: string): string | null {
+    const refuse = (status: number, reason: string, message: string) => {
+      logger.warn({ reason, action, operator: r.session?.operator ?? null }, message);
+      page(r, messagePage(r.ctx, status, 'Refused', message));
+      return null;
+    };
+    if (readOnly) {
+      return refuse(403, 'dashboard_read_only_refused', 'This dashboard is read-only.');
+    }
+    if (!guard.hasToken) {
+      return refuse(
+        403,
+        'dashboard_token_refused',
+        'No operator token was set, so nothing can be changed here.',
+      );
+    }
+    const bearer = bearerToken(r.req);
+    if (bearer !== null) {
+      const header = r.req.headers['x-skiplock-operator'];
+      const operator = operatorName(Array.isArray(header) ? header[0] : header);
+      if (!guard.tokenMatches(bearer)) {
+        return refuse(
+          401,
+          'dashboard_token_refused',
+          'The bearer token is not the operator token.',
+        );
+      }
+      if (operator === null) {
+        return refuse(400, 'dashboard_token_refused', 'Name yourself in X-Skiplock-Operator.');
+      }
+      return operator;
+    }
+    if (r.session === null) {
+      return refuse(
+        401,
+        'dashboard_token_refused',
+        'Sign in with the operator token to change anything.',
+      );
+    }
+    if (!sameOrigin(r.req) || !guard.csrfMatches(r.session, form.get('_csrf'))) {
+      return refuse(
+        403,
+        'dashboard_csrf_refused',
+        'The form did not come from this dashboard (CSRF check failed); reload the page and try again.',
+      );
+    }
+    return r.session.operator;
+  }
+
+  async function overviewData(): Promise<OverviewData> {
+    const [overview, throughput, workers, sagas] = await Promise.all([
+      readQueueOverview(pool),
+      readThroughput(pool),
+      readRecentWorkers(pool),
+      readSagaCounts(pool).catch((error: unknown) => {
+        if ((error as { code?: string }).code === '42P01') return null; // no saga tables
+        throw error;
+      }),
+    ]);
+    return { overview, throughput, workers, sagas };
+  }
+
+  async function jobsList(r: Request) {
+    const q = r.url.searchParams;
+    const text = (name: string) => q.get(name)?.trim() || undefined;
+    const status = text('status');
+    const filters: JobFilters = {
+      queue: text('queue'),
+      status:
+        status && (jobStatuses as string[]).includes(status) ? (status as JobStatus) : undefined,
+      type: text('type'),
+      worker: text('worker'),
+      before: text('before'),
+      lookup: text('q'),
+    };
+    if (filters.before !== undefined && !JOB_ID.test(filters.before)) {
+      throw new HttpError(400, 'before must be a job id.');
+    }
+    if (filters.lookup !== undefined) {
+      const found: string[] = [];
+      if (JOB_ID.test(filters.lookup) && (await client.getJob(filters.lookup))) {
+        found.push(filters.lookup);
+      }
+      found.push(
+        ...(await findJobsByKey(pool, filters.lookup)).filter((id) => !found.includes(id)),
+      );
+      if (found.length === 1) return redirect(r.res, `${base}/jobs/${found[0]}`);
+      const jobs = (await Promise.all(found.slice(0, 100).map((id) => client.getJob(id)))).filter(
+        (j) => j !== null,
+      );
+      const page_: BrowsePage = {
+        jobs: jobs.map(({ payload: _p, errors: _e, ...summary }) => summary),
+        nextBeforeId: null,
+        complete: true,
+      };
+      return page(r, jobsPage(r.ctx, filters, page_, { none: jobs.length === 0 }));
+    }
+    const result = await browseJobs(pool, {
+      statuses: filters.status ? [filters.status] : undefined,
+      queue: filters.queue,
+      jobType: filters.type,
+      workerId: filters.worker,
+      beforeId: filters.before,
+      limit: 50,
+    });
+    page(r, jobsPage(r.ctx, filters, result, null));
+  }
+
+  async function jobDetail(r: Request, id: string) {
+    if (!JOB_ID.test(id)) throw new HttpError(404, `No job ${id}.`);
+    const job = await client.getJob(id);
+    if (!job) throw new HttpError(404, `Job ${id} does not exist (retention may have removed it).`);
+    page(r, jobPage(r.ctx, job, show === null ? null : { shown: show(job.jobType, job.payload) }));
+  }
+
+  async function sagasList(r: Request) {
+    const q = r.url.searchParams;
+    const text = (name: string) => q.get(name)?.trim() || undefined;
+    const status = text('status');
+    const version = text('version');
+    const filters: SagaFilters = {
+      name: text('name'),
+      version: version && /^[1-9][0-9]{0,8}$/.test(version) ? Number(version) : undefined,
+      status:
+        status && (sagaStatuses as string[]).includes(status) ? (status as SagaStatus) : undefined,
+      cursor: text('cursor'),
+    };
+    const [list, names, counts] = await Promise.all([
+      readSagas(pool, {
+        status: filters.status,
+        name: filters.name,
+        version: filters.version,
+        cursor: filters.cursor,
+        limit: 50,
+      }).catch((error: unknown) => {
+        if (error instanceof SagaError && error.code === 'invalid_cursor') {
+          throw new HttpError(400, 'That page cursor is not one this dashboard made.');
+        }
+        throw error;
+      }),
+      readSagaNames(pool),
+      readSagaCounts(pool),
+    ]);
+    page(r, sagasPage(r.ctx, filters, list, names, counts));
+  }
+
+  async function sagaDetail(r: Request, id: string, error?: string, status = 200) {
+    const saga = await readSaga(pool, id);
+    if (!saga) throw new HttpError(404, `Saga ${id} does not exist.`);
+    const def = definitions.get(`${saga.name}@${saga.version}`) ?? null;
+    const result = sagaPage(r.ctx, saga, {
+      def,
+      canRun: runtime !== null && def !== null,
+      show,
+      error,
+    });
+    page(r, { ...result, status });
+  }
+
+  async function signIn(r: Request) {
+    const form = await readForm(r.req);
+    const next = localPath(form.get('next'), `${base}/`);
+    const operator = operatorName(form.get('operator'));
+    if (!sameOrigin(r.req)) {
+      logger.warn(
+        { reason: 'dashboard_csrf_refused', action: 'sign_in' },
+        'sign-in from another origin',
+      );
+      return page(
+        r,
+        messagePage(r.ctx, 403, 'Refused', 'The sign-in form did not come from this dashboard.'),
+      );
+    }
+    if (!guard.hasToken) {
+      return page(
+        r,
+        messagePage(
+          r.ctx,
+          403,
+          'Refused',
+          'No operator token was set, so there is nothing to sign in to.',
+        ),
+      );
+    }
+    if (operator === null || !guard.tokenMatches(form.get('token'))) {
+      logger.warn(
+        { reason: 'dashboard_sign_in_refused', operator },
+        operator === null ? 'sign-in without a name' : 'sign-in with a wrong token',
+      );
+      return page(
+        r,
+        signInPage(r.ctx, next, {
+          error:
+            operator === null
+              ? 'Give your name (1 to 64 characters).'
+              : 'That is not the operator token.',
+          operator: operator ?? '',
+          status: 401,
+        }),
+      );
+    }
+    const { value } = guard.newSession(operator);
+    logger.info({ reason: 'dashboard_sign_in', operator }, 'operator signed in');
+    redirect(r.res, withNotice(next, 'signed_in'), { 'set-cookie': cookie(r.req, value, 43_200) });
+  }
+
+  function cookie(req: IncomingMessage, value: string, maxAgeSeconds: number): string {
+    const secure = (req.socket as { encrypted?: boolean }).encrypted ? '; Secure' : '';
+    return `${SESSION_COOKIE}=${value}; Path=${base || '/'}; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${secure}`;
+  }
+
+  function withNotice(path: string, notice: string, n?: number): string {
+    const url = new URL(path, 'http://dashboard');
+    url.searchParams.set('notice', notice);
+    if (n === undefined) url.searchParams.delete('n');
+    else url.searchParams.set('n', String(n));
+    return `${url.pathname}${url.search}`;
+  }
+
+  async function jobAction(r: Request, id: string, action: 'retry' | 'cancel') {
+    const form = await readForm(r.req);
+    const operator = authorize(r, form, `job_${action}`);
+    if (operator === null) return;
+    if (!JOB_ID.test(id)) throw new HttpError(404, `No job ${id}.`);
+    const job = await client.getJob(id);
+    // A saga's step or compensation job moves only with its saga: retried or cancelled on its own,
+    // it would run against a saga that no longer expects it and strand the saga.
+    if (job && isSagaJobType(job.jobType)) {
+      throw new HttpError(409, 'This job is a saga step: act on its saga instead.');
+    }
+    const changed = action === 'retry' ? await client.retryJob(id) : await client.cancelJob(id);
+    logger.info(
+      { reason: `dashboard_job_${action}`, operator, jobId: id, changed },
+      changed
+        ? `job ${action === 'retry' ? 'retried' : 'cancelled'} by an operator`
+        : `job ${action} refused`,
+    );
+    const done = action === 'retry' ? 'job_retried' : 'job_cancelled';
+    const not = action === 'retry' ? 'job_not_retried' : 'job_not_cancelled';
+    redirect(r.res, withNotice(`${base}/jobs/${id}`, changed ? done : not));
+  }
+
+  async function bulkAction(r: Request) {
+    const form = await readForm(r.req);
+    const action = form.get('action');
+    const operator = authorize(r, form, `jobs_bulk_${action}`);
+    if (operator === null) return;
+    if (action !== 'retry' && action !== 'discard')
+      throw new HttpError(400, 'Unknown bulk action.');
+    const ids = form.getAll('id').filter((id) => JOB_ID.test(id));
+    if (ids.length > 500) throw new HttpError(400, 'At most 500 jobs at a time.');
+    // Saga step jobs are left out: they move only with their saga (retry it on its page).
+    const except = { exceptTypePrefix: SAGA_JOB_PREFIX };
+    const done =
+      action === 'retry'
+        ? await retryDeadJobs(pool, ids, except)
+        : await discardDeadJobs(pool, ids, except);
+    logger.info(
+      { reason: `dashboard_jobs_bulk_${action}`, operator, requested: ids.length, jobIds: done },
+      `dead jobs ${action === 'retry' ? 'retried' : 'discarded'} by an operator`,
+    );
+    const back = localPath(form.get('return'), `${base}/jobs?status=dead`);
+    redirect(
+      r.res,
+      withNotice(back, action === 'retry' ? 'bulk_retried' : 'bulk_discarded', done.length),
+    );
+  }
+
+  async function sagaAction(r: Request, id: string, action: 'cancel' | 'signal' | 'retry') {
+    const form = await readForm(r.req);
+    const operator = authorize(r, form, `saga_${action}`);
+    if (operator === null) return;
+    const saga = await readSaga(pool, id);
+    if (!saga) throw new HttpError(404, `Saga ${id} does not exist.`);
+    if (runtime === null || !definitions.has(`${saga.name}@${saga.version}`)) {
+      throw new HttpError(
+        409,
+        `The dashboard was not given the definition of ${saga.name} v${saga.version}, which ${action} needs.`,
+      );
+    }
+    const path = `${base}/sagas/${encodeURIComponent(id)}`;
+    if (action === 'cancel') {
+      const result = await runtime.cancel(id);
+      logger.info(
+        {
+          reason: 'dashboard_saga_cancel',
+          operator,
+          sagaId: id,
+          accepted: result.accepted,
+          refusal: result.reason ?? null,
+        },
+        result.accepted ? 'saga cancelled by an operator' : 'saga cancel refused',
+      );
+      return redirect(
+        r.res,
+        withNotice(
+          path,
+          result.accepted ? 'saga_cancel_accepted' : `saga_cancel_${result.reason ?? 'finished'}`,
+        ),
+      );
+    }
+    if (action === 'retry') {
+      const result = await runtime.retryFailed(id);
+      logger.info(
+        {
+          reason: 'dashboard_saga_retry',
+          operator,
+          sagaId: id,
+          retried: result.retried,
+          step: result.step ?? null,
+          kind: result.kind ?? null,
+          refusal: result.reason ?? null,
+        },
+        result.retried ? 'failed saga retried by an operator' : 'saga retry refused',
+      );
+      return redirect(
+        r.res,
+        withNotice(path, result.retried ? 'saga_retried' : 'saga_not_retried'),
+      );
+    }
+    const name = form.get('name') ?? '';
+    let payload: unknown;
+    try {
+      payload = JSON.parse(form.get('payload') || 'null');
+    } catch {
+      return sagaDetail(r, id, 'The signal payload is not JSON.', 422);
+    }
+    try {
+      const result = await runtime.signal(id, name, payload);
+      logger.info(
+        { reason: 'dashboard_saga_signal', operator, sagaId: id, signal: name, ...result },
+        'signal sent by an operator',
+      );
+      const notice = !result.delivered
+        ? 'signal_duplicate'
+        : result.resumed
+          ? 'signal_resumed'
+          : 'signal_stored';
+      redirect(r.res, withNotice(path, notice));
+    } catch (error) {
+      if (!(error instanceof SagaError)) throw error;
+      logger.warn(
+        {
+          reason: 'dashboard_saga_signal',
+          operator,
+          sagaId: id,
+          signal: name,
+          refused: error.code,
+        },
+        'signal refused',
+      );
+      return sagaDetail(r, id, `Signal refused: ${error.message}`, 422);
+    }
+  }
+
+  async function route(r: Request): Promise<void> {
+    const { req, segments } = r;
+    const [first, second, third, ...rest] = segments;
+    const method = req.method ?? 'GET';
+    if (method === 'GET' || method === 'HEAD') {
+      if (first === 'assets' && second && assets.has(second) && third === undefined) {
+        return send(r.res, 200, ASSETS[second]!, assets.get(second)!, {
+          'cache-control': 'public, max-age=300',
+        });
+      }
+      if (first === 'sign-in' && second === undefined) {
+        return page(r, signInPage(r.ctx, localPath(r.url.searchParams.get('next'), `${base}/`)));
+      }
+      if (options.requireSignIn && r.session === null) {
+        return redirect(r.res, `${base}/sign-in?next=${encodeURIComponent(r.ctx.self)}`);
+      }
+      if (first === '' && second === undefined)
+        return page(r, overviewPage(r.ctx, await overviewData()));
+      if (first === 'api' && second === 'overview' && third === undefined) {
+        return send(
+          r.res,
+          200,
+          'application/json; charset=utf-8',
+          JSON.stringify(await overviewData()),
+        );
+      }
+      if (first === 'jobs' && second === undefined) return jobsList(r);
+      if (first === 'jobs' && second !== undefined && third === undefined)
+        return jobDetail(r, second);
+      if (first === 'sagas' && second === undefined) return sagasList(r);
+      if (first === 'sagas' && second !== undefined && third === undefined)
+        return sagaDetail(r, second);
+      throw new HttpError(404, 'There is no such page.');
+    }
+    if (method !== 'POST') throw new HttpError(405, 'Only GET and POST are answered here.');
+    if (first === 'sign-in' && second === undefined) return signIn(r);
+    if (first === 'sign-out' && second === undefined) {
+      const form = await readForm(req);
+      if (r.session && sameOrigin(req) && guard.csrfMatches(r.session, form.get('_csrf'))) {
+        logger.info(
+          { reason: 'dashboard_sign_out', operator: r.session.operator },
+          'operator signed out',
+        );
+      }
+      return redirect(r.res, withNotice(`${base}/`, 'signed_out'), {
+        'set-cookie': cookie(req, '', 0),
+      });
+    }
+    if (first === 'jobs' && second === 'bulk' && third === undefined) return bulkAction(r);
+    if (
+      first === 'jobs' &&
+      second &&
+      (third === 'retry' || third === 'cancel') &&
+      rest.length === 0
+    ) {
+      return jobAction(r, second, third);
+    }
+    if (
+      first === 'sagas' &&
+      second &&
+      (third === 'cancel' || third === 'signal' || third === 'retry') &&
+      rest.length === 0
+    ) {
+      return sagaAction(r, second, third);
+    }
+    throw new HttpError(404, 'There is no such action.');
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+    const target = (req as { originalUrl?: string }).originalUrl ?? req.url ?? '/';
+    const url = new URL(target, 'http://dashboard');
+    const path = url.pathname;
+    if (base !== '' && path !== base && !path.startsWith(`${base}/`)) return false;
+    if (!options.requireSignIn && !hostAllowed(req.headers.host)) {
+      logger.warn({ reason: 'dashboard_host_refused' }, 'request for a host name not allowed');
+      res.writeHead(421, { 'content-type': 'text/plain; charset=utf-8' });
+      res.end(
+        'This dashboard reads without sign-in only on loopback host names (or allowedHosts).',
+      );
+      return true;
+    }
+    const session = guard.readSession(readCookies(req).get(SESSION_COOKIE));
+    const mode: PageContext['mode'] = readOnly
+      ? 'read-only'
+      : !guard.hasToken
+        ? 'no-token'
+        : session
+          ? 'act'
+          : 'signed-out';
+    const kept = new URLSearchParams(url.searchParams);
+    kept.delete('notice');
+    kept.delete('n');
+    const ctx: PageContext = {
+      base,
+      now: Date.now(),
+      operator: session?.operator ?? null,
+      csrf: session ? guard.csrfToken(session) : null,
+      mode,
+      liveMs,
+      self: `${path}${kept.size > 0 ? `?${kept.toString()}` : ''}`,
+      notice: noticeOf(url),
+    };
+    const r: Request = { req, res, url, segments: [], session, ctx };
+    try {
+      r.segments = (path.slice(base.length) || '/')
+        .split('/')
+        .slice(1)
+        .map((s) => decodeURIComponent(s));
+      await route(r);
+    } catch (error) {
+      if (res.headersSent) {
+        res.destroy();
+        return true;
+      }
+      if (error instanceof HttpError) {
+        page(
+          r,
+          messagePage(
+            ctx,
+            error.status,
+            error.status === 404 ? 'Not found' : 'Cannot do that',
+            error.message,
+          ),
+        );
+      } else if (error instanceof URIError) {
+        page(r, messagePage(ctx, 400, 'Bad address', 'The address is not valid.'));
+      } else if (error instanceof SkiplockError || error instanceof SagaError) {
+        page(r, messagePage(ctx, 400, 'Cannot do that', error.message));
+      } else {
+        logger.error(
+          { reason: 'dashboard_error', path, err: (error as Error)?.message ?? String(error) },
+          'dashboard request failed',
+        );
+        page(
+          r,
+          messagePage(
+            ctx,
+            500,
+            'Something failed',
+            'The dashboard could not answer; its log says why.',
+          ),
+        );
+      }
+    }
+    return true;
+  }
+
+  const dashboard = ((req, res, next) => {
+    handle(req, res).then(
+      (handled) => {
+        if (handled) return;
+        if (next) return next();
+        res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' });
+        res.end('not found\n');
+      },
+      (error: unknown) => {
+        if (next) return next(error);
+        res.destroy();
+      },
+    );
+  }) as Dashboard;
+  dashboard.close = async () => {
+    await runtime?.close();
+    await client.close();
+    await owned.release();
+  };
+  return dashboard;
+}

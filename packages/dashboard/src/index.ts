@@ -1,0 +1,3 @@
+export { createDashboard } from './dashboard.js';
+export type { Dashboard, DashboardOptions } from './dashboard.js';
+export { isLoopback } from './security.js';
