@@ -9,3 +9,4 @@ export {
   withDatabaseName,
 } from './admin.js';
 export { DevDatabaseError } from './errors.js';
+export { tcpAnswers } from './answers.js';

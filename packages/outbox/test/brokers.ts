@@ -1,22 +1,7 @@
-import { connect } from 'node:net';
+import { tcpAnswers as answers } from '@skiplock/devdb';
 
 export const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 export const amqpUrl = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
-
-/** Whether something accepts TCP connections at the URL's host and port within 1 s. */
-export function answers(url: string, defaultPort: number): Promise<boolean> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve) => {
-    const socket = connect({ host: hostname, port: Number(port || defaultPort) });
-    const done = (ok: boolean) => {
-      socket.destroy();
-      resolve(ok);
-    };
-    socket.setTimeout(1_000, () => done(false));
-    socket.once('connect', () => done(true));
-    socket.once('error', () => done(false));
-  });
-}
 
 /**
  * Whether a broker's tests run. In CI a broker that does not answer fails the run (`.ci/run`

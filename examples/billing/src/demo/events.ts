@@ -1,8 +1,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { connect as connectTcp } from 'node:net';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { tcpAnswers } from '@skiplock/devdb';
 import { createRelay, outboxCounts, type Relay, type Sink } from '@skiplock/outbox';
 import { ensureStream, natsSink } from '@skiplock/outbox/nats';
 import { webhookSink } from '@skiplock/outbox/webhook';
@@ -52,7 +52,9 @@ export async function startEventPipeline(options: {
   logger: Logger;
 }): Promise<EventPipeline> {
   const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
-  const nats = (await answers(natsUrl)) ? await natsPipeline(natsUrl, options.runName) : null;
+  const nats = (await tcpAnswers(natsUrl, 4222))
+    ? await natsPipeline(natsUrl, options.runName)
+    : null;
   const { sink, consumer, name } = nats ?? (await webhookPipeline());
   const relay: Relay = createRelay({
     connectionString: options.connectionString,
@@ -179,18 +181,4 @@ async function webhookPipeline(): Promise<{ sink: Sink; consumer: Consumer; name
       close: () => new Promise<void>((resolve) => server.close(() => resolve())),
     },
   };
-}
-
-function answers(url: string): Promise<boolean> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve) => {
-    const socket = connectTcp({ host: hostname, port: Number(port || 4222) });
-    const done = (ok: boolean) => {
-      socket.destroy();
-      resolve(ok);
-    };
-    socket.setTimeout(1_000, () => done(false));
-    socket.once('connect', () => done(true));
-    socket.once('error', () => done(false));
-  });
 }
