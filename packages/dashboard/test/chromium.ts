@@ -5,6 +5,24 @@ import { chromium, type Browser } from 'playwright-core';
 export const CHROMIUM_PATH = process.env.SKIPLOCK_CHROMIUM ?? '/usr/bin/chromium';
 
 /**
+ * Whether the browser tests run: in CI a missing Chromium fails them (`.ci/run` installs it); on
+ * a developer's machine without it they report themselves skipped, so `pnpm test` still passes
+ * on a machine with only Node and pnpm.
+ */
+export function chromiumAvailable(): boolean {
+  if (existsSync(CHROMIUM_PATH)) return true;
+  if (process.env.CI) {
+    throw new Error(
+      `no Chromium at ${CHROMIUM_PATH}; CI runs the dashboard's browser tests for real`,
+    );
+  }
+  console.warn(
+    `no Chromium at ${CHROMIUM_PATH}: the dashboard's browser tests are skipped (apt-get install chromium, or set SKIPLOCK_CHROMIUM)`,
+  );
+  return false;
+}
+
+/**
  * Launches the machine's Chromium headless through playwright-core, which downloads no browser
  * of its own. No sandbox: the tests run as root in CI, where Chromium's sandbox refuses to start.
  */

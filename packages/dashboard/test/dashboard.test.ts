@@ -8,7 +8,7 @@ import { createSagaRuntime, readSaga, type SagaStatus } from '@skiplock/saga';
 import { createDashboard } from '../src/index.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { launchChromium } from './chromium.js';
+import { chromiumAvailable, launchChromium } from './chromium.js';
 import { charge, dispatch, gate, order, refund, sendMail } from './fixtures.js';
 import { serve, type Served } from './support.js';
 
@@ -70,7 +70,10 @@ async function signIn(p: Page, operator: string, token: string) {
   await Promise.all([p.waitForLoadState(), p.click('form.sign-in button[type=submit]')]);
 }
 
+const chromiumHere = chromiumAvailable();
+
 beforeAll(async () => {
+  if (!chromiumHere) return;
   await worker.start();
   await client.enqueueMany(
     sendMail,
@@ -111,7 +114,7 @@ afterAll(async () => {
   await client.close();
 });
 
-describe('the dashboard in Chromium', () => {
+describe.skipIf(!chromiumHere)('the dashboard in Chromium', () => {
   it('overview: each queue by state, dead jobs, sagas by status, workers and the chart', async () => {
     await page.goto(`${served.url}/`);
     expect(await page.title()).toBe('Overview · skiplock');
