@@ -68,7 +68,7 @@ function shapeOf(p: Placed): Html {
   }
 }
 
-function fit(text: string, chars: number): string {
+function clipText(text: string, chars: number): string {
   return text.length <= chars ? text : `${text.slice(0, chars - 1)}…`;
 }
 
@@ -78,14 +78,14 @@ function labelOf(p: Placed): Html {
   const colon = p.node.kind === 'wait' ? p.node.label.indexOf(': ') : -1;
   if (colon > 0) {
     return html`<text x="${cx}" y="${p.y + 16}" text-anchor="middle"
-        >${fit(p.node.label.slice(0, colon), chars)}</text
+        >${clipText(p.node.label.slice(0, colon), chars)}</text
       >
       <text class="sub" x="${cx}" y="${p.y + 31}" text-anchor="middle"
-        >${fit(p.node.label.slice(colon + 2), chars + 6)}</text
+        >${clipText(p.node.label.slice(colon + 2), chars + 6)}</text
       >`;
   }
   return html`<text x="${cx}" y="${p.y + NODE_H / 2 + 4}" text-anchor="middle"
-    >${fit(p.node.label, chars)}</text
+    >${clipText(p.node.label, chars)}</text
   >`;
 }
 
