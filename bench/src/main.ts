@@ -43,6 +43,7 @@ const KNOWN = [
   'table-size',
   'keys',
   'relay',
+  'tracing',
 ];
 for (const name of only ?? []) {
   if (!KNOWN.includes(name))
@@ -77,6 +78,7 @@ const plan = {
 };
 
 // Quick runs (CI) drive every adapter at least once, with the fewest runs that do so.
+const TRACING_SYSTEMS = ['skiplock-untraced', 'skiplock', 'skiplock-otel'];
 const DRAIN_SYSTEMS = ['skiplock', 'skiplock-sync', 'bare', 'graphile', 'graphile-lq', 'pgboss'];
 const ENQUEUE_SYSTEMS = ['skiplock', 'bare', 'graphile', 'pgboss'];
 const SINGLE_ENQUEUE_SYSTEMS = quick ? ['skiplock', 'bare'] : ENQUEUE_SYSTEMS;
@@ -255,6 +257,32 @@ async function main(): Promise<void> {
             timeoutMs: quick ? 10_000 : 30_000,
             samplePerKey: system === 'skiplock-keyed' || system === 'pgboss12-group',
           }),
+      );
+    }
+    if (wanted('tracing')) {
+      const s: ScenarioResult = {
+        id: 'tracing',
+        title: 'Tracing: the cost of OpenTelemetry per job, off, with no SDK, and recording',
+        metric: 'jobs/s',
+        higherIsBetter: true,
+        columns: {},
+        rows: [],
+        notes: [
+          'skiplock (defaults) calls the OpenTelemetry API with no SDK registered, as every user without one does; `tracing: false` skips the API altogether. The row with an SDK records every enqueue and run span (BatchSpanProcessor, exporting nowhere).',
+          `drain: ${plan.drainJobs.toLocaleString('en-US')} queued jobs, 1 process × 10; single: ${plan.singleJobs.toLocaleString('en-US')} enqueues one after the other.`,
+        ],
+      };
+      scenarios.push(s);
+      await interleaved(s, 'drain, 1 process × 10', TRACING_SYSTEMS, (system) =>
+        drainRun(ctx, system, {
+          jobs: plan.drainJobs,
+          timeoutMs: plan.drainTimeoutMs,
+          processes: 1,
+          concurrency: 10,
+        }),
+      );
+      await interleaved(s, 'single, sequential', TRACING_SYSTEMS, (system) =>
+        enqueueRun(ctx, system, { mode: 'single', count: plan.singleJobs, chunk: 1 }),
       );
     }
     // NATS JetStream and RabbitMQ on this machine; without them (and outside CI) the rows say why.

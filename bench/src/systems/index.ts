@@ -6,6 +6,8 @@ const loaders: Record<string, () => Promise<QueueSystem>> = {
   'skiplock-poll': async () => (await import('./skiplock.js')).skiplockPolling,
   'skiplock-sync': async () => (await import('./skiplock.js')).skiplockSyncCommit,
   'skiplock-unprepared': async () => (await import('./skiplock.js')).skiplockUnprepared,
+  'skiplock-untraced': async () => (await import('./skiplock.js')).skiplockUntraced,
+  'skiplock-otel': async () => (await import('./skiplock.js')).skiplockOtel,
   bare: async () => (await import('./bare.js')).bare,
   graphile: async () => (await import('./graphile.js')).graphileDefaults,
   'graphile-lq': async () => (await import('./graphile.js')).graphileLocalQueue,

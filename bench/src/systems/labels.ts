@@ -4,6 +4,8 @@ export const systemLabels: Record<string, string> = {
   'skiplock-poll': 'skiplock (listen: false, 1 s poll)',
   'skiplock-sync': 'skiplock (asyncCommit: false, every commit waits for WAL)',
   'skiplock-unprepared': 'skiplock (preparedStatements: false)',
+  'skiplock-untraced': 'skiplock (tracing: false)',
+  'skiplock-otel': 'skiplock (OpenTelemetry SDK recording every span)',
   bare: 'bare SQL (seed claim, batch 100)',
   graphile: 'graphile-worker (defaults)',
   'graphile-lq': 'graphile-worker (localQueue 500, batched completion)',

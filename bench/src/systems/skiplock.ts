@@ -3,6 +3,7 @@ import { pino } from 'pino';
 import { z } from 'zod';
 import { createClient, createWorker, defineJob, migrate } from '@skiplock/queue';
 import { labelOf } from './labels.js';
+import { benchTracerProvider } from './otel.js';
 import { chunks, type Payload, type QueueSystem } from './types.js';
 
 const logger = pino({ level: 'warn' });
@@ -28,7 +29,15 @@ function skiplockSystem(
   id: string,
   workerOptions: { listen?: boolean; asyncCommit?: boolean; preparedStatements?: boolean } = {},
   keyed = false,
+  tracing: 'default' | 'off' | 'sdk' = 'default',
 ): QueueSystem {
+  // `default` is what a user gets: the OpenTelemetry API with no SDK registered (a no-op).
+  const traced = (child: boolean) =>
+    tracing === 'off'
+      ? { tracing: false as const }
+      : tracing === 'sdk'
+        ? { tracing: { tracerProvider: benchTracerProvider(child) } }
+        : {};
   return {
     id,
     label: labelOf(id),
@@ -36,7 +45,7 @@ function skiplockSystem(
       await migrate({ connectionString: url, logger });
     },
     async enqueueBulk(url, payloads, chunk) {
-      const client = createClient({ connectionString: url, logger });
+      const client = createClient({ connectionString: url, logger, ...traced(false) });
       const job = noopJob(undefined, keyed);
       try {
         for (const part of chunks(payloads, chunk)) {
@@ -50,7 +59,7 @@ function skiplockSystem(
       }
     },
     async producer(url) {
-      const client = createClient({ connectionString: url, logger });
+      const client = createClient({ connectionString: url, logger, ...traced(true) });
       const job = noopJob(undefined, keyed);
       return {
         enqueue: async (p) => {
@@ -72,6 +81,7 @@ function skiplockSystem(
         concurrency,
         logger,
         ...workerOptions,
+        ...traced(true),
         // Churn: finished jobs leave after a second instead of a week, so the run shows pruning.
         ...(retention ? { retention: { completedAgeMs: 1_000, intervalMs: 1_000 } } : {}),
       });
@@ -99,5 +109,9 @@ export const skiplockSyncCommit = skiplockSystem('skiplock-sync', { asyncCommit:
 export const skiplockUnprepared = skiplockSystem('skiplock-unprepared', {
   preparedStatements: false,
 });
+/** OpenTelemetry off (`tracing: false`): no span object at all, the baseline of the default. */
+export const skiplockUntraced = skiplockSystem('skiplock-untraced', {}, false, 'off');
+/** An OpenTelemetry SDK registered, recording every enqueue and run (see otel.ts). */
+export const skiplockOtel = skiplockSystem('skiplock-otel', {}, false, 'sdk');
 /** Every job names a concurrency key (`k<i % 1000>`) with limit 1. */
 export const skiplockKeyed = skiplockSystem('skiplock-keyed', {}, true);

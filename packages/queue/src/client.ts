@@ -42,7 +42,16 @@ import {
   insertUnkeyedJobs,
   type InsertedRow,
   type JobRow,
+  type SharedColumns,
 } from './sql/enqueue.js';
+import {
+  inSpan,
+  resolveTracer,
+  startSend,
+  storedTrace,
+  type StoredTrace,
+  type TracingOption,
+} from './tracing.js';
 
 export interface EnqueueOptions {
   queue?: string | undefined;
@@ -138,6 +147,12 @@ export interface ClientOptions extends PoolSource {
    * with reason `prepared_statements_off`); it fails only if it ran in the caller's transaction.
    */
   preparedStatements?: boolean | undefined;
+  /**
+   * OpenTelemetry: each enqueue is a `send <queue>` producer span whose context is stored on its
+   * jobs (default true: the global tracer provider, a no-op until an SDK registers one). Pass
+   * `{ tracerProvider }` to use another provider, `false` for none at all.
+   */
+  tracing?: TracingOption;
 }
 
 const MAX_DELAY_MS = 10 * 365 * 86_400_000;
@@ -307,6 +322,7 @@ export function createClient(options: ClientOptions = {}): Client {
     'maxPayloadBytes',
     'maxBulkSize',
     'preparedStatements',
+    'tracing',
   ]);
   const config = parseConfig('client options', clientOptionsSchema, options);
   const logger = options.logger ?? createDefaultLogger();
@@ -443,6 +459,8 @@ export function createClient(options: ClientOptions = {}): Client {
         concurrencyKey === null ? null : (opts.concurrencyLimit ?? definition.concurrencyLimit),
       rateLimit: concurrencyKey === null ? null : (definition.rateLimit?.limit ?? null),
       rateIntervalMs: concurrencyKey === null ? null : (definition.rateLimit?.intervalMs ?? null),
+      traceParent: null,
+      traceState: null,
     });
     const payloadJson = serialize(definition, payload, where);
     return isThenable(payloadJson) ? payloadJson.then(toJobRow) : toJobRow(payloadJson);
@@ -556,6 +574,34 @@ export function createClient(options: ClientOptions = {}): Client {
     logger,
     who: 'enqueue',
   });
+  const tracer = resolveTracer(options.tracing, 'client options');
+
+  /**
+   * Runs the insert of `count` jobs inside its producer span; `stamp` stores the span's context
+   * on the rows first. With no recording span (no SDK) this is the insert and a no-op span.
+   */
+  function sending<T extends { id: string }[] | { id: string }>(
+    queue: string,
+    jobType: string,
+    count: number,
+    stamp: (trace: StoredTrace) => void,
+    insert: () => Promise<T>,
+  ): Promise<T> {
+    if (!tracer) return insert();
+    const span = startSend(tracer, queue, jobType, count);
+    const stored = storedTrace(span);
+    if (stored) stamp(stored);
+    if (!span.isRecording()) return insert();
+    return inSpan(span, insert, (sent, result) => {
+      if (!Array.isArray(result)) sent.setAttribute('messaging.message.id', result.id);
+    });
+  }
+
+  const stampRow =
+    (row: { traceParent: string | null; traceState: string | null }) => (t: StoredTrace) => {
+      row.traceParent = t.parent;
+      row.traceState = t.state;
+    };
 
   /**
    * With `leasedTo`, the job is inserted already claimed by that worker (a hand-off) and the
@@ -683,8 +729,9 @@ export function createClient(options: ClientOptions = {}): Client {
     pool,
     async enqueue(definition, payload, opts = {}) {
       const { tx, ...rest } = opts;
-      const row = toRow(definition, payload, rest, '');
-      return insertOne(isThenable(row) ? await row : row, tx ?? pool);
+      const made = toRow(definition, payload, rest, '');
+      const row = isThenable(made) ? await made : made;
+      return sending(row.queue, row.jobType, 1, stampRow(row), () => insertOne(row, tx ?? pool));
     },
     async enqueueMany(definition, items, opts = {}) {
       if (!Array.isArray(items)) throw new TypeError('enqueueMany: items must be an array');
@@ -706,29 +753,41 @@ export function createClient(options: ClientOptions = {}): Client {
         const payloads = await settleAll(items, (item, i) =>
           serialize(definition, item.payload, ` items[${i}]`),
         );
-        const { rows } = await run<{ id: string }>(
-          target,
-          insertUniformJobs(
-            {
-              queue: definition.queue,
-              jobType: definition.type,
-              priority: definition.priority,
-              runAt: null,
-              delayMs: null,
-              maxAttempts: definition.maxAttempts,
-              timeoutMs: definition.timeoutMs,
-              leaseMs: definition.leaseMs,
-            },
-            payloads,
-          ),
+        const shared: SharedColumns = {
+          queue: definition.queue,
+          jobType: definition.type,
+          priority: definition.priority,
+          runAt: null,
+          delayMs: null,
+          maxAttempts: definition.maxAttempts,
+          timeoutMs: definition.timeoutMs,
+          leaseMs: definition.leaseMs,
+          traceParent: null,
+          traceState: null,
+        };
+        return sending(
+          definition.queue,
+          definition.type,
+          items.length,
+          stampRow(shared),
+          async () => {
+            const { rows } = await run<{ id: string }>(target, insertUniformJobs(shared, payloads));
+            return rows.map((r) => ({ id: r.id, inserted: true }));
+          },
         );
-        return rows.map((r) => ({ id: r.id, inserted: true }));
       }
       const rows = await settleAll(items, (item, i) => {
         const { payload, ...options } = item;
         return toRow(definition, payload, options, ` items[${i}]`);
       });
-      return insertMany(rows, target);
+      // One producer span for the bulk (named after its first row's queue); its rows share it.
+      return sending(
+        rows[0]!.queue,
+        definition.type,
+        rows.length,
+        (t) => rows.forEach((row) => stampRow(row)(t)),
+        () => insertMany(rows, target),
+      );
     },
     async getJob(id, opts = {}) {
       const { rows } = await runSql<RawJobRow>(opts.tx ?? pool, selectJob(checkId(id)));
@@ -765,8 +824,9 @@ export function createClient(options: ClientOptions = {}): Client {
   };
   const leased: LeasedInsert = async (definition, payload, opts, tx, workerId) => {
     const { tx: _ignored, ...rest } = opts;
-    const row = toRow(definition, payload, rest, '');
-    return insertOne(isThenable(row) ? await row : row, tx, workerId);
+    const made = toRow(definition, payload, rest, '');
+    const row = isThenable(made) ? await made : made;
+    return sending(row.queue, row.jobType, 1, stampRow(row), () => insertOne(row, tx, workerId));
   };
   Object.defineProperty(client, ENQUEUE_LEASED, { value: leased });
   return client;

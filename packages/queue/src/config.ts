@@ -50,6 +50,7 @@ export const jobOptionsSchema = z
     singletonMode: z.enum(['keep', 'replace', 'throttle']).optional(),
     singletonWindowMs: z.number().int().min(1).max(MAX_WINDOW_MS).nullable().optional(),
     singletonRunning: z.boolean().optional(),
+    trace: z.enum(['link', 'continue']).optional(),
     rateLimit: z
       .object({
         limit: z.number().int().min(1).max(100_000),

@@ -7,6 +7,7 @@ import { defaultBackoff, type BackoffOptions } from './retry/backoff.js';
 import type { DeadReason, ErrorClass } from './retry/policy.js';
 import { findSchemaJsonProblem } from './schema-json.js';
 import { issuesAt, runValidation, standardSchemaProblem } from './standard.js';
+import type { TraceMode } from './tracing.js';
 
 /** What a handler knows about the job it runs. */
 export interface JobInfo {
@@ -79,6 +80,12 @@ export interface JobOptions {
    * longer holds the key). Holds between jobs that both ask for it.
    */
   singletonRunning?: boolean | undefined;
+  /**
+   * How a run's OpenTelemetry span relates to its enqueue's: `link` (default) starts a trace of
+   * its own linked to the enqueue's span; `continue` makes the run a child of that span, in the
+   * enqueuer's trace (jobs that are steps of one workflow).
+   */
+  trace?: TraceMode | undefined;
 }
 
 export type SingletonMode = 'keep' | 'replace' | 'throttle';
@@ -147,6 +154,7 @@ export interface JobDefinition<S extends StandardSchemaV1 = StandardSchemaV1> {
   readonly singletonWindowMs: number | null;
   readonly singletonRunning: boolean;
   readonly rateLimit: { limit: number; intervalMs: number } | null;
+  readonly trace: TraceMode;
 }
 
 /** The payload type a producer must pass when enqueueing a definition. */
@@ -224,6 +232,7 @@ export function defineJob<S extends StandardSchemaV1>(
     singletonMode: options.singletonMode ?? 'keep',
     singletonWindowMs: options.singletonWindowMs ?? null,
     singletonRunning: options.singletonRunning ?? false,
+    trace: options.trace ?? 'link',
   });
 }
 

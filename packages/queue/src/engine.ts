@@ -52,6 +52,16 @@ export { commitItem } from './sql/commit.js';
 export { Listener, type ListenerOptions } from './listener.js';
 export { retryDelayMs, sleep, withJitter } from './timers.js';
 export { asStored, findJsonProblem, type JsonProblem } from './json-safe.js';
+// OpenTelemetry helpers, so a package on top stores and reads span contexts as the queue does.
+export {
+  contextOf,
+  failSpan,
+  inSpan,
+  resolveTracer,
+  spanContextOf,
+  storedTrace,
+  type StoredTrace,
+} from './tracing.js';
 export { findSchemaJsonProblem } from './schema-json.js';
 // Bounded operator reads and bulk actions on dead jobs, for the dashboard.
 export {

@@ -1,3 +1,10 @@
+import {
+  context,
+  isSpanContextValid,
+  type Context,
+  type Span,
+  type Tracer,
+} from '@opentelemetry/api';
 import type pg from 'pg';
 import { runSql, withTransaction } from './db.js';
 import { namedStatement, withOwnTransaction, type StatementRunner } from './prepared.js';
@@ -25,6 +32,7 @@ import { selectJobHolder, type JobHolderRow } from './sql/fence.js';
 import { completeJobs, failJob, releaseJobs, type LockToken } from './sql/settle.js';
 import { isThenable, issuesAt, runValidation } from './standard.js';
 import { retryDelayMs, sleep } from './timers.js';
+import { failSpan, startProcess } from './tracing.js';
 
 /** A claimed job from claim to settle; the heartbeat sees it as a lease holder. */
 export class RunningJob implements LeaseHolder {
@@ -43,6 +51,8 @@ export class RunningJob implements LeaseHolder {
   readonly takenAt = performance.now();
   /** Why the job was aborted (lock lost, timeout, shutdown); null while it may run on. */
   abortReason: Error | null = null;
+  /** The run's consumer span (see tracing.ts); null when the worker does not trace. */
+  span: Span | null = null;
   /** Called once on abort, while a handler runs: ends the race in `run`. */
   onAbort: ((reason: Error) => void) | null = null;
   // An AbortSignal costs microseconds to build (it is an EventTarget), so the controller is made
@@ -94,6 +104,8 @@ export interface ExecutorDeps {
   events: SafeEmitter<WorkerEvents>;
   /** Attempts at writing a settle before leaving the job to the sweeper. */
   settleAttempts: number;
+  /** Starts each run's consumer span; null with `tracing: false`. */
+  tracer: Tracer | null;
   /** The worker's `asyncCommit`: bookkeeping commits skip the WAL flush wait. */
   asyncCommit: boolean;
   /** How the worker sends statements (named prepared ones unless turned off; see prepared.ts). */
@@ -117,8 +129,21 @@ type Outcome =
   | { kind: 'lock_lost' }
   | { kind: 'shutdown' };
 
-/** Runs one claimed job to its settle. Never throws: every outcome is written or logged. */
+/**
+ * Runs one claimed job to its settle. Never throws: every outcome is written or logged. With a
+ * tracer, the run and its settle happen inside the run's consumer span, so what the handler and
+ * the settle do (an enqueue, a dead job's hook) nests under it.
+ */
 export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void> {
+  const active = d.tracer ? openSpan(d.tracer, d, job) : null;
+  try {
+    await (active ? context.with(active, () => execute(d, job)) : execute(d, job));
+  } finally {
+    job.span?.end();
+  }
+}
+
+async function execute(d: ExecutorDeps, job: RunningJob): Promise<void> {
   const started = performance.now();
   job.state = 'running';
   // The database's part (run_at to the claim, in its clock) and the time in the local buffer.
@@ -127,6 +152,7 @@ export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void
     (job.row.lag_seconds ?? 0) + (started - job.takenAt) / 1000,
   );
   const outcome = await run(d, job);
+  if (outcome.kind === 'failure' && job.span) failSpan(job.span, outcome.error);
   job.state = 'settling';
   const durationMs = performance.now() - started;
   d.handlerDone(job, durationMs);
@@ -145,9 +171,32 @@ export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void
       'could not settle job',
     );
     d.events.emit('worker:error', { reason: 'settle_failed', error });
+    if (job.span) failSpan(job.span, error);
   } finally {
     job.state = 'done';
   }
+}
+
+/**
+ * Starts the run's consumer span and returns the context to run in, or null when the span neither
+ * records nor carries a context (no SDK, a job enqueued untraced): it would change nothing.
+ */
+function openSpan(tracer: Tracer, d: ExecutorDeps, job: RunningJob): Context | null {
+  const mode = d.definitions.get(job.info.type)?.trace ?? 'link';
+  const { span, context: active } = startProcess(
+    tracer,
+    {
+      id: job.info.id,
+      queue: job.info.queue,
+      type: job.info.type,
+      attempt: job.info.attempt,
+      traceParent: job.row.trace_parent,
+      traceState: job.row.trace_state,
+    },
+    mode,
+  );
+  job.span = span;
+  return span.isRecording() || isSpanContextValid(span.spanContext()) ? active : null;
 }
 
 async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
@@ -330,6 +379,9 @@ function record(
 ): void {
   const labels = { queue: job.info.queue, job_type: job.info.type, outcome };
   d.metrics.jobOutcomes.inc({ ...labels, reason });
+  if (job.span?.isRecording()) {
+    job.span.setAttributes({ 'skiplock.job.outcome': outcome, 'skiplock.job.reason': reason });
+  }
   d.metrics.jobDuration.observe(labels, durationMs / 1000);
 }
 

@@ -50,6 +50,7 @@ export {
 } from './errors.js';
 export { createQueueMetrics } from './metrics.js';
 export type { JobOutcome, MetricsOption, QueueMetrics } from './metrics.js';
+export type { TraceMode, TracingOption } from './tracing.js';
 export { createJobGauges } from './gauges.js';
 export type { JobGauges, JobGaugesOptions, JobGaugesResult } from './gauges.js';
 export type { WorkerEvents, JobEvent, LockLostEvent } from './events.js';

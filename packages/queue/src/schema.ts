@@ -88,6 +88,13 @@ export const jobs = skiplockSchema.table(
     singletonRunning: boolean('singleton_running').notNull().default(false),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+    /**
+     * The OpenTelemetry span context of the enqueue that made the job, as W3C `traceparent` and
+     * `tracestate` header values; a run's span links to it (see tracing.ts). NULL when no tracer
+     * recorded the enqueue, which costs no bytes: a NULL takes a bit of the row's null bitmap.
+     */
+    traceParent: text('trace_parent'),
+    traceState: text('trace_state'),
   },
   (t) => [
     // Only keyed jobs are deduplicated, and only within their queue. Partial, so the many jobs

@@ -14,6 +14,7 @@ import { Listener } from './listener.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { createJobGauges, type JobGauges, type JobGaugesOptions } from './gauges.js';
 import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
+import { resolveTracer, type TracingOption } from './tracing.js';
 import { resolvePool, type PoolSource } from './pool.js';
 import { createRetention, type Retention, type RetentionOptions } from './retention.js';
 import { claimJobs, type ClaimedRow } from './sql/claim.js';
@@ -103,6 +104,12 @@ export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsS
    * in one (the one serving /metrics), or run `createJobGauges` once instead.
    */
   jobGauges?: boolean | JobGaugesOptions | undefined;
+  /**
+   * OpenTelemetry: each run is a `process <queue>` consumer span linked to its enqueue's span (a
+   * child of it for job types with `trace: 'continue'`). Default true: the global tracer provider,
+   * a no-op until an SDK registers one; `{ tracerProvider }` for another, `false` for none.
+   */
+  tracing?: TracingOption;
 }
 
 export interface StopOptions {
@@ -172,6 +179,7 @@ export function createWorker(options: WorkerOptions): Worker {
     'admitter',
     'metrics',
     'jobGauges',
+    'tracing',
     'pool',
     'connectionString',
     'maxConnections',
@@ -278,6 +286,7 @@ export function createWorker(options: WorkerOptions): Worker {
     events,
     settleAttempts: config.settleAttempts,
     asyncCommit: config.asyncCommit,
+    tracer: resolveTracer(options.tracing, 'worker options'),
     run,
     handlerDone: (_job, durationMs) => {
       active -= 1;

@@ -1,5 +1,6 @@
 import type { AnyJobDefinition, Client, JobContext, Logger } from '@skiplock/queue';
 import type { QueryOutcome, Queryable } from '@skiplock/queue/engine';
+import type { Tracer } from '@opentelemetry/api';
 import type { SQL } from 'drizzle-orm';
 import type pg from 'pg';
 import type { AnySagaDefinition, StepSpec } from './define.js';
@@ -52,6 +53,8 @@ export interface Engine {
    * through the queue's wake-up path.
    */
   handOff?: JobContext | undefined;
+  /** The saga's OpenTelemetry tracer (see tracing.ts); null with `tracing: false`. */
+  tracer: Tracer | null;
 }
 
 /** The engine for the completing transaction of `job`: its successors are handed to its worker. */

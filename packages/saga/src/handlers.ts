@@ -27,6 +27,7 @@ import {
   type SagaEntry,
 } from './engine.js';
 import { SagaDeadlineError } from './errors.js';
+import { inSagaTrace, inStepSpan, noteTransition } from './tracing.js';
 import { issuesAt, validate } from './standard.js';
 import {
   loadAttempt,
@@ -131,6 +132,7 @@ async function raceSignal<T>(work: () => Promise<T> | T, signal: AbortSignal): P
 }
 
 function report(e: Engine, saga: SagaRow, step: string, transition: Transition): void {
+  noteTransition(transition);
   const fields = { sagaId: saga.id, saga: saga.name, version: saga.version, step };
   if (transition === 'stale') {
     e.logger.info({ ...fields, reason: 'stale_job' }, 'saga moved on; job did nothing');
@@ -398,15 +400,9 @@ async function stepDead(
   const saga = (await e.sql<SagaRow>(tx, lockSagaOfJob(sagaIdOfKey(info.idempotencyKey), info.id)))
     .rows[0];
   if (!isCurrent(saga, spec.name, 'step', ['running'])) return;
-  const transition = await failStep(
-    e,
-    tx,
-    entry,
-    saga,
-    spec.index,
-    `${info.reason}: ${info.error}`,
-    'failed',
-    await deadAttempt(tx, info),
+  const attempt = await deadAttempt(tx, info);
+  const transition = await inSagaTrace(e.tracer, saga, `dead ${spec.name}`, () =>
+    failStep(e, tx, entry, saga, spec.index, `${info.reason}: ${info.error}`, 'failed', attempt),
   );
   report(e, saga, spec.name, transition);
 }
@@ -453,8 +449,17 @@ async function timeoutDead(
     { sagaId: saga.id, step: spec.name, reason: 'timeout_job_dead', jobId: info.id },
     'wait timeout job died; the wait fails',
   );
-  report(e, saga, spec.name, await failStep(e, tx, entry, saga, spec.index, error));
+  const transition = await inSagaTrace(e.tracer, saga, `dead ${spec.name}`, () =>
+    failStep(e, tx, entry, saga, spec.index, error),
+  );
+  report(e, saga, spec.name, transition);
 }
+
+const sagaOf = (def: AnySagaDefinition, data: Payload) => ({
+  id: data.sagaId,
+  name: def.name,
+  version: def.version,
+});
 
 /** The job types one saga definition runs as: a run job per step, plus compensations and timeouts. */
 export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
@@ -477,7 +482,11 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
         queue: def.queue,
         payload,
         ...retry,
-        handler: (data, job) => runStep(e, entry, spec, data, job),
+        trace: 'continue',
+        handler: (data, job) =>
+          inStepSpan(e.tracer, sagaOf(def, data), 'step', spec.name, () =>
+            runStep(e, entry, spec, data, job),
+          ),
         onDead: (tx, info) => stepDead(e, entry, spec, tx, info),
       }) as AnyJobDefinition,
     );
@@ -488,7 +497,11 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
             queue: def.queue,
             payload,
             ...jobOptions(spec.compensation, COMPENSATION_MAX_ATTEMPTS),
-            handler: (data, job) => runCompensation(e, entry, spec, data, job),
+            trace: 'continue',
+            handler: (data, job) =>
+              inStepSpan(e.tracer, sagaOf(def, data), 'compensate', spec.name, () =>
+                runCompensation(e, entry, spec, data, job),
+              ),
             onDead: (tx, info) => compensationDead(spec, e, tx, info),
           }) as AnyJobDefinition)
         : null,
@@ -500,7 +513,11 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
             queue: def.queue,
             payload,
             maxAttempts: STEP_MAX_ATTEMPTS,
-            handler: (data, job) => runTimeout(e, entry, spec, data, job),
+            trace: 'continue',
+            handler: (data, job) =>
+              inStepSpan(e.tracer, sagaOf(def, data), 'timeout', spec.name, () =>
+                runTimeout(e, entry, spec, data, job),
+              ),
             onDead: (tx, info) => timeoutDead(e, entry, spec, tx, info),
           }) as AnyJobDefinition)
         : null,

@@ -10,6 +10,7 @@ import {
 } from '@skiplock/queue/engine';
 import { entryKey, timeoutKey, type Engine } from './engine.js';
 import { lockSaga, type SagaRow } from './sql/sagas.js';
+import { inSagaTrace } from './tracing.js';
 import {
   selectLiveSagas,
   selectWaitingSagas,
@@ -84,7 +85,9 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       );
     } else if (saga.current_kind === 'step') {
       const index = entry.steps.findIndex((s) => s.name === step);
-      transition = await failStep(e, tx, entry, saga, index, why, 'failed', attempt);
+      transition = await inSagaTrace(e.tracer, saga, `reconcile ${step}`, () =>
+        failStep(e, tx, entry, saga, index, why, 'failed', attempt),
+      );
     } else {
       await runSql(
         tx,
@@ -143,7 +146,9 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
         : `timeout job ${key} no longer exists`;
       const saga = (await runSql<SagaRow>(tx, lockSaga(row.id))).rows[0]!;
       const entry = e.entries.get(entryKey(row.name, row.version))!;
-      const transition = await failStep(e, tx, entry, saga, index, why);
+      const transition = await inSagaTrace(e.tracer, saga, `reconcile ${row.current_step}`, () =>
+        failStep(e, tx, entry, saga, index, why),
+      );
       if (OUTCOMES.has(transition)) {
         e.metrics.outcomes.inc({ saga: row.name, step: row.current_step, outcome: transition });
       }

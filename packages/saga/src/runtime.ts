@@ -1,11 +1,20 @@
-import { createClient, type AnyJobDefinition, type Client, type Logger } from '@skiplock/queue';
+import {
+  createClient,
+  type AnyJobDefinition,
+  type Client,
+  type Logger,
+  type TracingOption,
+} from '@skiplock/queue';
 import {
   cancelQueuedJob,
   createDefaultLogger,
+  inSpan,
   namedStatement,
   preparedRunner,
   resolvePool,
+  resolveTracer,
   runSql,
+  storedTrace,
   withOwnTransaction,
   type Queryable,
 } from '@skiplock/queue/engine';
@@ -51,6 +60,7 @@ import {
   OUTCOMES,
   type Transition,
 } from './transitions.js';
+import { inSagaTrace, SAGA_TRACER, startSagaSpan } from './tracing.js';
 
 export interface SagaRuntimeOptions {
   /** The database; or give `connectionString` (or set DATABASE_URL). */
@@ -78,6 +88,13 @@ export interface SagaRuntimeOptions {
    * `start`, `signal`, `cancel` without your `tx`); in your transaction, the call fails.
    */
   preparedStatements?: boolean | undefined;
+  /**
+   * OpenTelemetry: a saga is one trace, from its start span through a span per step, compensation,
+   * signal and cancel (default true: the global tracer provider, a no-op until an SDK registers
+   * one; `{ tracerProvider }` for another; `false` for none). A runtime-made client traces alike;
+   * a given `client` keeps its own setting.
+   */
+  tracing?: TracingOption;
 }
 
 export interface StartOptions<I> {
@@ -209,7 +226,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
   );
   const pool = owned.pool;
   const preparedStatements = options.preparedStatements ?? true;
-  const client = options.client ?? createClient({ pool, logger, preparedStatements });
+  const client =
+    options.client ??
+    createClient({ pool, logger, preparedStatements, tracing: options.tracing ?? true });
   const entries = new Map<string, SagaEntry>();
   const run = preparedRunner({
     enabled: preparedStatements,
@@ -225,6 +244,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     metrics: createSagaMetrics(options.metrics),
     entries,
     faults: options.faults ?? null,
+    tracer: resolveTracer(options.tracing, 'saga runtime options', SAGA_TRACER),
   };
   for (const def of options.sagas) {
     const key = entryKey(def.name, def.version);
@@ -309,16 +329,13 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       }
       // The caller's input is stored, not the parsed output, so every step parses it alike.
       const inputJson = JSON.stringify(startOptions.input ?? null);
+      const saga = { id, name: definition.name, version: definition.version };
+      const span = engine.tracer && startSagaSpan(engine.tracer, saga);
+      const stored = span && storedTrace(span);
       const work = async (tx: Queryable): Promise<StartResult> => {
         const inserted = await engine.sql(
           tx,
-          insertSaga({
-            id,
-            name: definition.name,
-            version: definition.version,
-            inputJson,
-            deadlineMs,
-          }),
+          insertSaga({ ...saga, inputJson, deadlineMs, trace: stored }),
         );
         if (inserted.rowCount === 0) {
           const existing = (await runSql<StartConflictRow>(tx, selectStartConflict(id, inputJson)))
@@ -343,7 +360,11 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         await enterStep(engine, tx, entry, id, 0);
         return { id, started: true, status: 'running' };
       };
-      const result = startOptions.tx ? await work(startOptions.tx) : await ownTransaction(work);
+      const result = await inSpan(
+        span,
+        () => (startOptions.tx ? work(startOptions.tx) : ownTransaction(work)),
+        (done, value) => done.setAttribute('skiplock.saga.started', value.started),
+      );
       if (result.started) {
         logger.info(
           {
@@ -394,7 +415,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         }
         await runSql(tx, consumeSignal(sagaId, name));
         const output = JSON.parse(JSON.stringify(parsed.value ?? null)) as unknown;
-        const transition = await advanceAfter(engine, tx, entry, saga, spec.index, output);
+        const transition = await inSagaTrace(engine.tracer, saga, `signal ${name}`, () =>
+          advanceAfter(engine, tx, entry, saga, spec.index, output),
+        );
         report(saga, spec.name, transition, 'signal');
         return { delivered: true, resumed: true };
       };
@@ -434,7 +457,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           tx,
           settleStep({ sagaId, step, kind: 'step', status: 'cancelled', error: 'cancelled' }),
         );
-        const transition = await compensateNext(engine, tx, entry, flagged, index);
+        const transition = await inSagaTrace(engine.tracer, saga, 'cancel', () =>
+          compensateNext(engine, tx, entry, flagged, index),
+        );
         report(saga, step, transition, 'cancel');
         return {
           accepted: true,

@@ -93,6 +93,12 @@ export const sagas = skiplock.table(
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
     finishedAt: timestamp('finished_at', { withTimezone: true }),
+    /**
+     * The OpenTelemetry span context of the saga's start (W3C `traceparent` / `tracestate`): the
+     * trace every step, compensation, signal and cancel of the saga joins. NULL when untraced.
+     */
+    traceParent: text('trace_parent'),
+    traceState: text('trace_state'),
   },
   (t) => [
     index('sagas_status_created_idx').on(t.status, t.createdAt, t.id),

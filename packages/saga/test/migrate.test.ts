@@ -41,6 +41,7 @@ describe('saga migrations', () => {
       expect(applied.filter((m) => m.startsWith('saga/'))).toEqual([
         'saga/0000_saga_tables',
         'saga/0001_sagas_hot_pointer',
+        'saga/0002_sagas_trace_context',
       ]);
       expect(await sagaTables(url)).toEqual([
         'saga_migrations',
@@ -69,7 +70,11 @@ describe('saga migrations', () => {
         await client.end();
       }
       const { applied } = await migrate({ connectionString: url, logger: silent });
-      expect(applied).toEqual(['saga/0000_saga_tables', 'saga/0001_sagas_hot_pointer']);
+      expect(applied).toEqual([
+        'saga/0000_saga_tables',
+        'saga/0001_sagas_hot_pointer',
+        'saga/0002_sagas_trace_context',
+      ]);
       const check = new pg.Client({ connectionString: url });
       await check.connect();
       try {

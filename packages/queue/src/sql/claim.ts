@@ -24,6 +24,12 @@ export interface ClaimedRow {
    * matter). Missing on rows that admission or a hand-off leased: they count from their lease.
    */
   lag_seconds?: number;
+  /**
+   * The enqueue's span context (see tracing.ts). Missing on rows that admission leased: their
+   * runs start a trace with no link.
+   */
+  trace_parent?: string | null;
+  trace_state?: string | null;
 }
 
 export interface ClaimParams {
@@ -104,11 +110,12 @@ export function claimJobs(params: ClaimParams) {
       WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
       RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts,
                 j.priority, j.run_at, j.timeout_ms, j.lease_ms, j.idempotency_key,
-                j.concurrency_key, octet_length(j.payload::text) AS payload_bytes
+                j.concurrency_key, octet_length(j.payload::text) AS payload_bytes,
+                j.trace_parent, j.trace_state
     )
     SELECT c.id::text AS id, c.queue, c.job_type, c.payload, c.attempts, c.max_attempts,
            c.priority, c.timeout_ms, c.lease_ms, c.idempotency_key, c.concurrency_key,
-           c.payload_bytes, GREATEST(0, extract(epoch FROM now() - c.run_at))::float8 AS lag_seconds
+           c.payload_bytes, c.trace_parent, c.trace_state, GREATEST(0, extract(epoch FROM now() - c.run_at))::float8 AS lag_seconds
     FROM claimed c
     ORDER BY ${order}`;
 }

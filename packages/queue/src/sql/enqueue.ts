@@ -20,6 +20,12 @@ export interface JobRow {
   rateIntervalMs: number | null;
   /** At most one queued job per (queue, key): keep it, or replace its payload and run time. */
   singleton: { key: string; mode: 'keep' | 'replace'; running: boolean } | null;
+  /**
+   * The enqueue's span context (W3C `traceparent` / `tracestate`), or null when none was recorded.
+   * A bulk statement stores its first row's on every job: one producer span covers the bulk.
+   */
+  traceParent: string | null;
+  traceState: string | null;
 }
 
 /** The columns every job of one bulk shares when no item carries options of its own. */
@@ -53,9 +59,9 @@ const statusFor = (key: string) =>
 const INSERT_ONE = `
 INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
                            max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
-                           rate_limit, rate_interval_ms, status)
+                           rate_limit, rate_interval_ms, status, trace_parent, trace_state)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int, $10::int,
-        $11::text, $12::int, $13::int, $14::int, ${statusFor('$11::text')})
+        $11::text, $12::int, $13::int, $14::int, ${statusFor('$11::text')}, $15::text, $16::text)
 ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id::text AS id`;
 
@@ -68,7 +74,7 @@ RETURNING id::text AS id`;
  */
 export function insertJob(row: JobRow): Statement {
   return {
-    name: 'skiplock_insert_job_v4',
+    name: 'skiplock_insert_job_v5',
     text: INSERT_ONE,
     values: [
       row.queue,
@@ -85,6 +91,8 @@ export function insertJob(row: JobRow): Statement {
       row.concurrencyLimit,
       row.rateLimit,
       row.rateIntervalMs,
+      row.traceParent,
+      row.traceState,
     ],
   };
 }
@@ -111,10 +119,10 @@ WITH input AS (
 ),
 ins AS (
   INSERT INTO skiplock.jobs (id, queue, job_type, payload, priority, run_at, max_attempts,
-                             timeout_ms, lease_ms)
+                             timeout_ms, lease_ms, trace_parent, trace_state)
   SELECT id, $1::text, $2::text, payload, $4::int,
          coalesce($5::timestamptz, now() + coalesce($6::bigint, 0) * interval '1 millisecond'),
-         $7::int, $8::int, $9::int
+         $7::int, $8::int, $9::int, $10::text, $11::text
   FROM input
 )
 SELECT id::text AS id FROM input ORDER BY ord`;
@@ -129,7 +137,7 @@ export function insertUniformJobs(
   payloadJsons: readonly string[],
 ): Statement {
   return {
-    name: 'skiplock_insert_uniform_jobs_v1',
+    name: 'skiplock_insert_uniform_jobs_v2',
     text: INSERT_UNIFORM,
     values: [
       shared.queue,
@@ -141,6 +149,8 @@ export function insertUniformJobs(
       shared.maxAttempts,
       shared.timeoutMs,
       shared.leaseMs,
+      shared.traceParent,
+      shared.traceState,
     ],
   };
 }
@@ -162,6 +172,8 @@ function columnArrays(rows: readonly JobRow[], withKey: boolean): unknown[] {
     rows.map((r) => r.concurrencyLimit),
     rows.map((r) => r.rateLimit),
     rows.map((r) => r.rateIntervalMs),
+    rows[0]?.traceParent ?? null,
+    rows[0]?.traceState ?? null,
   ];
 }
 
@@ -177,11 +189,11 @@ WITH input AS (
 ins AS (
   INSERT INTO skiplock.jobs (id, queue, job_type, payload, priority, run_at, max_attempts,
                              timeout_ms, lease_ms, concurrency_key, concurrency_limit,
-                             rate_limit, rate_interval_ms, status)
+                             rate_limit, rate_interval_ms, status, trace_parent, trace_state)
   SELECT id, queue, job_type, payload, priority,
          coalesce(run_at, now() + coalesce(delay_ms, 0) * interval '1 millisecond'),
          max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit, rate_limit,
-         rate_interval_ms, ${statusFor('concurrency_key')}
+         rate_interval_ms, ${statusFor('concurrency_key')}, $14::text, $15::text
   FROM input
 )
 SELECT id::text AS id FROM input ORDER BY ord`;
@@ -189,7 +201,7 @@ SELECT id::text AS id FROM input ORDER BY ord`;
 /** Inserts jobs with options of their own but no idempotency key: nothing can conflict. */
 export function insertUnkeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_unkeyed_jobs_v3',
+    name: 'skiplock_insert_unkeyed_jobs_v4',
     text: INSERT_UNKEYED,
     values: columnArrays(rows, false),
   };
@@ -208,11 +220,12 @@ WITH input AS (
 ins AS (
   INSERT INTO skiplock.jobs (id, queue, job_type, payload, idempotency_key, priority, run_at,
                              max_attempts, timeout_ms, lease_ms, concurrency_key,
-                             concurrency_limit, rate_limit, rate_interval_ms, status)
+                             concurrency_limit, rate_limit, rate_interval_ms, status, trace_parent,
+                             trace_state)
   SELECT id, queue, job_type, payload, idempotency_key, priority,
          coalesce(run_at, now() + coalesce(delay_ms, 0) * interval '1 millisecond'),
          max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit, rate_limit,
-         rate_interval_ms, ${statusFor('concurrency_key')}
+         rate_interval_ms, ${statusFor('concurrency_key')}, $15::text, $16::text
   FROM input ORDER BY ord
   ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING id
@@ -234,7 +247,7 @@ ORDER BY input.ord`;
  */
 export function insertKeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_keyed_jobs_v4',
+    name: 'skiplock_insert_keyed_jobs_v5',
     text: INSERT_KEYED,
     values: columnArrays(rows, true),
   };
@@ -258,12 +271,13 @@ export function findJobsByKeys(pairs: readonly { queue: string; key: string }[])
 const INSERT_LEASED = `
 INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
                            max_attempts, timeout_ms, lease_ms, status, attempts, locked_by,
-                           locked_at, lease_expires_at)
+                           locked_at, lease_expires_at, trace_parent, trace_state)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, now(), $6::int, $7::int, $8::int,
-        'processing', 1, $9::text, now(), now() + $8::int * interval '1 millisecond')
+        'processing', 1, $9::text, now(), now() + $8::int * interval '1 millisecond', $10::text,
+        $11::text)
 ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id::text AS id, queue, job_type, payload, attempts, max_attempts, priority, timeout_ms,
-          lease_ms, idempotency_key, concurrency_key`;
+          lease_ms, idempotency_key, concurrency_key, trace_parent, trace_state`;
 
 /**
  * Inserts one job already claimed by `workerId` (attempt 1, under a lease), for a worker that
@@ -273,7 +287,7 @@ RETURNING id::text AS id, queue, job_type, payload, attempts, max_attempts, prio
  */
 export function insertLeasedJob(row: JobRow, workerId: string): Statement {
   return {
-    name: 'skiplock_insert_leased_job_v2',
+    name: 'skiplock_insert_leased_job_v3',
     text: INSERT_LEASED,
     values: [
       row.queue,
@@ -285,6 +299,8 @@ export function insertLeasedJob(row: JobRow, workerId: string): Statement {
       row.timeoutMs,
       row.leaseMs,
       workerId,
+      row.traceParent,
+      row.traceState,
     ],
   };
 }
@@ -294,10 +310,11 @@ type SingletonRow = JobRow & { singleton: NonNullable<JobRow['singleton']> };
 const SINGLETON_COLUMNS = `
 INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
                            max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
-                           rate_limit, rate_interval_ms, status, singleton_key, singleton_running)
+                           rate_limit, rate_interval_ms, status, trace_parent, trace_state,
+                           singleton_key, singleton_running)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int, $10::int,
-        $11::text, $12::int, $13::int, $14::int, ${statusFor('$11::text')}, $15::text,
-        $16::boolean)`;
+        $11::text, $12::int, $13::int, $14::int, ${statusFor('$11::text')}, $15::text, $16::text,
+        $17::text, $18::boolean)`;
 
 const singletonValues = (row: SingletonRow) => [
   ...insertJob(row).values,
@@ -314,7 +331,7 @@ RETURNING id::text AS id, true AS inserted`;
 /** Inserts a job unless a queued job (or, with `singletonRunning`, a running one) has its key. */
 export function insertSingletonKeep(row: SingletonRow): Statement {
   return {
-    name: 'skiplock_insert_singleton_keep_v2',
+    name: 'skiplock_insert_singleton_keep_v3',
     text: INSERT_SINGLETON_KEEP,
     values: singletonValues(row),
   };
@@ -346,12 +363,12 @@ const INSERT_SINGLETON_REPLACE_RUNNING = `${SINGLETON_COLUMNS}${replaceClause(
 export function insertSingletonReplace(row: SingletonRow): Statement {
   return row.singleton.running
     ? {
-        name: 'skiplock_insert_singleton_replace_running_v2',
+        name: 'skiplock_insert_singleton_replace_running_v3',
         text: INSERT_SINGLETON_REPLACE_RUNNING,
         values: singletonValues(row),
       }
     : {
-        name: 'skiplock_insert_singleton_replace_v3',
+        name: 'skiplock_insert_singleton_replace_v4',
         text: INSERT_SINGLETON_REPLACE,
         values: singletonValues(row),
       };

@@ -17,12 +17,16 @@ export interface SagaRow {
   /** Milliseconds left until the deadline in the database clock; negative once passed. */
   deadline_left_ms: number | null;
   error: string | null;
+  /** The saga's trace: its start span's context (see tracing.ts); null when untraced. */
+  trace_parent: string | null;
+  trace_state: string | null;
 }
 
 const rowColumns = sql`
   id, name, version, status, input, current_step, current_kind, current_job_id::text AS current_job_id,
   pivoted, cancel_requested,
-  (extract(epoch FROM deadline - now()) * 1000)::float8 AS deadline_left_ms, error`;
+  (extract(epoch FROM deadline - now()) * 1000)::float8 AS deadline_left_ms, error, trace_parent,
+  trace_state`;
 
 export function insertSaga(p: {
   id: string;
@@ -30,11 +34,14 @@ export function insertSaga(p: {
   version: number;
   inputJson: string;
   deadlineMs: number | null;
+  trace: { parent: string; state: string | null } | null;
 }) {
   return sql`
-    INSERT INTO skiplock.sagas (id, name, version, status, input, deadline)
+    INSERT INTO skiplock.sagas (id, name, version, status, input, deadline, trace_parent,
+                                trace_state)
     VALUES (${p.id}, ${p.name}, ${p.version}, 'running', ${p.inputJson}::jsonb,
-            now() + ${p.deadlineMs}::float8 * interval '1 millisecond')
+            now() + ${p.deadlineMs}::float8 * interval '1 millisecond',
+            ${p.trace?.parent ?? null}::text, ${p.trace?.state ?? null}::text)
     ON CONFLICT (id) DO NOTHING
     RETURNING id`;
 }

@@ -1,0 +1,195 @@
+import {
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  context,
+  createTraceState,
+  isSpanContextValid,
+  trace,
+  type Attributes,
+  type Context,
+  type Span,
+  type SpanContext,
+  type Tracer,
+  type TracerProvider,
+} from '@opentelemetry/api';
+import { ConfigError, errorMessage } from './errors.js';
+
+/**
+ * OpenTelemetry traces through `@opentelemetry/api` only: with no SDK registered every call below
+ * lands on the API's no-op tracer (a span object, no attributes, nothing stored), and
+ * `tracing: false` skips even that (`pnpm bench --only tracing` compares the two).
+ *
+ * Span shapes follow OpenTelemetry's messaging conventions: an enqueue is a `send <queue>`
+ * PRODUCER span; running a job is a `process <queue>` CONSUMER span. The producer span's context
+ * is stored on the job row in W3C Trace Context form (`trace_parent`, `trace_state`), written here
+ * rather than through the registered propagator so that a job carries it whatever propagators an
+ * application configures.
+ */
+export const TRACER_NAME = '@skiplock/queue';
+
+/**
+ * Tracing of a client or worker: `true` (default) traces through the global tracer provider (a
+ * no-op until an SDK registers one), `{ tracerProvider }` through that provider, `false` never.
+ */
+export type TracingOption = boolean | { tracerProvider: TracerProvider } | undefined;
+
+/**
+ * How a job's run relates to the enqueue that made it. `link` (default): the run starts a trace of
+ * its own, linked to the enqueue's span, as the messaging conventions advise for work that runs
+ * apart from its producer. `continue`: the run is a child of the enqueue's span, in its trace (a
+ * workflow whose steps are jobs, such as a saga, reads as one trace).
+ */
+export type TraceMode = 'link' | 'continue';
+
+/** The tracer `option` asks for (named `name`), or null for `false`; a ConfigError for junk. */
+export function resolveTracer(
+  option: TracingOption,
+  where: string,
+  name = TRACER_NAME,
+): Tracer | null {
+  if (option === false) return null;
+  if (option === true || option === undefined) return trace.getTracer(name);
+  const provider = (option as { tracerProvider?: unknown } | null)?.tracerProvider;
+  if (typeof (provider as TracerProvider | undefined)?.getTracer !== 'function') {
+    throw new ConfigError(
+      `${where}: tracing must be true, false or { tracerProvider } with a getTracer method`,
+    );
+  }
+  return (provider as TracerProvider).getTracer(name);
+}
+
+/** A span context as stored on a row: W3C `traceparent` and `tracestate` header values. */
+export interface StoredTrace {
+  parent: string;
+  state: string | null;
+}
+
+/** The stored form of a span's context, or null when it has none (the no-op tracer's spans). */
+export function storedTrace(span: Span): StoredTrace | null {
+  const sc = span.spanContext();
+  if (!isSpanContextValid(sc)) return null;
+  const flags = (sc.traceFlags & 0xff).toString(16).padStart(2, '0');
+  return {
+    parent: `00-${sc.traceId}-${sc.spanId}-${flags}`,
+    state: sc.traceState?.serialize() || null,
+  };
+}
+
+// version-traceid-spanid-flags; a later version may append fields, version 00 may not.
+const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^]*)?$/;
+
+/** The span context a stored `traceparent` names, or null when it is absent or malformed. */
+export function spanContextOf(
+  parent: string | null | undefined,
+  state: string | null | undefined,
+): SpanContext | null {
+  if (!parent) return null;
+  const m = TRACEPARENT.exec(parent);
+  if (!m || m[1] === 'ff' || (m[1] === '00' && m[5] !== undefined)) return null;
+  const sc: SpanContext = {
+    traceId: m[2]!,
+    spanId: m[3]!,
+    traceFlags: Number.parseInt(m[4]!, 16) & 0xff,
+    isRemote: true,
+    ...(state ? { traceState: createTraceState(state) } : {}),
+  };
+  return isSpanContextValid(sc) ? sc : null;
+}
+
+/** A context whose parent span is the stored one (ROOT_CONTEXT when there is none). */
+export function contextOf(stored: SpanContext | null): Context {
+  return stored ? trace.setSpanContext(ROOT_CONTEXT, stored) : ROOT_CONTEXT;
+}
+
+const SYSTEM = 'skiplock';
+
+/**
+ * Starts the producer span of an enqueue of `count` jobs of one type into `queue`, a child of the
+ * active context. Attributes are set only on a recording span: the no-op tracer's costs nothing
+ * more than the span object.
+ */
+export function startSend(tracer: Tracer, queue: string, jobType: string, count: number): Span {
+  const span = tracer.startSpan(`send ${queue}`, { kind: SpanKind.PRODUCER });
+  if (span.isRecording()) {
+    span.setAttributes({
+      'messaging.system': SYSTEM,
+      'messaging.operation.type': 'send',
+      'messaging.operation.name': 'send',
+      'messaging.destination.name': queue,
+      'skiplock.job.type': jobType,
+      ...(count === 1 ? {} : { 'messaging.batch.message_count': count }),
+    });
+  }
+  return span;
+}
+
+/** Runs `work` inside `span` (its active context), then ends the span, recording a failure. */
+export async function inSpan<T>(
+  span: Span | null,
+  work: () => Promise<T>,
+  done?: (span: Span, value: T) => void,
+): Promise<T> {
+  if (!span) return work();
+  // A span that neither records nor carries a context (the no-op tracer's, with no parent) would
+  // change nothing as the active span: skip the context switch.
+  if (!span.isRecording() && !isSpanContextValid(span.spanContext())) return work();
+  try {
+    const value = await context.with(trace.setSpan(context.active(), span), work);
+    if (done && span.isRecording()) done(span, value);
+    return value;
+  } catch (error) {
+    failSpan(span, error);
+    throw error;
+  } finally {
+    span.end();
+  }
+}
+
+/** Marks a span failed with the error's message (never a payload: errors name fields only). */
+export function failSpan(span: Span, error: unknown): void {
+  if (!span.isRecording()) return;
+  span.recordException(error instanceof Error ? error : errorMessage(error));
+  span.setStatus({ code: SpanStatusCode.ERROR, message: errorMessage(error) });
+}
+
+/** What the consumer span of one job run needs from its row. */
+export interface ProcessedJob {
+  id: string;
+  queue: string;
+  type: string;
+  attempt: number;
+  traceParent: string | null | undefined;
+  traceState: string | null | undefined;
+}
+
+/**
+ * Starts the consumer span of one run of a job and returns it with the context its handler runs
+ * in. It links to the enqueue's span; with `continue` it is also that span's child.
+ */
+export function startProcess(
+  tracer: Tracer,
+  job: ProcessedJob,
+  mode: TraceMode,
+): { span: Span; context: Context } {
+  const producer = spanContextOf(job.traceParent, job.traceState);
+  const parent = mode === 'continue' ? contextOf(producer) : ROOT_CONTEXT;
+  const span = tracer.startSpan(
+    `process ${job.queue}`,
+    { kind: SpanKind.CONSUMER, ...(producer ? { links: [{ context: producer }] } : {}) },
+    parent,
+  );
+  if (span.isRecording()) {
+    const attributes: Attributes = {
+      'messaging.system': SYSTEM,
+      'messaging.operation.type': 'process',
+      'messaging.operation.name': 'process',
+      'messaging.destination.name': job.queue,
+      'messaging.message.id': job.id,
+      'skiplock.job.type': job.type,
+      'skiplock.job.attempt': job.attempt,
+    };
+    span.setAttributes(attributes);
+  }
+  return { span, context: trace.setSpan(parent, span) };
+}

@@ -1,0 +1,2 @@
+ALTER TABLE "skiplock"."sagas" ADD COLUMN "trace_parent" text;--> statement-breakpoint
+ALTER TABLE "skiplock"."sagas" ADD COLUMN "trace_state" text;
