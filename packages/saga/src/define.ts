@@ -97,6 +97,22 @@ export interface WaitOptions<S extends StandardSchemaV1> {
   timeoutMs?: number | undefined;
 }
 
+/** What a sleep's wake time may depend on: the saga's input and the outputs before it. */
+export interface SleepContext<I, O extends StepOutputs> {
+  readonly sagaId: string;
+  readonly input: I;
+  readonly steps: Readonly<O>;
+}
+
+/**
+ * How long a sleep lasts: milliseconds from when the saga reaches it, or a function returning the
+ * moment to wake (computed once, when the saga reaches it; a moment already past wakes at once).
+ */
+export type SleepDuration<I, O extends StepOutputs> = number | ((ctx: SleepContext<I, O>) => Date);
+
+/** The longest sleep: ten years. */
+export const MAX_SLEEP_MS = 10 * 365 * 86_400_000;
+
 /** Internal, untyped form of a step as the runtime executes it. */
 export interface StepSpec extends PlannedStep {
   index: number;
@@ -104,6 +120,11 @@ export interface StepSpec extends PlannedStep {
   run: ((ctx: StepContext<unknown, StepOutputs>, input: unknown) => unknown) | null;
   compensate: ((ctx: CompensationContext<unknown, StepOutputs>, output: unknown) => unknown) | null;
   wait: { signal: string; payload: StandardSchemaV1; timeoutMs: number | null } | null;
+  /** A durable sleep: a fixed duration, or a function of the saga naming the wake time. */
+  sleep: {
+    ms: number | null;
+    until: ((ctx: SleepContext<unknown, StepOutputs>) => Date) | null;
+  } | null;
   retry: RetryPolicy;
   compensation: RetryPolicy;
 }
@@ -150,6 +171,15 @@ export interface SagaDefinition<
     name: StepName<K, O>,
     options: WaitOptions<P>,
   ): SagaDefinition<N, S, Simplify<O & { [Q in K]: StandardSchemaV1.InferOutput<P> }>>;
+  /**
+   * A durable sleep: the saga waits `duration` (ms, or until the Date a function of the saga
+   * returns) holding no worker and no connection, across restarts. A cancel or the deadline during
+   * the sleep compensates (before the pivot); after the pivot a sleep only delays. Output: null.
+   */
+  sleep<K extends string>(
+    name: StepName<K, O>,
+    duration: SleepDuration<StandardSchemaV1.InferOutput<S>, O>,
+  ): SagaDefinition<N, S, Simplify<O & { [P in K]: null }>>;
 }
 
 // Any definition, whatever its input schema and outputs; used where definitions are collected.
@@ -198,7 +228,7 @@ function pickRetry(sagaName: string, where: string, value: unknown): RetryPolicy
 }
 
 function build(
-  base: Omit<SagaDefinition, 'step' | 'waitFor' | 'steps'>,
+  base: Omit<SagaDefinition, 'step' | 'waitFor' | 'sleep' | 'steps'>,
   steps: readonly StepSpec[],
 ): AnySagaDefinition {
   const add = (spec: StepSpec): AnySagaDefinition => {
@@ -243,6 +273,7 @@ function build(
         run: options.run as StepSpec['run'],
         compensate: (options.compensate ?? null) as StepSpec['compensate'],
         wait: null,
+        sleep: null,
         retry: pickRetry(base.name, `step "${name}"`, options),
         compensation: pickRetry(base.name, `step "${name}" compensation`, options.compensation),
       });
@@ -292,6 +323,38 @@ function build(
         run: null,
         compensate: null,
         wait: { signal, payload: options.payload, timeoutMs: timeout ?? null },
+        sleep: null,
+        retry: {},
+        compensation: {},
+      });
+    },
+    sleep(rawName: string, duration: SleepDuration<unknown, StepOutputs>) {
+      const name = checkName(rawName);
+      const fixed = typeof duration === 'number';
+      if (
+        fixed
+          ? !Number.isInteger(duration) || duration < 0 || duration > MAX_SLEEP_MS
+          : typeof duration !== 'function'
+      ) {
+        throw new SagaDefinitionError(
+          base.name,
+          `sleep step "${name}": the duration must be an integer of ms from 0 to ${MAX_SLEEP_MS} (ten years) or a function returning the Date to wake`,
+        );
+      }
+      // After the pivot a sleep cannot be compensated, and needs not be: only the deadline (which
+      // no longer applies there) could end it early. It takes the role of the steps around it.
+      const barrier = steps.some((s) => s.role === 'pivot' || s.role === 'retriable');
+      return add({
+        name,
+        index: steps.length,
+        role: barrier ? 'retriable' : 'plain',
+        waits: false,
+        run: null,
+        compensate: null,
+        wait: null,
+        sleep: fixed
+          ? { ms: duration, until: null }
+          : { ms: null, until: duration as NonNullable<StepSpec['sleep']>['until'] },
         retry: {},
         compensation: {},
       });

@@ -29,6 +29,7 @@ export interface SagaShape {
 }
 
 function duration(ms: number): string {
+  if (ms === 0) return '0 ms';
   if (ms % 86_400_000 === 0) return `${ms / 86_400_000} d`;
   if (ms % 3_600_000 === 0) return `${ms / 3_600_000} h`;
   if (ms % 60_000 === 0) return `${ms / 60_000} min`;
@@ -47,6 +48,10 @@ function stepNode(step: StepSpec): SagaShapeNode {
       kind: 'wait',
       label: `${step.name}: wait for signal ${step.wait.signal}${timeout}`,
     };
+  }
+  if (step.sleep) {
+    const how = step.sleep.ms !== null ? duration(step.sleep.ms) : 'until a computed time';
+    return { ...base, kind: 'wait', label: `${step.name}: sleep ${how}` };
   }
   if (step.role === 'pivot') return { ...base, kind: 'pivot', label: `${step.name} (pivot)` };
   if (step.role === 'retriable') {

@@ -17,6 +17,7 @@ import type {
   StepOutputs,
   StepSpec,
 } from './define.js';
+import { MAX_SLEEP_MS } from './define.js';
 import {
   compensationKey,
   handingOff,
@@ -41,6 +42,7 @@ import { recordAttemptError, settleStep, type AttemptMark } from './sql/steps.js
 import {
   advanceAfter,
   compensateNext,
+  enterSleep,
   enterWaiting,
   failSaga,
   failStep,
@@ -131,7 +133,12 @@ async function raceSignal<T>(work: () => Promise<T> | T, signal: AbortSignal): P
   }
 }
 
-function report(e: Engine, saga: SagaRow, step: string, transition: Transition): void {
+function report(
+  e: Engine,
+  saga: Pick<SagaRow, 'id' | 'name' | 'version'>,
+  step: string,
+  transition: Transition,
+): void {
   noteTransition(transition);
   const fields = { sagaId: saga.id, saga: saga.name, version: saga.version, step };
   if (transition === 'stale') {
@@ -200,6 +207,7 @@ async function runStep(
   }
   const key = { sagaId: saga.id, step: spec.name, kind: 'step' as const };
   if (spec.wait) return runWait(e, entry, spec, saga, job, attempt);
+  if (spec.sleep) return runSleep(e, entry, spec, saga, job, attempt);
 
   const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
   const completion = new Completion(job, async (tx, output) => {
@@ -309,6 +317,44 @@ async function runWait(
   report(e, saga, spec.name, transition);
 }
 
+/**
+ * A sleep step: works out when to wake (a function of the saga runs here, once), then parks the
+ * saga until its wake job is due, or moves on at once when that moment has passed.
+ */
+async function runSleep(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  saga: SagaRow & { outputs: StepOutputs },
+  job: JobContext,
+  attempt: () => AttemptMark,
+) {
+  const sleep = spec.sleep!;
+  let delayMs = sleep.ms ?? 0;
+  if (sleep.until) {
+    const until = sleep.until({
+      sagaId: saga.id,
+      input: await parseInput(entry, saga),
+      steps: outputsBefore(entry, saga.outputs, spec.index),
+    });
+    if (!(until instanceof Date) || Number.isNaN(until.getTime())) {
+      throw new NonRetryableError(
+        `sleep step "${spec.name}": its function returned ${until instanceof Date ? 'an invalid Date' : typeof until}, not the Date to wake`,
+      );
+    }
+    delayMs = Math.min(until.getTime() - Date.now(), MAX_SLEEP_MS);
+  }
+  const transition = await job.completeWith(async (tx) => {
+    const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+    if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
+    if (delayMs <= 0) {
+      return advanceAfter(handingOff(e, job), tx, entry, locked, spec.index, null, attempt());
+    }
+    return enterSleep(e, tx, entry, locked, spec.index, delayMs, attempt());
+  });
+  report(e, saga, spec.name, transition);
+}
+
 async function runTimeout(
   e: Engine,
   entry: SagaEntry,
@@ -316,18 +362,28 @@ async function runTimeout(
   data: Payload,
   job: JobContext,
 ) {
-  const wait = spec.wait!;
+  const wait = spec.wait;
   const transition = await job.completeWith(async (tx) => {
     const locked = (await e.sql<SagaRow>(tx, lockSaga(data.sagaId))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['waiting'])) return 'stale' as const;
     const pastDeadline =
       !locked.pivoted && locked.deadline_left_ms !== null && locked.deadline_left_ms <= 0;
+    // A sleep's wake job: the sleep is over, unless it was woken by the deadline.
+    if (!wait) {
+      const ended = handingOff(e, job);
+      return pastDeadline
+        ? failStep(ended, tx, entry, locked, spec.index, 'deadline exceeded while sleeping')
+        : advanceAfter(ended, tx, entry, locked, spec.index, null);
+    }
     const reason = pastDeadline
       ? `deadline exceeded while waiting for signal "${wait.signal}"`
       : `signal "${wait.signal}" did not arrive within ${wait.timeoutMs} ms`;
     return failStep(handingOff(e, job), tx, entry, locked, spec.index, reason);
   });
-  if (transition !== 'stale') {
+  if (!wait) {
+    const saga = { id: data.sagaId, name: entry.def.name, version: entry.def.version };
+    report(e, saga, spec.name, transition);
+  } else if (transition !== 'stale') {
     e.logger.warn(
       { sagaId: data.sagaId, step: spec.name, reason: 'signal_timeout' },
       'wait timed out',
@@ -444,10 +500,11 @@ async function timeoutDead(
   if (sagaId === null) return;
   const saga = (await e.sql<SagaRow>(tx, lockSaga(sagaId))).rows[0];
   if (!isCurrent(saga, spec.name, 'step', ['waiting'])) return;
-  const error = `timeout job of signal "${spec.wait!.signal}" died (${info.reason}): ${info.error}`;
+  const what = spec.wait ? `timeout job of signal "${spec.wait.signal}"` : 'wake job of the sleep';
+  const error = `${what} died (${info.reason}): ${info.error}`;
   e.logger.warn(
     { sagaId: saga.id, step: spec.name, reason: 'timeout_job_dead', jobId: info.id },
-    'wait timeout job died; the wait fails',
+    spec.wait ? 'wait timeout job died; the wait fails' : 'sleep wake job died; the sleep fails',
   );
   const transition = await inSagaTrace(e.tracer, saga, `dead ${spec.name}`, () =>
     failStep(e, tx, entry, saga, spec.index, error),
@@ -506,8 +563,9 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
           }) as AnyJobDefinition)
         : null,
     );
+    // A wait's timeout job, or a sleep's wake job.
     entry.timeoutJobs.push(
-      spec.wait
+      spec.wait || spec.sleep
         ? (defineJob({
             type: jobType(def, spec.name, 'timeout'),
             queue: def.queue,

@@ -12,6 +12,8 @@ export type {
   SagaInput,
   SagaOptions,
   SagaOutputs,
+  SleepContext,
+  SleepDuration,
   StepContext,
   StepOptions,
   StepOutputs,

@@ -131,8 +131,10 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       const index = entry?.steps.findIndex((s) => s.name === row.current_step) ?? -1;
       const spec = entry?.steps[index];
       const timeoutJob = entry?.timeoutJobs[index];
-      // The same condition under which entering the wait enqueued its timeout job.
-      const timed = spec?.wait?.timeoutMs != null || (!row.pivoted && row.has_deadline);
+      // The same condition under which entering the wait enqueued its timeout job; a sleep
+      // always has its wake job.
+      const timed =
+        spec?.sleep != null || spec?.wait?.timeoutMs != null || (!row.pivoted && row.has_deadline);
       if (!timeoutJob || !timed) continue;
       expected.push({ row, index, queue: timeoutJob.queue, key: timeoutKey(row.id, spec!.name) });
     }

@@ -191,6 +191,35 @@ export async function enterWaiting(
 }
 
 /**
+ * Parks the saga on a sleep step for `delayMs`: its wake job (the step's timeout job type) is due
+ * then, or at the deadline when that comes first and the saga can still compensate. Nothing else
+ * holds the sleep: no worker, no connection, no timer.
+ */
+export async function enterSleep(
+  e: Engine,
+  tx: Queryable,
+  entry: SagaEntry,
+  saga: SagaRow,
+  index: number,
+  delayMs: number,
+  attempt?: AttemptMark,
+): Promise<Transition> {
+  const spec = entry.steps[index]!;
+  await e.sql(
+    tx,
+    settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status: 'waiting', attempt }),
+  );
+  await e.sql(tx, setSagaStatus(saga.id, 'waiting'));
+  const deadline =
+    saga.pivoted || saga.deadline_left_ms === null ? null : saga.deadline_left_ms + 1;
+  const wakeMs = Math.max(0, Math.ceil(deadline === null ? delayMs : Math.min(delayMs, deadline)));
+  const key = timeoutKey(saga.id, spec.name);
+  const jobId = await enqueue(e, tx, entry.timeoutJobs[index]!, saga.id, key, wakeMs);
+  if (typeof jobId !== 'string') return failForeign(e, tx, saga.id, spec.name, jobId);
+  return 'waiting';
+}
+
+/**
  * Step `index` failed for good (or was cancelled): record it, then compensate the completed
  * steps before it, or fail the saga when it is past its pivot.
  */

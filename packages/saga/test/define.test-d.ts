@@ -168,4 +168,28 @@ describe('defineSaga with a non-zod Standard Schema', () => {
     // @ts-expect-error nor is it as a wait payload
     defineSaga({ name: 'bad', version: 1, input }).waitFor('w', { payload: { parse: () => 1 } });
   });
+  it('types a sleep: its wake-time function sees the input and earlier outputs; its output is null', () => {
+    const saga = defineSaga({ name: 'nap', version: 1, input: z.object({ days: z.number() }) })
+      .step('plan', { run: () => ({ at: 1 }) })
+      .sleep('wait', (ctx) => {
+        expectTypeOf(ctx.input).toEqualTypeOf<{ days: number }>();
+        expectTypeOf(ctx.steps.plan).toEqualTypeOf<{ at: number }>();
+        // @ts-expect-error a step after the sleep is not there yet
+        void ctx.steps.after;
+        return new Date(ctx.steps.plan.at + ctx.input.days * 86_400_000);
+      })
+      .sleep('short', 1_000)
+      .step('after', {
+        run: (ctx) => {
+          expectTypeOf(ctx.steps.wait).toEqualTypeOf<null>();
+          expectTypeOf(ctx.steps.short).toEqualTypeOf<null>();
+          return 1;
+        },
+      });
+    expectTypeOf<SagaOutputs<typeof saga>['wait']>().toEqualTypeOf<null>();
+    // @ts-expect-error a sleep's function returns the Date to wake, not a number of ms
+    defineSaga({ name: 'bad', version: 1, input }).sleep('s', () => 5);
+    // @ts-expect-error a step name is used once
+    saga.sleep('plan', 1);
+  });
 });
