@@ -581,7 +581,7 @@ export function createClient(options: ClientOptions = {}): Client {
    * on the rows first. With no recording span (no SDK) this is the insert and a no-op span.
    */
   function sending<T extends { id: string }[] | { id: string }>(
-    queue: string,
+    queue: string | null,
     jobType: string,
     count: number,
     stamp: (trace: StoredTrace) => void,
@@ -780,9 +780,10 @@ export function createClient(options: ClientOptions = {}): Client {
         const { payload, ...options } = item;
         return toRow(definition, payload, options, ` items[${i}]`);
       });
-      // One producer span for the bulk (named after its first row's queue); its rows share it.
+      // One producer span for the bulk; its rows share it. A bulk into several queues names none.
+      const queue = rows[0]!.queue;
       return sending(
-        rows[0]!.queue,
+        rows.every((r) => r.queue === queue) ? queue : null,
         definition.type,
         rows.length,
         (t) => rows.forEach((row) => stampRow(row)(t)),

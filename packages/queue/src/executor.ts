@@ -32,7 +32,7 @@ import { selectJobHolder, type JobHolderRow } from './sql/fence.js';
 import { completeJobs, failJob, releaseJobs, type LockToken } from './sql/settle.js';
 import { isThenable, issuesAt, runValidation } from './standard.js';
 import { retryDelayMs, sleep } from './timers.js';
-import { failSpan, startProcess } from './tracing.js';
+import { continuedContext, failSpan, startProcess } from './tracing.js';
 
 /** A claimed job from claim to settle; the heartbeat sees it as a lease holder. */
 export class RunningJob implements LeaseHolder {
@@ -132,10 +132,17 @@ type Outcome =
 /**
  * Runs one claimed job to its settle. Never throws: every outcome is written or logged. With a
  * tracer, the run and its settle happen inside the run's consumer span, so what the handler and
- * the settle do (an enqueue, a dead job's hook) nests under it.
+ * the settle do (an enqueue, a dead job's hook) nests under it. Without one, a `continue` job
+ * still runs in its enqueue's context (no span of its own), so its trace is not cut.
  */
 export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void> {
-  const active = d.tracer ? openSpan(d.tracer, d, job) : null;
+  const active = d.tracer
+    ? openSpan(d.tracer, d, job)
+    : continuedContext(
+        d.definitions.get(job.info.type)?.trace ?? 'link',
+        job.row.trace_parent,
+        job.row.trace_state,
+      );
   try {
     await (active ? context.with(active, () => execute(d, job)) : execute(d, job));
   } finally {

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { z } from 'zod';
 import { createClient, type Client } from './client.js';
+import type { TracingOption } from './tracing.js';
 import { parseConfig } from './config.js';
 import { runSql, withTransaction, type Queryable } from './db.js';
 import type { JobDefinition } from './define.js';
@@ -56,6 +57,8 @@ export function createScheduler(
     logger?: Logger;
     metrics?: MetricsOption;
     client?: Client;
+    /** Tracing of the ticks' enqueues when no `client` is given (see `ClientOptions.tracing`). */
+    tracing?: TracingOption;
   },
 ): Scheduler {
   const { pool, schedules, logger = createDefaultLogger(), metrics: given } = options;
@@ -70,7 +73,7 @@ export function createScheduler(
     }
     names.add(s.name);
   }
-  const client = options.client ?? createClient({ pool, logger });
+  const client = options.client ?? createClient({ pool, logger, tracing: options.tracing });
   let synced = false;
 
   async function clock(): Promise<Date> {

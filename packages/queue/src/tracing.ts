@@ -97,6 +97,21 @@ export function spanContextOf(
   return isSpanContextValid(sc) ? sc : null;
 }
 
+/**
+ * The context a `continue` job's handler runs in when the worker does not trace: the stored
+ * span's, so what the handler does stays in the enqueuer's trace (a saga's steps in the saga's).
+ * Null for a `link` job or one enqueued untraced.
+ */
+export function continuedContext(
+  mode: TraceMode,
+  parent: string | null | undefined,
+  state: string | null | undefined,
+): Context | null {
+  if (mode !== 'continue') return null;
+  const stored = spanContextOf(parent, state);
+  return stored ? contextOf(stored) : null;
+}
+
 /** A context whose parent span is the stored one (ROOT_CONTEXT when there is none). */
 export function contextOf(stored: SpanContext | null): Context {
   return stored ? trace.setSpanContext(ROOT_CONTEXT, stored) : ROOT_CONTEXT;
@@ -105,23 +120,28 @@ export function contextOf(stored: SpanContext | null): Context {
 const SYSTEM = 'skiplock';
 
 /**
- * Starts the producer span of an enqueue of `count` jobs of one type into `queue`, a child of the
- * active context. Attributes are set only on a recording span: the no-op tracer's costs nothing
- * more than the span object.
+ * Starts the producer span of an enqueue of `count` jobs of one type into `queue` (null: a bulk
+ * into several queues, which names none), a child of the active context. The attributes go in at
+ * creation, where a sampler sees them.
  */
-export function startSend(tracer: Tracer, queue: string, jobType: string, count: number): Span {
-  const span = tracer.startSpan(`send ${queue}`, { kind: SpanKind.PRODUCER });
-  if (span.isRecording()) {
-    span.setAttributes({
-      'messaging.system': SYSTEM,
-      'messaging.operation.type': 'send',
-      'messaging.operation.name': 'send',
-      'messaging.destination.name': queue,
-      'skiplock.job.type': jobType,
-      ...(count === 1 ? {} : { 'messaging.batch.message_count': count }),
-    });
-  }
-  return span;
+export function startSend(
+  tracer: Tracer,
+  queue: string | null,
+  jobType: string,
+  count: number,
+): Span {
+  const attributes: Attributes = {
+    'messaging.system': SYSTEM,
+    'messaging.operation.type': 'send',
+    'messaging.operation.name': 'send',
+    'skiplock.job.type': jobType,
+  };
+  if (queue !== null) attributes['messaging.destination.name'] = queue;
+  if (count !== 1) attributes['messaging.batch.message_count'] = count;
+  return tracer.startSpan(queue === null ? 'send' : `send ${queue}`, {
+    kind: SpanKind.PRODUCER,
+    attributes,
+  });
 }
 
 /** Runs `work` inside `span` (its active context), then ends the span, recording a failure. */
@@ -174,22 +194,23 @@ export function startProcess(
 ): { span: Span; context: Context } {
   const producer = spanContextOf(job.traceParent, job.traceState);
   const parent = mode === 'continue' ? contextOf(producer) : ROOT_CONTEXT;
+  const attributes: Attributes = {
+    'messaging.system': SYSTEM,
+    'messaging.operation.type': 'process',
+    'messaging.operation.name': 'process',
+    'messaging.destination.name': job.queue,
+    'messaging.message.id': job.id,
+    'skiplock.job.type': job.type,
+    'skiplock.job.attempt': job.attempt,
+  };
   const span = tracer.startSpan(
     `process ${job.queue}`,
-    { kind: SpanKind.CONSUMER, ...(producer ? { links: [{ context: producer }] } : {}) },
+    {
+      kind: SpanKind.CONSUMER,
+      attributes,
+      ...(producer ? { links: [{ context: producer }] } : {}),
+    },
     parent,
   );
-  if (span.isRecording()) {
-    const attributes: Attributes = {
-      'messaging.system': SYSTEM,
-      'messaging.operation.type': 'process',
-      'messaging.operation.name': 'process',
-      'messaging.destination.name': job.queue,
-      'messaging.message.id': job.id,
-      'skiplock.job.type': job.type,
-      'skiplock.job.attempt': job.attempt,
-    };
-    span.setAttributes(attributes);
-  }
   return { span, context: trace.setSpan(parent, span) };
 }

@@ -351,6 +351,7 @@ export function createWorker(options: WorkerOptions): Worker {
           pool,
           logger,
           metrics,
+          tracing: options.tracing,
           schedules: options.schedules,
           ...(options.scheduler ?? {}),
         })

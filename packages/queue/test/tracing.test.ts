@@ -256,13 +256,89 @@ describe('OpenTelemetry traces', () => {
     const untraced = createClient({ pool: db.pool, logger: quiet });
     const { id } = await untraced.enqueue(def, {});
     expect(await traceColumns(id)).toEqual({ trace_parent: null, trace_state: null });
-    const off = createClient({ pool: db.pool, logger: quiet, tracing: false });
-    const second = await off.enqueue(def, {});
-    expect(await traceColumns(second.id)).toEqual({ trace_parent: null, trace_state: null });
-    const worker = testWorker(db.pool, [def], { queues: ['trace-off'], tracing: false });
-    expect(await worker.runOnce()).toBe(2);
-    expect(otel.spans()).toEqual([]);
+    const worker = testWorker(db.pool, [def], { queues: ['trace-off'] });
+    expect(await worker.runOnce()).toBe(1);
     await worker.stop();
+    // Now an SDK is registered globally: the defaults record, `tracing: false` still does not.
+    trace.setGlobalTracerProvider(otel.tracerProvider);
+    try {
+      const traced = createClient({ pool: db.pool, logger: quiet });
+      const off = createClient({ pool: db.pool, logger: quiet, tracing: false });
+      const recorded = await traced.enqueue(def, {});
+      expect((await traceColumns(recorded.id)).trace_parent).toMatch(/^00-/);
+      expect(byName('send trace-off')).toHaveLength(1);
+      otel.reset();
+      const second = await off.enqueue(def, {});
+      expect(await traceColumns(second.id)).toEqual({ trace_parent: null, trace_state: null });
+      const offWorker = testWorker(db.pool, [def], { queues: ['trace-off'], tracing: false });
+      expect(await offWorker.runOnce()).toBe(2);
+      await offWorker.stop();
+      expect(otel.spans()).toEqual([]);
+    } finally {
+      trace.disable();
+    }
+  });
+
+  it('a debounced enqueue stores its own context on the job it replaces', async () => {
+    otel.reset();
+    const def = defineJob({
+      type: 'trace-debounce',
+      queue: 'trace-debounce',
+      payload: z.object({ n: z.number() }),
+      singletonKey: () => 'one',
+      singletonMode: 'replace',
+      handler: () => {},
+    });
+    const first = await client.enqueue(def, { n: 1 }, { delayMs: 60_000 });
+    const second = await client.enqueue(def, { n: 2 }, { delayMs: 60_000 });
+    expect(second.id).toBe(first.id);
+    const sends = byName('send trace-debounce');
+    expect(sends).toHaveLength(2);
+    expect((await traceColumns(first.id)).trace_parent).toBe(
+      traceparentOf(sends[1]!.spanContext()),
+    );
+  });
+
+  it('a bulk with options per job, into two queues, is one span named send with no destination', async () => {
+    otel.reset();
+    const def = defineJob({
+      type: 'trace-mixed',
+      queue: 'trace-mixed-a',
+      payload: z.object({ n: z.number() }),
+      handler: () => {},
+    });
+    const ids = await client.enqueueMany(def, [
+      { payload: { n: 1 }, priority: 3 },
+      { payload: { n: 2 }, queue: 'trace-mixed-b' },
+    ]);
+    const [send] = byName('send');
+    expect(send!.attributes['messaging.destination.name']).toBeUndefined();
+    expect(send!.attributes['messaging.batch.message_count']).toBe(2);
+    for (const { id } of ids) {
+      expect((await traceColumns(id)).trace_parent).toBe(traceparentOf(send!.spanContext()));
+    }
+  });
+
+  it('an enqueue that fails marks its span failed', async () => {
+    otel.reset();
+    const def = defineJob({
+      type: 'trace-broken',
+      queue: 'trace-broken',
+      payload: z.object({}),
+      handler: () => {},
+    });
+    const tx = await db.pool.connect();
+    try {
+      await tx.query('BEGIN');
+      await tx.query('SELECT 1/0').catch(() => {});
+      await expect(client.enqueue(def, {}, { tx })).rejects.toThrow(/aborted/);
+      await tx.query('ROLLBACK');
+    } finally {
+      tx.release();
+    }
+    const [send] = byName('send trace-broken');
+    expect(send!.status.code).toBe(SpanStatusCode.ERROR);
+    expect(send!.status.message).toMatch(/aborted/);
   });
 
   it('a stored traceparent reads back; a malformed one reads as no context', () => {

@@ -38,7 +38,7 @@ export function startSagaSpan(
   tracer: Tracer,
   saga: Omit<TracedSaga, 'trace_parent' | 'trace_state'>,
 ): Span {
-  const span = tracer.startSpan(`start ${saga.name}`, { kind: SpanKind.PRODUCER });
+  const span = tracer.startSpan(`start ${saga.name}`, { kind: SpanKind.INTERNAL });
   if (span.isRecording()) span.setAttributes(attributesOf(saga));
   return span;
 }
@@ -47,7 +47,7 @@ export function startSagaSpan(
  * Runs `work` in a span of the saga's own trace (a child of its start span), linked to the span
  * active at the call (a request that sent a signal, a job whose dead hook this is).
  */
-export function inSagaTrace<T>(
+export function inSagaTrace<T extends string>(
   tracer: Tracer | null,
   saga: TracedSaga,
   name: string,
@@ -65,7 +65,10 @@ export function inSagaTrace<T>(
     contextOf(start),
   );
   if (span.isRecording()) span.setAttributes(attributesOf(saga));
-  return inSpan(span, work);
+  // What the saga did (a transition: `compensating`, `advanced`...) goes on this span.
+  return inSpan(span, work, (done, value) => {
+    if (typeof value === 'string') done.setAttribute('skiplock.saga.transition', value);
+  });
 }
 
 /** Runs one step, compensation or timeout job of a saga in a span of its own, under its run. */

@@ -19,7 +19,10 @@ afterEach(async () => {
   }
 });
 
-async function traced(sagas: Parameters<typeof createSagaRuntime>[0]['sagas']) {
+async function traced(
+  sagas: Parameters<typeof createSagaRuntime>[0]['sagas'],
+  workerTracing: false | typeof otel.tracing = otel.tracing,
+) {
   const runtime = createSagaRuntime({
     pool: db.pool,
     sagas,
@@ -34,7 +37,7 @@ async function traced(sagas: Parameters<typeof createSagaRuntime>[0]['sagas']) {
     pollIntervalMs: 20,
     sweeper: false,
     retention: false,
-    tracing: otel.tracing,
+    tracing: workerTracing,
   });
   await worker.start();
   running.push({ worker, runtime });
@@ -111,6 +114,8 @@ describe('OpenTelemetry traces of a saga', () => {
       'skiplock.saga.transition': 'advanced',
     });
     expect(byName('compensate reserve').attributes['skiplock.saga.transition']).toBe('compensated');
+    // The failed step's job died; its hook's span says what the saga did then.
+    expect(byName('dead charge').attributes['skiplock.saga.transition']).toBe('compensating');
     // The compensation began after the failed step ended.
     const at = (t: [number, number]) => t[0] * 1e9 + t[1];
     expect(at(byName('compensate reserve').startTime)).toBeGreaterThanOrEqual(
@@ -141,6 +146,21 @@ describe('OpenTelemetry traces of a saga', () => {
     expect(spans.map((s) => s.name)).toEqual(
       expect.arrayContaining(['step request', 'step approved', 'step apply']),
     );
+  });
+
+  it('with an untraced worker the steps still join the saga trace, with no process spans', async () => {
+    otel.reset();
+    const runtime = await traced([order], false);
+    await runtime.start(order, { id: 'traced-4', input: { fail: false } });
+    expect((await settled(runtime, 'traced-4')).status).toBe('completed');
+    const spans = await waitForSpans('traced-4', ['step reserve', 'step charge']);
+    const start = spans.find((s) => s.name === 'start traced-order')!;
+    for (const span of spans) {
+      expect(span.spanContext().traceId).toBe(start.spanContext().traceId);
+    }
+    expect(otel.spans().filter((s) => s.name.startsWith('process'))).toEqual([]);
+    // Each step is a child of the send span that enqueued its job.
+    expect(parentOf(spans.find((s) => s.name === 'step charge')!)?.name).toBe('send sagas');
   });
 
   it('a cancel is a span of the saga trace, and the compensation it starts follows it', async () => {

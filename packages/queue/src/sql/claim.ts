@@ -24,10 +24,7 @@ export interface ClaimedRow {
    * matter). Missing on rows that admission or a hand-off leased: they count from their lease.
    */
   lag_seconds?: number;
-  /**
-   * The enqueue's span context (see tracing.ts). Missing on rows that admission leased: their
-   * runs start a trace with no link.
-   */
+  /** The enqueue's span context (see tracing.ts), on claimed, handed-off and admitted rows. */
   trace_parent?: string | null;
   trace_state?: string | null;
 }

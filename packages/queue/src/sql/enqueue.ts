@@ -337,13 +337,16 @@ export function insertSingletonKeep(row: SingletonRow): Statement {
   };
 }
 
-// Debounce: the queued job with the key takes the new payload, priority and run time. The arbiter
+// Debounce: the queued job with the key takes the new payload, priority and run time, and the
+// new enqueue's trace context (its run does what the newest enqueue asked). The arbiter
 // is the index the row's own rule lives in; a running job (with `singleton_running`) is left
 // alone, and then no row comes back.
 const replaceClause = (arbiter: string, guard: string) => `
 ON CONFLICT (queue, singleton_key) WHERE ${arbiter}
 DO UPDATE SET payload = excluded.payload, priority = excluded.priority,
-              run_at = excluded.run_at, max_attempts = excluded.max_attempts, updated_at = now()
+              run_at = excluded.run_at, max_attempts = excluded.max_attempts,
+              trace_parent = excluded.trace_parent, trace_state = excluded.trace_state,
+              updated_at = now()
    ${guard}
 RETURNING id::text AS id, (xmax = 0) AS inserted`;
 
@@ -363,12 +366,12 @@ const INSERT_SINGLETON_REPLACE_RUNNING = `${SINGLETON_COLUMNS}${replaceClause(
 export function insertSingletonReplace(row: SingletonRow): Statement {
   return row.singleton.running
     ? {
-        name: 'skiplock_insert_singleton_replace_running_v3',
+        name: 'skiplock_insert_singleton_replace_running_v4',
         text: INSERT_SINGLETON_REPLACE_RUNNING,
         values: singletonValues(row),
       }
     : {
-        name: 'skiplock_insert_singleton_replace_v4',
+        name: 'skiplock_insert_singleton_replace_v5',
         text: INSERT_SINGLETON_REPLACE,
         values: singletonValues(row),
       };
