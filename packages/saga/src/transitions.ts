@@ -164,7 +164,7 @@ export async function moveOnAfter(
 }
 
 /** Parks the saga on a wait step; a timeout job ends the wait at its timeout or the deadline. */
-export async function enterWaiting(
+export function enterWaiting(
   e: Engine,
   tx: Queryable,
   entry: SagaEntry,
@@ -172,22 +172,7 @@ export async function enterWaiting(
   index: number,
   attempt?: AttemptMark,
 ): Promise<Transition> {
-  const spec = entry.steps[index]!;
-  await e.sql(
-    tx,
-    settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status: 'waiting', attempt }),
-  );
-  await e.sql(tx, setSagaStatus(saga.id, 'waiting'));
-  const limits = [spec.wait?.timeoutMs ?? null, saga.pivoted ? null : saga.deadline_left_ms];
-  const delays = limits.filter((l): l is number => l !== null);
-  const timeoutJob = entry.timeoutJobs[index];
-  if (delays.length > 0 && timeoutJob) {
-    const delayMs = Math.max(0, Math.ceil(Math.min(...delays)) + 1);
-    const key = timeoutKey(saga.id, spec.name);
-    const jobId = await enqueue(e, tx, timeoutJob, saga.id, key, delayMs);
-    if (typeof jobId !== 'string') return failForeign(e, tx, saga.id, spec.name, jobId);
-  }
-  return 'waiting';
+  return park(e, tx, entry, saga, index, entry.steps[index]!.wait?.timeoutMs ?? null, attempt);
 }
 
 /**
@@ -195,7 +180,7 @@ export async function enterWaiting(
  * then, or at the deadline when that comes first and the saga can still compensate. Nothing else
  * holds the sleep: no worker, no connection, no timer.
  */
-export async function enterSleep(
+export function enterSleep(
   e: Engine,
   tx: Queryable,
   entry: SagaEntry,
@@ -204,18 +189,38 @@ export async function enterSleep(
   delayMs: number,
   attempt?: AttemptMark,
 ): Promise<Transition> {
+  return park(e, tx, entry, saga, index, delayMs, attempt);
+}
+
+/**
+ * The saga waits on step `index`: its timeout job (a sleep's wake job) is due after `limitMs` or
+ * at the deadline, whichever comes first, the deadline only while the saga can still compensate.
+ * With neither, no job: only a signal ends the wait.
+ */
+async function park(
+  e: Engine,
+  tx: Queryable,
+  entry: SagaEntry,
+  saga: SagaRow,
+  index: number,
+  limitMs: number | null,
+  attempt: AttemptMark | undefined,
+): Promise<Transition> {
   const spec = entry.steps[index]!;
   await e.sql(
     tx,
     settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status: 'waiting', attempt }),
   );
   await e.sql(tx, setSagaStatus(saga.id, 'waiting'));
-  const deadline =
-    saga.pivoted || saga.deadline_left_ms === null ? null : saga.deadline_left_ms + 1;
-  const wakeMs = Math.max(0, Math.ceil(deadline === null ? delayMs : Math.min(delayMs, deadline)));
-  const key = timeoutKey(saga.id, spec.name);
-  const jobId = await enqueue(e, tx, entry.timeoutJobs[index]!, saga.id, key, wakeMs);
-  if (typeof jobId !== 'string') return failForeign(e, tx, saga.id, spec.name, jobId);
+  const limits = [limitMs, saga.pivoted ? null : saga.deadline_left_ms];
+  const delays = limits.filter((l): l is number => l !== null);
+  const timeoutJob = entry.timeoutJobs[index];
+  if (delays.length > 0 && timeoutJob) {
+    const delayMs = Math.max(0, Math.ceil(Math.min(...delays)) + 1);
+    const key = timeoutKey(saga.id, spec.name);
+    const jobId = await enqueue(e, tx, timeoutJob, saga.id, key, delayMs);
+    if (typeof jobId !== 'string') return failForeign(e, tx, saga.id, spec.name, jobId);
+  }
   return 'waiting';
 }
 
