@@ -93,7 +93,11 @@ export interface WaitOptions<S extends StandardSchemaV1> {
    * the step's output is the schema's output.
    */
   payload: S;
-  /** Counts as a failure of the step (the saga compensates) if no signal arrives in time. */
+  /**
+   * Counts as a failure of the step if no signal arrives in time: before the pivot the saga
+   * compensates; after it the saga ends `failed` (logged at error level, reason
+   * `wait_expired_after_pivot`), and `retryFailed` puts it back to waiting.
+   */
   timeoutMs?: number | undefined;
 }
 
@@ -315,10 +319,13 @@ function build(
           `wait step "${name}": timeoutMs must be a positive integer`,
         );
       }
+      // After the pivot a wait can no longer compensate: its timeout recovers forward (the saga
+      // ends `failed` for an operator, who may retry it into waiting again).
+      const barrier = steps.some((s) => s.role === 'pivot' || s.role === 'retriable');
       return add({
         name,
         index: steps.length,
-        role: 'plain',
+        role: barrier ? 'retriable' : 'plain',
         waits: true,
         run: null,
         compensate: null,

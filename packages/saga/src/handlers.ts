@@ -383,6 +383,12 @@ async function runTimeout(
   if (!wait) {
     const saga = { id: data.sagaId, name: entry.def.name, version: entry.def.version };
     report(e, saga, spec.name, transition);
+  } else if (transition === 'failed') {
+    // A wait after the pivot: no compensation can follow; an operator must act.
+    e.logger.error(
+      { sagaId: data.sagaId, step: spec.name, reason: 'wait_expired_after_pivot' },
+      'wait timed out after the pivot; the saga failed and needs an operator',
+    );
   } else if (transition !== 'stale') {
     e.logger.warn(
       { sagaId: data.sagaId, step: spec.name, reason: 'signal_timeout' },

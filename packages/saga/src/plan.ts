@@ -15,7 +15,7 @@ export type StepRole = 'compensatable' | 'plain' | 'pivot' | 'retriable';
 export interface PlannedStep {
   name: string;
   role: StepRole;
-  /** Wait steps may not follow the pivot: a signal timeout there could not be compensated. */
+  /** A wait for a signal (after the pivot it takes the role `retriable`). */
   waits: boolean;
 }
 
@@ -41,9 +41,6 @@ export function orderProblem(before: readonly PlannedStep[], next: PlannedStep):
     barrier.role === 'pivot' ? `the pivot "${barrier.name}"` : `retriable step "${barrier.name}"`;
   if (next.role === 'compensatable') {
     return `step "${next.name}" has compensate but comes after ${what}; after it the saga can no longer compensate`;
-  }
-  if (next.waits) {
-    return `wait step "${next.name}" comes after ${what}; its timeout could no longer be compensated`;
   }
   return `step "${next.name}" comes after ${what}; mark it \`retriable: true\` (steps there are retried until they succeed)`;
 }

@@ -50,7 +50,7 @@ import {
   type SagaRow,
   type StartConflictRow,
 } from './sql/sagas.js';
-import { consumeSignal, insertSignal } from './sql/signals.js';
+import { consumeSignal, insertSignal, selectSignal } from './sql/signals.js';
 import { selectHistory, settleStep, type HistoryRow } from './sql/steps.js';
 import { issuesAt, storedJsonIssues, validate } from './standard.js';
 import {
@@ -475,7 +475,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       const result = await ownTransaction(async (tx): Promise<RetryResult> => {
         const saga = await lock(tx, sagaId);
         if (saga.status !== 'failed') return { retried: false, reason: 'not_failed' };
-        entryOf(saga.name, saga.version);
+        const entry = entryOf(saga.name, saga.version);
         const { rows } = await engine.sql<HistoryRow>(tx, selectHistory(sagaId));
         const failed = [...rows].reverse().find((r) => r.status === 'failed');
         // A step before the pivot that failed made the saga compensate, not fail: a failed saga
@@ -484,6 +484,26 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           return { retried: false, reason: 'no_failed_step' };
         }
         const { step, kind } = failed;
+        const spec = entry.steps.find((s) => s.name === step);
+        if (kind === 'step' && spec?.wait) {
+          // A wait after the pivot that timed out: back to waiting (with no timeout now), and
+          // on at once if its signal arrived while the saga was failed.
+          await engine.sql(
+            tx,
+            reopenSaga({ id: sagaId, status: 'waiting', step, kind, jobId: failed.job_id }),
+          );
+          const { rows: arrived } = await runSql<{ payload: unknown }>(
+            tx,
+            selectSignal(sagaId, spec.wait.signal),
+          );
+          const parsed = arrived[0] && (await validate(spec.wait.payload, arrived[0].payload));
+          if (parsed && !parsed.issues) {
+            await runSql(tx, consumeSignal(sagaId, spec.wait.signal));
+            const output = JSON.parse(JSON.stringify(parsed.value ?? null)) as unknown;
+            await advanceAfter(engine, tx, entry, await lock(tx, sagaId), spec.index, output);
+          }
+          return { retried: true, step, kind };
+        }
         if (!(await client.retryJob(failed.job_id, { tx }))) {
           return { retried: false, step, kind, reason: 'job_gone' };
         }

@@ -53,12 +53,13 @@ describe('step order is checked when the saga is defined', () => {
       /step "x" comes after the pivot "p"; mark it `retriable: true`/,
     ],
     [
-      'a wait after the pivot',
+      'a plain step after a wait after the pivot',
       () =>
         base()
           .step('p', { run, pivot: true })
-          .waitFor('w', { payload: z.object({}), timeoutMs: 5 }),
-      /wait step "w" comes after the pivot "p"/,
+          .waitFor('w', { payload: z.object({}), timeoutMs: 5 })
+          .step('x', { run }),
+      /step "x" comes after the pivot "p"; mark it `retriable: true`/,
     ],
     [
       'a pivot with compensate',

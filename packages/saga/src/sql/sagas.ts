@@ -191,19 +191,22 @@ export function finishSaga(id: string, status: SagaStatus, error: string | null 
 /**
  * Reopens a `failed` saga at the step or compensation that failed it, for an operator's retry:
  * the history row goes back to `pending` (its error and finish time cleared, its attempts kept)
- * and the saga points at it again, running or compensating, no longer finished.
+ * and the saga points at it again, running or compensating, no longer finished. A wait after the
+ * pivot whose timeout failed the saga goes back to `waiting` instead.
  */
 export function reopenSaga(p: {
   id: string;
-  status: 'running' | 'compensating';
+  status: 'running' | 'compensating' | 'waiting';
   step: string;
   kind: SagaStepKind;
   jobId: string;
 }) {
+  const history = p.status === 'waiting' ? 'waiting' : 'pending';
   return sql`
     WITH history AS (
       UPDATE skiplock.saga_steps
-      SET status = 'pending', error = NULL, finished_at = NULL, updated_at = now()
+      SET status = ${history}::skiplock.saga_step_status, error = NULL, finished_at = NULL,
+          updated_at = now()
       WHERE saga_id = ${p.id} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
     )
     UPDATE skiplock.sagas

@@ -1,0 +1,117 @@
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineSaga, sagaGraph } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { fast, settled, startSagas, timeline } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+/** Log lines as objects, for the `reason` codes. */
+function capture() {
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino(
+    { level: 'info' },
+    { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
+  );
+  return { logger, lines };
+}
+
+const refunds: string[] = [];
+const shipped: string[] = [];
+
+// Charge the card (the pivot), then wait for the warehouse to confirm, then ship.
+const order = defineSaga({ name: 'paid-then-wait', version: 1, input: z.object({}) })
+  .step('reserve', { ...fast, run: () => 1, compensate: (ctx) => void refunds.push(ctx.sagaId) })
+  .step('charge', { ...fast, pivot: true, run: () => ({ chargeId: 'ch_1' }) })
+  .waitFor('packed', { payload: z.object({ box: z.string() }), timeoutMs: 300 })
+  .step('ship', {
+    ...fast,
+    retriable: true,
+    run: (ctx) => {
+      shipped.push(ctx.sagaId);
+      return { box: ctx.steps.packed.box, charge: ctx.steps.charge.chargeId };
+    },
+  });
+
+describe('a wait after the pivot', () => {
+  it('is allowed, as a step that only goes forward', () => {
+    expect(order.steps.map((s) => [s.name, s.role])).toEqual([
+      ['reserve', 'compensatable'],
+      ['charge', 'pivot'],
+      ['packed', 'retriable'],
+      ['ship', 'retriable'],
+    ]);
+    // No failure edge leaves it: nothing after the pivot compensates.
+    expect(sagaGraph(order)).not.toMatch(/s2 -\./);
+  });
+
+  it('goes on when its signal comes in time', async () => {
+    const { runtime } = await startSagas(db.pool, [order]);
+    await runtime.start(order, { id: 'wp-ok', input: {} });
+    await settled(runtime, 'wp-ok', ['waiting']);
+    await runtime.signal('wp-ok', 'packed', { box: 'b1' });
+    const done = await settled(runtime, 'wp-ok');
+    expect(done.status).toBe('completed');
+    expect(timeline(done)).toEqual([
+      'reserve:completed',
+      'charge:completed',
+      'packed:completed',
+      'ship:completed',
+    ]);
+  });
+
+  it('on timeout fails the saga for an operator, alerts, and never compensates', async () => {
+    const { logger, lines } = capture();
+    const { runtime } = await startSagas(db.pool, [order], { logger });
+    await runtime.start(order, { id: 'wp-late', input: {} });
+    const failed = await settled(runtime, 'wp-late');
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toContain('after the pivot');
+    expect(failed.error).toContain('signal "packed" did not arrive within 300 ms');
+    expect(refunds).not.toContain('wp-late');
+    expect(timeline(failed)).toEqual(['reserve:completed', 'charge:completed', 'packed:failed']);
+    const alert = lines.find((l) => l.reason === 'wait_expired_after_pivot');
+    expect(alert).toMatchObject({ level: 50, sagaId: 'wp-late', step: 'packed' });
+  });
+
+  it("an operator's retry puts it back to waiting, and the signal then finishes it", async () => {
+    const { runtime } = await startSagas(db.pool, [order]);
+    await runtime.start(order, { id: 'wp-retry', input: {} });
+    expect((await settled(runtime, 'wp-retry')).status).toBe('failed');
+    expect(await runtime.retryFailed('wp-retry')).toEqual({
+      retried: true,
+      step: 'packed',
+      kind: 'step',
+    });
+    const waiting = await runtime.getSaga('wp-retry');
+    expect(waiting!.status).toBe('waiting');
+    expect(waiting!.error).toBeNull();
+    expect(timeline(waiting!)).toEqual(['reserve:completed', 'charge:completed', 'packed:waiting']);
+    // After the retry the wait has no timeout: it waits for the operator's signal, for good.
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await runtime.getSaga('wp-retry'))!.status).toBe('waiting');
+    await runtime.signal('wp-retry', 'packed', { box: 'b2' });
+    const done = await settled(runtime, 'wp-retry');
+    expect(done.status).toBe('completed');
+    expect(shipped.filter((s) => s === 'wp-retry')).toHaveLength(1);
+  });
+
+  it('a signal that came while the saga was failed is taken by the retry at once', async () => {
+    const { runtime } = await startSagas(db.pool, [order]);
+    await runtime.start(order, { id: 'wp-early', input: {} });
+    expect((await settled(runtime, 'wp-early')).status).toBe('failed');
+    expect(await runtime.signal('wp-early', 'packed', { box: 'b3' })).toEqual({
+      delivered: true,
+      resumed: false,
+    });
+    expect((await runtime.retryFailed('wp-early')).retried).toBe(true);
+    const done = await settled(runtime, 'wp-early');
+    expect(done.status).toBe('completed');
+    expect(done.history.find((h) => h.step === 'ship')!.output).toEqual({
+      box: 'b3',
+      charge: 'ch_1',
+    });
+    expect(refunds).not.toContain('wp-early');
+  });
+});
