@@ -67,3 +67,13 @@ export async function settled(
 export function timeline(saga: SagaView): string[] {
   return saga.history.map((h) => `${h.kind === 'step' ? '' : 'undo '}${h.step}:${h.status}`);
 }
+
+/** A logger that keeps its lines as objects, for tests of `reason` codes. */
+export function captureLogs() {
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino(
+    { level: 'info' },
+    { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
+  );
+  return { logger, lines };
+}

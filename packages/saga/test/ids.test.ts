@@ -1,11 +1,10 @@
 import { createClient, createWorker, defineJob } from '@skiplock/queue';
-import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createSagaRuntime, defineSaga, SagaValidationError } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { fast, settled, silent, startSagas, timeline } from './fixtures.js';
+import { captureLogs, fast, settled, silent, startSagas, timeline } from './fixtures.js';
 
 const db = await useTestDatabase();
 
@@ -31,16 +30,6 @@ const order = defineSaga({ name: 'ids', version: 1, input: z.object({ fail: z.bo
       return 1;
     },
   });
-
-/** Log lines as objects, for the `reason` codes. */
-function capture() {
-  const lines: Record<string, unknown>[] = [];
-  const logger = pino(
-    { level: 'info' },
-    { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
-  );
-  return { logger, lines };
-}
 
 describe('saga ids in job keys', () => {
   it("keeps saga K's compensation apart from saga K:compensate's step (collided before)", async () => {
@@ -111,7 +100,7 @@ describe('saga ids in job keys', () => {
   });
 
   it("fails a saga loudly when its next job's key is held by a job that is not its own", async () => {
-    const { logger, lines } = capture();
+    const { logger, lines } = captureLogs();
     // An application job in the saga's queue that took the key of F's compensation.
     const squatter = defineJob({
       type: 'squatter',
@@ -142,7 +131,7 @@ describe('a wait whose timeout job dies', () => {
     const saga = defineSaga({ name: 'patient', version: 1, input: z.object({}) })
       .step('hold', { ...fast, run: () => 1, compensate: (ctx) => void released.push(ctx.sagaId) })
       .waitFor('answer', { payload: z.object({ ok: z.boolean() }), timeoutMs: 60_000 });
-    const { logger, lines } = capture();
+    const { logger, lines } = captureLogs();
     const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger });
     await runtime.reconciler.stop();
     // The worker's own sweeper, which knows the saga's job types (not started: driven by hand).

@@ -1,21 +1,10 @@
-import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineSaga, sagaGraph } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { fast, settled, startSagas, timeline } from './fixtures.js';
+import { captureLogs, fast, settled, startSagas, timeline } from './fixtures.js';
 
 const db = await useTestDatabase();
-
-/** Log lines as objects, for the `reason` codes. */
-function capture() {
-  const lines: Record<string, unknown>[] = [];
-  const logger = pino(
-    { level: 'info' },
-    { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
-  );
-  return { logger, lines };
-}
 
 const refunds: string[] = [];
 const shipped: string[] = [];
@@ -62,7 +51,7 @@ describe('a wait after the pivot', () => {
   });
 
   it('on timeout fails the saga for an operator, alerts, and never compensates', async () => {
-    const { logger, lines } = capture();
+    const { logger, lines } = captureLogs();
     const { runtime } = await startSagas(db.pool, [order], { logger });
     await runtime.start(order, { id: 'wp-late', input: {} });
     const failed = await settled(runtime, 'wp-late');
