@@ -288,6 +288,11 @@ async function runWait(
   const transition = await job.completeWith(async (tx) => {
     const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
+    // A cancel that came while this job ran: compensate now, not after the wait.
+    if (locked.cancel_requested && !locked.pivoted) {
+      const ended = handingOff(e, job);
+      return failStep(ended, tx, entry, locked, spec.index, 'cancelled', 'cancelled', attempt());
+    }
     const { rows } = await e.sql<{ payload: unknown }>(tx, selectSignal(saga.id, wait.signal));
     if (!rows[0]) return enterWaiting(e, tx, entry, locked, spec.index, attempt());
     const parsed = await validate(wait.payload, rows[0].payload);
@@ -330,6 +335,14 @@ async function runSleep(
   attempt: () => AttemptMark,
 ) {
   const sleep = spec.sleep!;
+  await e.faults?.({
+    sagaId: saga.id,
+    sagaName: entry.def.name,
+    step: spec.name,
+    kind: 'step',
+    attempt: job.job.attempt,
+    phase: 'before',
+  });
   let delayMs = sleep.ms ?? 0;
   if (sleep.until) {
     const until = sleep.until({
@@ -347,6 +360,11 @@ async function runSleep(
   const transition = await job.completeWith(async (tx) => {
     const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
+    // A cancel that came while this job ran: compensate now, not after the sleep.
+    if (locked.cancel_requested && !locked.pivoted) {
+      const ended = handingOff(e, job);
+      return failStep(ended, tx, entry, locked, spec.index, 'cancelled', 'cancelled', attempt());
+    }
     if (delayMs <= 0) {
       return advanceAfter(handingOff(e, job), tx, entry, locked, spec.index, null, attempt());
     }
@@ -363,9 +381,11 @@ async function runTimeout(
   job: JobContext,
 ) {
   const wait = spec.wait;
+  let afterPivot = false;
   const transition = await job.completeWith(async (tx) => {
     const locked = (await e.sql<SagaRow>(tx, lockSaga(data.sagaId))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['waiting'])) return 'stale' as const;
+    afterPivot = locked.pivoted;
     const pastDeadline =
       !locked.pivoted && locked.deadline_left_ms !== null && locked.deadline_left_ms <= 0;
     // A sleep's wake job: the sleep is over, unless it was woken by the deadline.
@@ -380,15 +400,16 @@ async function runTimeout(
       : `signal "${wait.signal}" did not arrive within ${wait.timeoutMs} ms`;
     return failStep(handingOff(e, job), tx, entry, locked, spec.index, reason);
   });
+  const saga = { id: data.sagaId, name: entry.def.name, version: entry.def.version };
   if (!wait) {
-    const saga = { id: data.sagaId, name: entry.def.name, version: entry.def.version };
     report(e, saga, spec.name, transition);
-  } else if (transition === 'failed') {
+  } else if (afterPivot && transition === 'failed') {
     // A wait after the pivot: no compensation can follow; an operator must act.
     e.logger.error(
-      { sagaId: data.sagaId, step: spec.name, reason: 'wait_expired_after_pivot' },
+      { sagaId: saga.id, saga: saga.name, step: spec.name, reason: 'wait_expired_after_pivot' },
       'wait timed out after the pivot; the saga failed and needs an operator',
     );
+    report(e, saga, spec.name, transition);
   } else if (transition !== 'stale') {
     e.logger.warn(
       { sagaId: data.sagaId, step: spec.name, reason: 'signal_timeout' },
@@ -508,12 +529,18 @@ async function timeoutDead(
   if (!isCurrent(saga, spec.name, 'step', ['waiting'])) return;
   const what = spec.wait ? `timeout job of signal "${spec.wait.signal}"` : 'wake job of the sleep';
   const error = `${what} died (${info.reason}): ${info.error}`;
+  // After the pivot a sleep whose wake job died only ends early: the saga goes on.
+  const onward = saga.pivoted && spec.sleep !== null;
   e.logger.warn(
     { sagaId: saga.id, step: spec.name, reason: 'timeout_job_dead', jobId: info.id },
-    spec.wait ? 'wait timeout job died; the wait fails' : 'sleep wake job died; the sleep fails',
+    spec.wait
+      ? 'wait timeout job died; the wait fails'
+      : `sleep wake job died; the sleep ${onward ? 'ends' : 'fails'}`,
   );
   const transition = await inSagaTrace(e.tracer, saga, `dead ${spec.name}`, () =>
-    failStep(e, tx, entry, saga, spec.index, error),
+    onward
+      ? advanceAfter(e, tx, entry, saga, spec.index, null)
+      : failStep(e, tx, entry, saga, spec.index, error),
   );
   report(e, saga, spec.name, transition);
 }

@@ -18,7 +18,7 @@ import {
   type WaitingSagaRow,
 } from './sql/reconcile.js';
 import { settleStep } from './sql/steps.js';
-import { failSaga, failStep, OUTCOMES, type Transition } from './transitions.js';
+import { advanceAfter, failSaga, failStep, OUTCOMES, type Transition } from './transitions.js';
 
 export interface ReconcileResult {
   /** False when another process held the reconciler lock, so this pass did nothing. */
@@ -132,9 +132,11 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       const spec = entry?.steps[index];
       const timeoutJob = entry?.timeoutJobs[index];
       // The same condition under which entering the wait enqueued its timeout job; a sleep
-      // always has its wake job.
+      // always has its wake job. A wait after the pivot is left alone: failing it would undo
+      // nothing, and one an operator retried waits on purpose with no timeout job.
       const timed =
-        spec?.sleep != null || spec?.wait?.timeoutMs != null || (!row.pivoted && row.has_deadline);
+        spec?.sleep != null ||
+        (!row.pivoted && (spec?.wait?.timeoutMs != null || row.has_deadline));
       if (!timeoutJob || !timed) continue;
       expected.push({ row, index, queue: timeoutJob.queue, key: timeoutKey(row.id, spec!.name) });
     }
@@ -148,8 +150,12 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
         : `timeout job ${key} no longer exists`;
       const saga = (await runSql<SagaRow>(tx, lockSaga(row.id))).rows[0]!;
       const entry = e.entries.get(entryKey(row.name, row.version))!;
+      // After the pivot a sleep whose wake job is lost only ends early: the saga goes on.
+      const onward = saga.pivoted && entry.steps[index]!.sleep !== null;
       const transition = await inSagaTrace(e.tracer, saga, `reconcile ${row.current_step}`, () =>
-        failStep(e, tx, entry, saga, index, why),
+        onward
+          ? advanceAfter(e, tx, entry, saga, index, null)
+          : failStep(e, tx, entry, saga, index, why),
       );
       if (OUTCOMES.has(transition)) {
         e.metrics.outcomes.inc({ saga: row.name, step: row.current_step, outcome: transition });

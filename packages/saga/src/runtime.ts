@@ -130,16 +130,21 @@ export interface CancelResult {
 }
 
 export interface RetryResult {
-  /** True when the failed step's (or compensation's) job runs again and the saga goes on. */
+  /**
+   * True when the failed step's (or compensation's) job runs again and the saga goes on; for a
+   * wait after the pivot that timed out: the saga waits again (with no timeout), or goes on at
+   * once with a signal that arrived meanwhile.
+   */
   retried: boolean;
   step?: string | undefined;
   kind?: SagaStepKind | undefined;
   /**
    * Why nothing was retried: `not_failed` (the saga is not `failed`), `no_failed_step` (it failed
    * for another reason: no worker knew its version, or a foreign job held its key), `job_gone`
-   * (retention removed the dead job, or it is no longer dead).
+   * (retention removed the dead job, or it is no longer dead), `invalid_signal` (the wait's stored
+   * signal no longer passes its schema: the definition changed without a new version).
    */
-  reason?: 'not_failed' | 'no_failed_step' | 'job_gone' | undefined;
+  reason?: 'not_failed' | 'no_failed_step' | 'job_gone' | 'invalid_signal' | undefined;
 }
 
 export interface SagaRuntime {
@@ -488,16 +493,17 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         if (kind === 'step' && spec?.wait) {
           // A wait after the pivot that timed out: back to waiting (with no timeout now), and
           // on at once if its signal arrived while the saga was failed.
-          await engine.sql(
-            tx,
-            reopenSaga({ id: sagaId, status: 'waiting', step, kind, jobId: failed.job_id }),
-          );
           const { rows: arrived } = await runSql<{ payload: unknown }>(
             tx,
             selectSignal(sagaId, spec.wait.signal),
           );
           const parsed = arrived[0] && (await validate(spec.wait.payload, arrived[0].payload));
-          if (parsed && !parsed.issues) {
+          if (parsed?.issues) return { retried: false, step, kind, reason: 'invalid_signal' };
+          await engine.sql(
+            tx,
+            reopenSaga({ id: sagaId, status: 'waiting', step, kind, jobId: failed.job_id }),
+          );
+          if (parsed) {
             await runSql(tx, consumeSignal(sagaId, spec.wait.signal));
             const output = JSON.parse(JSON.stringify(parsed.value ?? null)) as unknown;
             await advanceAfter(engine, tx, entry, await lock(tx, sagaId), spec.index, output);

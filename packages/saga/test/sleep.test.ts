@@ -1,7 +1,13 @@
 import { createWorker } from '@skiplock/queue';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createSagaRuntime, defineSaga, sagaGraph, SagaDefinitionError } from '../src/index.js';
+import {
+  createSagaRuntime,
+  defineSaga,
+  sagaGraph,
+  SagaDefinitionError,
+  type SagaRuntime,
+} from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { fast, settled, silent, startSagas, timeline } from './fixtures.js';
@@ -104,6 +110,32 @@ describe('durable sleep', () => {
     expect((await runtime.getSaga('nap-cancel'))!.status).toBe('cancelled');
   });
 
+  it('a cancel that lands while the sleep step runs compensates at once, not at the wake time', async () => {
+    const hourly = defineSaga({ name: 'hour-cancel', version: 1, input: z.object({}) })
+      .step('open', {
+        ...fast,
+        run: () => 1,
+        compensate: (ctx) => void undone.push(`${ctx.sagaId}:open`),
+      })
+      .sleep('an-hour', 3_600_000)
+      .step('close', { ...fast, run: () => 2 });
+    const holder: { runtime?: SagaRuntime } = {};
+    const { runtime } = await startSagas(db.pool, [hourly], {
+      // The cancel commits while the sleep step's job is running: it can only flag the saga.
+      faults: async (point) => {
+        if (point.step === 'an-hour' && point.phase === 'before') {
+          expect(await holder.runtime!.cancel(point.sagaId)).toMatchObject({ accepted: true });
+        }
+      },
+    });
+    holder.runtime = runtime;
+    await runtime.start(hourly, { id: 'nap-cancel-running', input: {} });
+    const done = await settled(runtime, 'nap-cancel-running');
+    expect(done.status).toBe('cancelled');
+    expect(undone).toContain('nap-cancel-running:open');
+    expect(await wakeJob('nap-cancel-running', 'an-hour')).toBeUndefined();
+  });
+
   it('the deadline during a sleep compensates at the deadline, not at the wake time', async () => {
     const hour = defineSaga({
       name: 'hour-nap',
@@ -152,9 +184,13 @@ describe('durable sleep', () => {
 
   it('a sleep may follow the pivot; there it only delays', async () => {
     const paid = defineSaga({ name: 'paid-nap', version: 1, input: z.object({}), deadlineMs: 100 })
-      .step('charge', { ...fast, pivot: true, run: () => 'ch_1' })
+      .step('charge', { ...fast, pivot: true, run: () => ({ at: Date.now() }) })
       .sleep('settle-period', 300)
-      .step('receipt', { ...fast, retriable: true, run: () => 'sent' });
+      .step('receipt', {
+        ...fast,
+        retriable: true,
+        run: (ctx) => Date.now() - ctx.steps.charge.at,
+      });
     expect(paid.steps.map((s) => s.role)).toEqual(['pivot', 'retriable', 'retriable']);
     const { runtime } = await startSagas(db.pool, [paid]);
     await runtime.start(paid, { id: 'nap-paid', input: {} });
@@ -166,6 +202,8 @@ describe('durable sleep', () => {
       'settle-period:completed',
       'receipt:completed',
     ]);
+    // The whole sleep, though the deadline passed 200 ms into it.
+    expect(done.history.find((h) => h.step === 'receipt')!.output).toBeGreaterThanOrEqual(300);
   });
 
   it('a wake-time function that returns no Date fails the step for good, which compensates', async () => {

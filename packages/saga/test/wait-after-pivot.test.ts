@@ -77,13 +77,35 @@ describe('a wait after the pivot', () => {
     expect(waiting!.status).toBe('waiting');
     expect(waiting!.error).toBeNull();
     expect(timeline(waiting!)).toEqual(['reserve:completed', 'charge:completed', 'packed:waiting']);
-    // After the retry the wait has no timeout: it waits for the operator's signal, for good.
-    await new Promise((r) => setTimeout(r, 500));
+    // After the retry the wait has no timeout: it waits for the operator's signal, for good,
+    // even once retention removed its old timeout job and the reconciler looks at it.
+    await db.pool.query(`DELETE FROM skiplock.jobs WHERE idempotency_key = $1`, [
+      'saga:wp-retry:timeout:packed',
+    ]);
+    expect((await runtime.reconciler.runOnce()).sagaIds).not.toContain('wp-retry');
     expect((await runtime.getSaga('wp-retry'))!.status).toBe('waiting');
     await runtime.signal('wp-retry', 'packed', { box: 'b2' });
     const done = await settled(runtime, 'wp-retry');
     expect(done.status).toBe('completed');
     expect(shipped.filter((s) => s === 'wp-retry')).toHaveLength(1);
+  });
+
+  it('a retry refuses a stored signal its schema no longer accepts, and changes nothing', async () => {
+    const { runtime } = await startSagas(db.pool, [order]);
+    await runtime.start(order, { id: 'wp-bad', input: {} });
+    expect((await settled(runtime, 'wp-bad')).status).toBe('failed');
+    // As if the definition changed without a new version after this signal was stored.
+    await db.pool.query(
+      `INSERT INTO skiplock.saga_signals (saga_id, name, payload) VALUES ($1, 'packed', '{"box": 7}')`,
+      ['wp-bad'],
+    );
+    expect(await runtime.retryFailed('wp-bad')).toEqual({
+      retried: false,
+      step: 'packed',
+      kind: 'step',
+      reason: 'invalid_signal',
+    });
+    expect((await runtime.getSaga('wp-bad'))!.status).toBe('failed');
   });
 
   it('a signal that came while the saga was failed is taken by the retry at once', async () => {
