@@ -275,6 +275,24 @@ async function endBeforeRun(
   report(e, saga, spec.name, transition);
 }
 
+/**
+ * A cancel that came while a wait's or sleep's own job ran could only flag the saga (its job was
+ * not queued to cancel): compensate now instead of parking it until the signal or wake time.
+ */
+function cancelledMeanwhile(
+  e: Engine,
+  job: JobContext,
+  tx: pg.PoolClient,
+  entry: SagaEntry,
+  locked: SagaRow,
+  spec: StepSpec,
+  attempt: () => AttemptMark,
+): Promise<Transition> | null {
+  if (!locked.cancel_requested || locked.pivoted) return null;
+  const ended = handingOff(e, job);
+  return failStep(ended, tx, entry, locked, spec.index, 'cancelled', 'cancelled', attempt());
+}
+
 /** A wait step: take the signal if it already arrived, else park the saga until it does. */
 async function runWait(
   e: Engine,
@@ -288,11 +306,8 @@ async function runWait(
   const transition = await job.completeWith(async (tx) => {
     const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
-    // A cancel that came while this job ran: compensate now, not after the wait.
-    if (locked.cancel_requested && !locked.pivoted) {
-      const ended = handingOff(e, job);
-      return failStep(ended, tx, entry, locked, spec.index, 'cancelled', 'cancelled', attempt());
-    }
+    const cancelled = cancelledMeanwhile(e, job, tx, entry, locked, spec, attempt);
+    if (cancelled) return cancelled;
     const { rows } = await e.sql<{ payload: unknown }>(tx, selectSignal(saga.id, wait.signal));
     if (!rows[0]) return enterWaiting(e, tx, entry, locked, spec.index, attempt());
     const parsed = await validate(wait.payload, rows[0].payload);
@@ -360,11 +375,8 @@ async function runSleep(
   const transition = await job.completeWith(async (tx) => {
     const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
-    // A cancel that came while this job ran: compensate now, not after the sleep.
-    if (locked.cancel_requested && !locked.pivoted) {
-      const ended = handingOff(e, job);
-      return failStep(ended, tx, entry, locked, spec.index, 'cancelled', 'cancelled', attempt());
-    }
+    const cancelled = cancelledMeanwhile(e, job, tx, entry, locked, spec, attempt);
+    if (cancelled) return cancelled;
     if (delayMs <= 0) {
       return advanceAfter(handingOff(e, job), tx, entry, locked, spec.index, null, attempt());
     }

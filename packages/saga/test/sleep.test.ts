@@ -57,6 +57,26 @@ const scheduled = defineSaga({
   .sleep('until', (ctx) => new Date(ctx.steps.plan.base + ctx.input.delayMs))
   .step('act', { ...fast, run: (ctx) => ({ late: Date.now() - ctx.steps.plan.base }) });
 
+/** open (undone on compensation), a sleep, close: the shape the cancel and deadline tests use. */
+function openSleepClose(name: string, sleep: string, ms: number, deadlineMs?: number) {
+  return (
+    defineSaga({
+      name,
+      version: 1,
+      input: z.object({}),
+      ...(deadlineMs ? { deadlineMs } : {}),
+    })
+      .step('open', {
+        ...fast,
+        run: () => 1,
+        compensate: (ctx) => void undone.push(`${ctx.sagaId}:open`),
+      })
+      // Typed as one literal name so that `close` stays a new step name for the compiler.
+      .sleep(sleep as 'nap', ms)
+      .step('close', { ...fast, run: (ctx) => void ran.push(`${ctx.sagaId}:close`) })
+  );
+}
+
 describe('durable sleep', () => {
   it('sleeps holding no worker, then goes on', async () => {
     const { runtime, worker } = await startSagas(db.pool, [cooling]);
@@ -89,14 +109,7 @@ describe('durable sleep', () => {
   });
 
   it('a cancel during the sleep compensates; the wake job then does nothing', async () => {
-    const long = defineSaga({ name: 'long-nap', version: 1, input: z.object({}) })
-      .step('open', {
-        ...fast,
-        run: () => 1,
-        compensate: (ctx) => void undone.push(`${ctx.sagaId}:open`),
-      })
-      .sleep('wait-a-bit', 300)
-      .step('close', { ...fast, run: (ctx) => void ran.push(`${ctx.sagaId}:close`) });
+    const long = openSleepClose('long-nap', 'wait-a-bit', 300);
     const { runtime } = await startSagas(db.pool, [long]);
     await runtime.start(long, { id: 'nap-cancel', input: {} });
     await settled(runtime, 'nap-cancel', ['waiting']);
@@ -111,14 +124,7 @@ describe('durable sleep', () => {
   });
 
   it('a cancel that lands while the sleep step runs compensates at once, not at the wake time', async () => {
-    const hourly = defineSaga({ name: 'hour-cancel', version: 1, input: z.object({}) })
-      .step('open', {
-        ...fast,
-        run: () => 1,
-        compensate: (ctx) => void undone.push(`${ctx.sagaId}:open`),
-      })
-      .sleep('an-hour', 3_600_000)
-      .step('close', { ...fast, run: () => 2 });
+    const hourly = openSleepClose('hour-cancel', 'an-hour', 3_600_000);
     const holder: { runtime?: SagaRuntime } = {};
     const { runtime } = await startSagas(db.pool, [hourly], {
       // The cancel commits while the sleep step's job is running: it can only flag the saga.
@@ -137,19 +143,7 @@ describe('durable sleep', () => {
   });
 
   it('the deadline during a sleep compensates at the deadline, not at the wake time', async () => {
-    const hour = defineSaga({
-      name: 'hour-nap',
-      version: 1,
-      input: z.object({}),
-      deadlineMs: 500,
-    })
-      .step('open', {
-        ...fast,
-        run: () => 1,
-        compensate: (ctx) => void undone.push(`${ctx.sagaId}:open`),
-      })
-      .sleep('an-hour', 3_600_000)
-      .step('close', { ...fast, run: () => 2 });
+    const hour = openSleepClose('hour-nap', 'an-hour', 3_600_000, 500);
     const { runtime } = await startSagas(db.pool, [hour]);
     const began = Date.now();
     await runtime.start(hour, { id: 'nap-deadline', input: {} });
