@@ -101,6 +101,7 @@ describe('skiplock sagas', () => {
         'createdAt',
         'updatedAt',
         'finishedAt',
+        'lockKey',
       ]);
     }
     const only = JSON.parse(compensated.stdout) as { sagas: { id: string }[] };

@@ -147,6 +147,24 @@ export interface SagaOptions<N extends string, S extends StandardSchemaV1> {
   queue?: string | undefined;
   /** Default deadline of each saga, counted from its start; a start may override it. */
   deadlineMs?: number | undefined;
+  /**
+   * One active saga per business key: the key of a saga's parsed input (1-200 characters; say an
+   * account id). While a saga of this definition name with the key is running, waiting or
+   * compensating, another start with the key queues behind it (status `queued`, started in start
+   * order as each one ends: completed, compensated, cancelled or failed) or is refused with a
+   * `SagaLockedError`, as `whenLocked` says. Race-free across processes: the start and the end
+   * of a saga serialize on the key in PostgreSQL. A deadline counts from the start, queued time
+   * included.
+   */
+  lockKey?: ((input: StandardSchemaV1.InferOutput<S>) => string) | undefined;
+  /** What a start does while its key is held: `queue` (default) or `refuse`. */
+  whenLocked?: 'queue' | 'refuse' | undefined;
+}
+
+/** A definition's lock key rule (see `SagaOptions.lockKey`). */
+export interface SagaLock {
+  readonly key: (input: unknown) => string;
+  readonly whenLocked: 'queue' | 'refuse';
 }
 
 type StepName<K extends string, O> = K extends keyof O ? never : K;
@@ -165,6 +183,8 @@ export interface SagaDefinition<
   readonly input: S;
   readonly queue: string;
   readonly deadlineMs: number | null;
+  /** `lockKey` and `whenLocked`, or null without a lock key. */
+  readonly lock: SagaLock | null;
   readonly steps: readonly StepSpec[];
   step<K extends string, R>(
     name: StepName<K, O>,
@@ -229,6 +249,36 @@ function pickRetry(sagaName: string, where: string, value: unknown): RetryPolicy
   const { maxAttempts, backoff, timeoutMs, leaseMs } = parsed.data;
   const nonRetryable = (value as RetryPolicy).nonRetryable;
   return { maxAttempts, backoff, timeoutMs, leaseMs, nonRetryable };
+}
+
+function lockOf(options: {
+  name: string;
+  lockKey?: unknown;
+  whenLocked?: unknown;
+}): SagaLock | null {
+  const { name, lockKey, whenLocked } = options;
+  if (lockKey !== undefined && typeof lockKey !== 'function') {
+    throw new SagaDefinitionError(
+      name,
+      `lockKey must be a function of the input, got ${typeof lockKey}`,
+    );
+  }
+  if (whenLocked !== undefined && whenLocked !== 'queue' && whenLocked !== 'refuse') {
+    throw new SagaDefinitionError(
+      name,
+      `whenLocked must be 'queue' or 'refuse', got ${JSON.stringify(whenLocked)}`,
+    );
+  }
+  if (lockKey === undefined) {
+    if (whenLocked !== undefined) {
+      throw new SagaDefinitionError(name, 'whenLocked needs a lockKey');
+    }
+    return null;
+  }
+  return Object.freeze({
+    key: lockKey as (input: unknown) => string,
+    whenLocked: whenLocked ?? 'queue',
+  });
 }
 
 function build(
@@ -411,7 +461,14 @@ export function defineSaga<N extends string, S extends StandardSchemaV1>(
     throw new SagaDefinitionError(name, 'deadlineMs must be a positive integer');
   }
   return build(
-    { name, version: options.version, input: options.input, queue, deadlineMs },
+    {
+      name,
+      version: options.version,
+      input: options.input,
+      queue,
+      deadlineMs,
+      lock: lockOf(options),
+    },
     Object.freeze([]),
   ) as unknown as SagaDefinition<N, S, NoOutputs>;
 }

@@ -71,3 +71,20 @@ export class SagaDeadlineError extends SagaError {
     super('deadline_exceeded', `saga "${sagaId}" passed its deadline`);
   }
 }
+
+/**
+ * A start of a saga whose definition has `lockKey` and `whenLocked: 'refuse'` found another saga
+ * of the definition active with the same key; nothing was written. The message names the holder
+ * but not the key (it comes from the input, which may be private).
+ */
+export class SagaLockedError extends SagaError {
+  constructor(
+    readonly sagaName: string,
+    readonly heldBy: string,
+  ) {
+    super(
+      'saga_locked',
+      `saga "${sagaName}": saga "${heldBy}" is active with the same lock key; this definition refuses a second start until it ends`,
+    );
+  }
+}

@@ -60,6 +60,13 @@ function stepNode(step: StepSpec): SagaShapeNode {
   return { ...base, kind: 'step', label: step.name };
 }
 
+/** The start's note on a lock key: one active saga per key, later starts queued or refused. */
+function lockNote(definition: AnySagaDefinition): string {
+  if (!definition.lock) return '';
+  const later = definition.lock.whenLocked === 'queue' ? 'queue' : 'are refused';
+  return `, one active per lock key (later starts ${later})`;
+}
+
 /**
  * The definition as nodes and edges: the steps in order from start to completed; from each step
  * that can fail the saga, a failure edge to the compensation that runs first, and from each
@@ -72,7 +79,7 @@ export function sagaShape(definition: AnySagaDefinition): SagaShape {
     {
       id: 'start',
       kind: 'start',
-      label: `start ${definition.name} v${definition.version}`,
+      label: `start ${definition.name} v${definition.version}${lockNote(definition)}`,
       step: null,
     },
     ...steps.map(stepNode),

@@ -518,7 +518,12 @@ async function compensationDead(spec: StepSpec, e: Engine, tx: pg.PoolClient, in
       attempt: await deadAttempt(tx, info),
     }),
   );
-  const transition = await failSaga(tx, saga.id, `compensation of "${spec.name}" failed: ${error}`);
+  const transition = await failSaga(
+    e,
+    tx,
+    saga.id,
+    `compensation of "${spec.name}" failed: ${error}`,
+  );
   report(e, saga, spec.name, transition);
 }
 

@@ -52,6 +52,11 @@ export interface SagaSummary {
   createdAt: Date;
   updatedAt: Date;
   finishedAt: Date | null;
+  /**
+   * The definition's lock key of the input (see `lockKey`): while this saga is `queued`, the
+   * sagas before it with the key run first.
+   */
+  lockKey: string | null;
   /** Steps and compensations in the order the saga reached them: `listSagas({ history: true })`. */
   history?: StepRecord[];
 }
@@ -115,6 +120,7 @@ function toSummary(row: SagaReadRow): SagaSummary {
     createdAt: new Date(row.created_at),
     updatedAt: new Date(row.updated_at),
     finishedAt: date(row.finished_at),
+    lockKey: row.lock_key,
   };
 }
 

@@ -18,7 +18,15 @@ import {
   type WaitingSagaRow,
 } from './sql/reconcile.js';
 import { settleStep } from './sql/steps.js';
-import { advanceAfter, failSaga, failStep, OUTCOMES, type Transition } from './transitions.js';
+import { selectOrphanQueues, type OrphanQueueRow } from './sql/locks.js';
+import {
+  advanceAfter,
+  failSaga,
+  failStep,
+  OUTCOMES,
+  startNextInLine,
+  type Transition,
+} from './transitions.js';
 
 export interface ReconcileResult {
   /** False when another process held the reconciler lock, so this pass did nothing. */
@@ -47,7 +55,8 @@ export interface Reconciler {
  * of a worker that defines its type, and that moves the saga; what is left for this pass is what
  * no hook can see: a job killed by a sweeper or worker that does not define the saga's version
  * (`unknown_type`, or an expired lease swept on such a host), a job an operator cancelled, and a
- * job deleted by hand. A step is then treated as failed for good (compensate, or `failed` past
+ * job deleted by hand. It also starts the first saga queued for a lock key that no saga holds
+ * (see `reconcileQueues`). A step is then treated as failed for good (compensate, or `failed` past
  * the pivot); a compensation makes the saga `failed`. One pass at a time across all hosts (the
  * `sagaReconcile` advisory lock); each pass reads one page of live sagas, least recently moved
  * first, and the next pass goes on after it, so sagas that are merely slow never hide a stranded
@@ -64,7 +73,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
   }
 
   async function reconcileOne(
-    tx: Parameters<typeof failSaga>[0],
+    tx: Parameters<typeof failSaga>[1],
     row: LiveSagaRow,
     job: JobState | undefined,
   ) {
@@ -79,6 +88,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     let transition: Transition;
     if (!entry) {
       transition = await failSaga(
+        e,
         tx,
         saga.id,
         `${why}; no runtime here knows saga "${saga.name}" version ${saga.version}`,
@@ -100,7 +110,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
           attempt,
         }),
       );
-      transition = await failSaga(tx, saga.id, `compensation of "${step}" failed: ${why}`);
+      transition = await failSaga(e, tx, saga.id, `compensation of "${step}" failed: ${why}`);
     }
     if (OUTCOMES.has(transition)) {
       e.metrics.outcomes.inc({ saga: saga.name, step, outcome: transition });
@@ -119,7 +129,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
    * Waiting sagas whose wait has a timeout job that can no longer end it (dead without its hook,
    * cancelled, deleted): the wait fails as its timeout would, so no saga waits for good.
    */
-  async function reconcileWaiting(tx: Parameters<typeof failSaga>[0]): Promise<string[]> {
+  async function reconcileWaiting(tx: Parameters<typeof failSaga>[1]): Promise<string[]> {
     const page = (await runSql<WaitingSagaRow>(tx, selectWaitingSagas(batchSize, waitingCursor)))
       .rows;
     const last = page.at(-1);
@@ -169,6 +179,22 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     return failed;
   }
 
+  /**
+   * Lock keys with sagas queued and none active (the end of the last holder ran where no runtime
+   * knew the next one's version, or a holder row was deleted by hand): the first in line starts.
+   */
+  async function reconcileQueues(tx: Parameters<typeof failSaga>[1]): Promise<string[]> {
+    const keys = (await runSql<OrphanQueueRow>(tx, selectOrphanQueues(batchSize))).rows;
+    const started: string[] = [];
+    for (const { name, lock_key } of keys) {
+      const id = await startNextInLine(e, tx, name, lock_key);
+      if (id === null) continue;
+      e.logger.warn({ reason: 'saga_reconciled', sagaId: id }, 'queued saga started');
+      started.push(id);
+    }
+    return started;
+  }
+
   async function runOnce(): Promise<ReconcileResult> {
     return withTransaction(e.pool, async (tx) => {
       if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) {
@@ -190,6 +216,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
         stranded.push(row.id);
       }
       stranded.push(...(await reconcileWaiting(tx)));
+      stranded.push(...(await reconcileQueues(tx)));
       if (stranded.length > 0) e.metrics.reconciled.inc(stranded.length);
       return { ran: true, reconciled: stranded.length, sagaIds: stranded };
     });

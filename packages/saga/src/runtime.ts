@@ -32,6 +32,7 @@ import {
 import {
   SagaError,
   SagaInputMismatchError,
+  SagaLockedError,
   SagaNotFoundError,
   SagaValidationError,
   UnknownSagaError,
@@ -41,7 +42,10 @@ import { createSagaMetrics, type SagaMetrics, type SagaMetricsOption } from './m
 import { createReconciler, type Reconciler, type ReconcilerOptions } from './reconciler.js';
 import { readSaga, readSagas, type SagaList, type SagaListOptions, type SagaView } from './read.js';
 import type { SagaStatus, SagaStepKind } from './schema.js';
+import { lockHolder, lockKeyOf } from './lock.js';
 import {
+  finishSaga,
+  insertLockedSaga,
   insertSaga,
   lockSaga,
   reopenSaga,
@@ -109,7 +113,10 @@ export interface StartOptions<I> {
 
 export interface StartResult {
   id: string;
-  /** False when a saga with this id already existed; nothing new was started. */
+  /**
+   * False when a saga with this id already existed; nothing new was started. True also for a saga
+   * queued behind its lock key (status `queued`).
+   */
   started: boolean;
   status: SagaStatus;
 }
@@ -142,9 +149,11 @@ export interface RetryResult {
    * Why nothing was retried: `not_failed` (the saga is not `failed`), `no_failed_step` (it failed
    * for another reason: no worker knew its version, or a foreign job held its key), `job_gone`
    * (retention removed the dead job, or it is no longer dead), `invalid_signal` (the wait's stored
-   * signal no longer passes its schema: the definition changed without a new version).
+   * signal no longer passes its schema: the definition changed without a new version),
+   * `lock_busy` (the saga has a lock key and another saga of its definition holds it now).
    */
-  reason?: 'not_failed' | 'no_failed_step' | 'job_gone' | 'invalid_signal' | undefined;
+  reason?:
+    'not_failed' | 'no_failed_step' | 'job_gone' | 'invalid_signal' | 'lock_busy' | undefined;
 }
 
 export interface SagaRuntime {
@@ -337,33 +346,45 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       const saga = { id, name: definition.name, version: definition.version };
       const span = engine.tracer && startSagaSpan(engine.tracer, saga);
       const stored = span && storedTrace(span);
+      const lockKey = definition.lock && lockKeyOf(definition, definition.lock, parsed.value);
+      const repeated = async (tx: Queryable): Promise<StartResult> => {
+        const existing = (await runSql<StartConflictRow>(tx, selectStartConflict(id, inputJson)))
+          .rows[0];
+        if (!existing) {
+          throw new SagaError(
+            'saga_id_conflict',
+            `saga "${id}" conflicted but is not visible; retry`,
+          );
+        }
+        if (existing.name !== definition.name) {
+          throw new SagaError(
+            'saga_id_conflict',
+            `saga id "${id}" is already used by a saga "${existing.name}"`,
+          );
+        }
+        // A repeated start is only a no-op when it asks for the same saga; a different input
+        // would otherwise be dropped without a word.
+        if (!existing.same_input) throw new SagaInputMismatchError(id, existing.status);
+        return { id, started: false, status: existing.status };
+      };
       const work = async (tx: Queryable): Promise<StartResult> => {
+        const fields = { ...saga, inputJson, deadlineMs, trace: stored };
+        let status: 'running' | 'queued' = 'running';
+        if (lockKey !== null) {
+          const holder = await lockHolder(tx, definition.name, lockKey);
+          if (holder && holder.id !== id && definition.lock!.whenLocked === 'refuse') {
+            const exists = (await runSql(tx, selectStartConflict(id, inputJson))).rowCount !== 0;
+            if (!exists) throw new SagaLockedError(definition.name, holder.id);
+          }
+          if (holder) status = 'queued';
+        }
         const inserted = await engine.sql(
           tx,
-          insertSaga({ ...saga, inputJson, deadlineMs, trace: stored }),
+          lockKey === null ? insertSaga(fields) : insertLockedSaga({ ...fields, status, lockKey }),
         );
-        if (inserted.rowCount === 0) {
-          const existing = (await runSql<StartConflictRow>(tx, selectStartConflict(id, inputJson)))
-            .rows[0];
-          if (!existing) {
-            throw new SagaError(
-              'saga_id_conflict',
-              `saga "${id}" conflicted but is not visible; retry`,
-            );
-          }
-          if (existing.name !== definition.name) {
-            throw new SagaError(
-              'saga_id_conflict',
-              `saga id "${id}" is already used by a saga "${existing.name}"`,
-            );
-          }
-          // A repeated start is only a no-op when it asks for the same saga; a different input
-          // would otherwise be dropped without a word.
-          if (!existing.same_input) throw new SagaInputMismatchError(id, existing.status);
-          return { id, started: false, status: existing.status };
-        }
-        await enterStep(engine, tx, entry, id, 0);
-        return { id, started: true, status: 'running' };
+        if (inserted.rowCount === 0) return repeated(tx);
+        if (status === 'running') await enterStep(engine, tx, entry, id, 0);
+        return { id, started: true, status };
       };
       const result = await inSpan(
         span,
@@ -373,12 +394,12 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       if (result.started) {
         logger.info(
           {
-            reason: 'saga_started',
+            reason: result.status === 'queued' ? 'saga_queued' : 'saga_started',
             sagaId: id,
             saga: definition.name,
             version: definition.version,
           },
-          'saga started',
+          result.status === 'queued' ? 'saga queued behind its lock key' : 'saga started',
         );
       }
       return result;
@@ -446,6 +467,12 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         }
         if (saga.pivoted) return { accepted: false, status: saga.status, reason: 'pivoted' };
         const entry = entryOf(saga.name, saga.version);
+        if (saga.status === 'queued') {
+          // Nothing ran and it holds no key: it just leaves the queue.
+          await runSql(tx, finishSaga(sagaId, 'cancelled', 'cancelled'));
+          report(saga, entry.steps[0]!.name, 'cancelled', 'cancel');
+          return { accepted: true, status: 'cancelled' };
+        }
         const index = entry.steps.findIndex((s) => s.name === saga.current_step);
         const step = saga.current_step!;
         const flagged = { ...saga, cancel_requested: true };
@@ -489,6 +516,13 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           return { retried: false, reason: 'no_failed_step' };
         }
         const { step, kind } = failed;
+        if (saga.lock_key !== null) {
+          // A failed saga let go of its key; it takes the key back only while no other holds it.
+          const holder = await lockHolder(tx, saga.name, saga.lock_key);
+          if (holder && holder.id !== sagaId) {
+            return { retried: false, step, kind, reason: 'lock_busy' };
+          }
+        }
         const spec = entry.steps.find((s) => s.name === step);
         if (kind === 'step' && spec?.wait) {
           // A wait after the pivot that timed out: back to waiting (with no timeout now), and

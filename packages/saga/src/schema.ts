@@ -12,6 +12,7 @@ import {
   text,
   timestamp,
   unique,
+  uniqueIndex,
 } from 'drizzle-orm/pg-core';
 
 // The same `skiplock` schema the queue's tables live in (drizzle-kit merges schemas by name).
@@ -31,6 +32,9 @@ const skiplock = pgSchema('skiplock');
  * - `failed`       needs an operator: a compensation failed for good, a step after the pivot
  *                  failed for good, or no worker knows the saga's definition; `error` says which
  *                  (terminal)
+ * - `queued`       started while another saga of its definition held its lock key (`lockKey`);
+ *                  nothing has run yet, it starts when every saga before it with the key has
+ *                  finished. Last in the enum: PostgreSQL appends a new enum value.
  */
 export const sagaStatus = skiplock.enum('saga_status', [
   'running',
@@ -40,6 +44,7 @@ export const sagaStatus = skiplock.enum('saga_status', [
   'compensated',
   'cancelled',
   'failed',
+  'queued',
 ]);
 
 /** A history row is either a step or the compensation of a step. */
@@ -99,6 +104,12 @@ export const sagas = skiplock.table(
      */
     traceParent: text('trace_parent'),
     traceState: text('trace_state'),
+    /**
+     * The definition's `lockKey` of the input, when it has one: at most one saga per name and key
+     * is active (`running`, `waiting`, `compensating`); later starts queue behind it (`queued`)
+     * or are refused. Never changes, so it keeps the pointer updates HOT.
+     */
+    lockKey: text('lock_key'),
   },
   (t) => [
     index('sagas_status_created_idx').on(t.status, t.createdAt, t.id),
@@ -110,6 +121,17 @@ export const sagas = skiplock.table(
       .on(t.deadline)
       .where(sql`status = 'waiting' AND deadline IS NOT NULL`),
     check('sagas_version_check', sql`version >= 1`),
+    // The rule itself: a second active saga with one name and key cannot be written, whatever
+    // the code above does. Sagas without a key are not in it (or in the next index) at all.
+    uniqueIndex('sagas_lock_key_active_idx')
+      .on(t.name, t.lockKey)
+      .where(sql`lock_key IS NOT NULL AND status IN ('running', 'waiting', 'compensating')`),
+    // A key's holder and its queue in start order (status first, so the reconciler can also find
+    // every queued saga). Its predicate does not name 'queued': a new enum value cannot be used
+    // in the transaction that adds it, and one transaction applies the migrations.
+    index('sagas_lock_key_idx')
+      .on(t.status, t.name, t.lockKey, t.createdAt, t.id)
+      .where(sql`lock_key IS NOT NULL`),
   ],
 );
 

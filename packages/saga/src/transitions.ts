@@ -1,9 +1,25 @@
 import type { AnyJobDefinition } from '@skiplock/queue';
 import { enqueueHandedOff, runSql, type Queryable } from '@skiplock/queue/engine';
-import { stepKey, compensationKey, timeoutKey, type Engine, type SagaEntry } from './engine.js';
+import {
+  compensationKey,
+  entryKey,
+  stepKey,
+  timeoutKey,
+  type Engine,
+  type SagaEntry,
+} from './engine.js';
 import { nextCompensation } from './plan.js';
+import { inSagaTrace } from './tracing.js';
 import type { SagaStepKind, SagaStatus } from './schema.js';
-import { enterRow, finishSaga, setSagaFlags, setSagaStatus, type SagaRow } from './sql/sagas.js';
+import { lockKeyTurn, lockNextQueued } from './sql/locks.js';
+import {
+  enterRow,
+  finishSaga,
+  setSagaFlags,
+  setSagaStatus,
+  type FinishedRow,
+  type SagaRow,
+} from './sql/sagas.js';
 import { selectOutputs, settleStep, type AttemptMark } from './sql/steps.js';
 
 /**
@@ -86,7 +102,7 @@ async function failForeign(
     { reason: 'foreign_job', sagaId, step, jobId: foreign.id, jobType: foreign.type },
     "saga failed: its next job's idempotency key belongs to another job",
   );
-  return failSaga(tx, sagaId, error);
+  return failSaga(e, tx, sagaId, error);
 }
 
 /** Enqueues step `index`'s job and points the saga at it. */
@@ -159,7 +175,7 @@ export async function moveOnAfter(
     e.logger.warn({ reason: 'cancel_too_late', sagaId: saga.id }, 'cancel ignored after the pivot');
   }
   if (index + 1 < entry.steps.length) return enterStep(e, tx, entry, saga.id, index + 1);
-  await e.sql(tx, finishSaga(saga.id, 'completed', null));
+  await endSaga(e, tx, saga.id, 'completed', null);
   return 'completed';
 }
 
@@ -244,7 +260,7 @@ export async function failStep(
     settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status, error, attempt }),
   );
   if (saga.pivoted) {
-    return failSaga(tx, saga.id, `step "${spec.name}" failed after the pivot: ${error}`);
+    return failSaga(e, tx, saga.id, `step "${spec.name}" failed after the pivot: ${error}`);
   }
   const why = saga.cancel_requested ? 'cancelled' : `step "${spec.name}" failed: ${error}`;
   await e.sql(tx, setSagaFlags(saga.id, { error: why }));
@@ -263,7 +279,7 @@ export async function compensateNext(
   const next = nextCompensation(entry.steps, new Set(rows.map((r) => r.step)), beforeIndex);
   if (!next) {
     const status = saga.cancel_requested ? 'cancelled' : 'compensated';
-    await e.sql(tx, finishSaga(saga.id, status, undefined));
+    await endSaga(e, tx, saga.id, status, undefined);
     return status;
   }
   const job = entry.compensateJobs[next.index]!;
@@ -283,7 +299,57 @@ export async function compensateNext(
 }
 
 /** Ends the saga as `failed`: it needs an operator. */
-export async function failSaga(tx: Queryable, sagaId: string, error: string): Promise<Transition> {
-  await runSql(tx, finishSaga(sagaId, 'failed', error.slice(0, 2_000)));
+export async function failSaga(
+  e: Engine,
+  tx: Queryable,
+  sagaId: string,
+  error: string,
+): Promise<Transition> {
+  await endSaga(e, tx, sagaId, 'failed', error.slice(0, 2_000));
   return 'failed';
+}
+
+/**
+ * Every end of a saga: the terminal status, then, when it held a lock key, the next saga queued
+ * for the key starts, in the same transaction. `failed` ends count: a saga that needs an
+ * operator does not hold its key (a retry takes it back only while it is free).
+ */
+async function endSaga(
+  e: Engine,
+  tx: Queryable,
+  sagaId: string,
+  status: 'completed' | 'compensated' | 'cancelled' | 'failed',
+  error: string | null | undefined,
+): Promise<void> {
+  const ended = (await e.sql<FinishedRow>(tx, finishSaga(sagaId, status, error))).rows[0];
+  if (ended?.lock_key) await startNextInLine(e, tx, ended.name, ended.lock_key);
+}
+
+/**
+ * Starts the first saga queued for a lock key that no saga holds, under the key's turn lock (so
+ * a concurrent start either sees it started or queues behind it). Its first job is not handed
+ * to this worker: the hand-off belongs to the saga that just moved. A version no runtime here
+ * knows stays queued for one that does (the reconciler looks for such keys).
+ */
+export async function startNextInLine(
+  e: Engine,
+  tx: Queryable,
+  name: string,
+  key: string,
+): Promise<string | null> {
+  await runSql(tx, lockKeyTurn(name, key));
+  const next = (await runSql<SagaRow>(tx, lockNextQueued(name, key))).rows[0];
+  if (!next) return null;
+  const entry = e.entries.get(entryKey(next.name, next.version));
+  if (!entry) {
+    e.logger.warn(
+      { reason: 'lock_turn_unknown_version', sagaId: next.id, saga: name, version: next.version },
+      'next saga for a lock key left queued: no runtime here knows its version',
+    );
+    return null;
+  }
+  const own = { ...e, handOff: undefined };
+  await inSagaTrace(e.tracer, next, 'turn', () => enterStep(own, tx, entry, next.id, 0));
+  e.logger.info({ reason: 'saga_turn', sagaId: next.id, saga: name }, 'queued saga started');
+  return next.id;
 }

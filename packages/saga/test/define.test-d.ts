@@ -192,4 +192,22 @@ describe('defineSaga with a non-zod Standard Schema', () => {
     // @ts-expect-error a step name is used once
     saga.sleep('plan', 1);
   });
+
+  it('types lockKey with the parsed input and whenLocked with its two modes', () => {
+    const input = z.object({ account: z.string(), cents: z.coerce.number() });
+    defineSaga({
+      name: 'locked',
+      version: 1,
+      input,
+      lockKey: (parsed) => {
+        expectTypeOf(parsed).toEqualTypeOf<{ account: string; cents: number }>();
+        return parsed.account;
+      },
+      whenLocked: 'refuse',
+    });
+    // @ts-expect-error a lock key is a string
+    defineSaga({ name: 'bad', version: 1, input, lockKey: (parsed) => parsed.cents });
+    // @ts-expect-error whenLocked is 'queue' or 'refuse'
+    defineSaga({ name: 'bad', version: 1, input, lockKey: (p) => p.account, whenLocked: 'wait' });
+  });
 });

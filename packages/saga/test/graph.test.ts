@@ -41,4 +41,23 @@ describe('sagaGraph', () => {
       ].join('\n'),
     );
   });
+
+  it('notes a lock key on the start: one active saga per key, later starts queued or refused', () => {
+    const input = z.object({ account: z.string() });
+    const lockKey = (i: { account: string }) => i.account;
+    const queued = defineSaga({ name: 'pay', version: 1, input, lockKey }).step('a', { run });
+    const refused = defineSaga({
+      name: 'pay',
+      version: 2,
+      input,
+      lockKey,
+      whenLocked: 'refuse',
+    }).step('a', { run });
+    expect(sagaGraph(queued)).toContain(
+      '  start(["start pay v1, one active per lock key (later starts queue)"])',
+    );
+    expect(sagaGraph(refused)).toContain(
+      '  start(["start pay v2, one active per lock key (later starts are refused)"])',
+    );
+  });
 });

@@ -42,6 +42,7 @@ describe('saga migrations', () => {
         'saga/0000_saga_tables',
         'saga/0001_sagas_hot_pointer',
         'saga/0002_sagas_trace_context',
+        'saga/0003_saga_lock_key',
       ]);
       expect(await sagaTables(url)).toEqual([
         'saga_migrations',
@@ -74,6 +75,7 @@ describe('saga migrations', () => {
         'saga/0000_saga_tables',
         'saga/0001_sagas_hot_pointer',
         'saga/0002_sagas_trace_context',
+        'saga/0003_saga_lock_key',
       ]);
       const check = new pg.Client({ connectionString: url });
       await check.connect();

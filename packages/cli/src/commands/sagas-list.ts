@@ -22,6 +22,7 @@ export const sagaStatuses: readonly SagaStatus[] = [
   'compensated',
   'cancelled',
   'failed',
+  'queued',
 ];
 const statuses: readonly string[] = sagaStatuses;
 

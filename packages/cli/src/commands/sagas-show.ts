@@ -68,6 +68,7 @@ function renderSaga(saga: SagaView, now: Date): string {
     ['pivoted', saga.pivoted ? 'yes' : 'no'],
     ['cancel requested', saga.cancelRequested ? 'yes' : 'no'],
     ['deadline', timestamp(saga.deadline, now)],
+    ['lock key', saga.lockKey ?? '-'],
     ['created at', timestamp(saga.createdAt, now)],
     ['updated at', timestamp(saga.updatedAt, now)],
     ['finished at', timestamp(saga.finishedAt, now)],

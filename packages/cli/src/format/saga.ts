@@ -19,6 +19,7 @@ export function sagaSummaryJson(s: SagaSummary) {
     createdAt: iso(s.createdAt),
     updatedAt: iso(s.updatedAt),
     finishedAt: iso(s.finishedAt),
+    lockKey: s.lockKey,
   };
 }
 

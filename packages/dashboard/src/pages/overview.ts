@@ -1,10 +1,11 @@
 import type { JobStatus } from '@skiplock/queue';
 import type { QueueCounts, QueueOverview, RecentWorker, Throughput } from '@skiplock/queue/engine';
-import type { SagaCounts, SagaStatus } from '@skiplock/saga';
+import type { SagaCounts } from '@skiplock/saga';
 import { throughputChart } from '../chart.js';
 import { count, formatDuration, when } from '../format.js';
 import { html, type Html } from '../html.js';
 import { href, layout, type PageContext } from './layout.js';
+import { sagaStatuses } from './sagas.js';
 
 export interface OverviewData {
   overview: QueueOverview;
@@ -13,16 +14,6 @@ export interface OverviewData {
   /** Null when the saga tables do not exist (the queue alone was migrated). */
   sagas: SagaCounts | null;
 }
-
-const sagaStatuses: readonly SagaStatus[] = [
-  'running',
-  'waiting',
-  'compensating',
-  'completed',
-  'compensated',
-  'cancelled',
-  'failed',
-];
 
 function total(queues: readonly QueueCounts[], pick: (q: QueueCounts) => number) {
   return queues.reduce((sum, q) => sum + pick(q), 0);

@@ -20,6 +20,7 @@ export const sagaStatuses: readonly SagaStatus[] = [
   'compensated',
   'cancelled',
   'failed',
+  'queued',
 ];
 
 export interface SagaFilters {
@@ -211,7 +212,8 @@ export interface SagaPageOptions {
   error?: string | undefined;
 }
 
-const LIVE: readonly SagaStatus[] = ['running', 'waiting', 'compensating'];
+// A queued saga is live too: it can take signals (kept for its wait) and be cancelled.
+const LIVE: readonly SagaStatus[] = ['queued', 'running', 'waiting', 'compensating'];
 
 export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOptions) {
   const { def, canRun, show } = options;
@@ -221,7 +223,9 @@ export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOpti
   const waits = def?.steps.filter((s) => s.wait !== null).map((s) => s.wait!.signal) ?? [];
   const live = LIVE.includes(saga.status);
   const cancellable =
-    canRun && (saga.status === 'running' || saga.status === 'waiting') && !saga.pivoted;
+    canRun &&
+    (saga.status === 'queued' || saga.status === 'running' || saga.status === 'waiting') &&
+    !saga.pivoted;
   const signalForm =
     canRun && live && waits.length > 0 && ctx.mode === 'act'
       ? html`<form
@@ -299,6 +303,7 @@ export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOpti
           ${field('current', saga.currentStep ? `${saga.currentKind === 'compensation' ? 'undo ' : ''}${saga.currentStep}` : null)}
           ${field('current job', saga.currentJobId ? html`<a href="${href(ctx, `/jobs/${saga.currentJobId}`)}">${saga.currentJobId}</a>` : null)}
           ${field('deadline', saga.deadline ? when(saga.deadline, ctx.now) : null)}
+          ${field('lock key', saga.lockKey === null ? null : show === null ? html`<span class="none">hidden</span>` : saga.lockKey)}
           ${field('created', when(saga.createdAt, ctx.now))}
           ${field('updated', when(saga.updatedAt, ctx.now))}
           ${field('finished', saga.finishedAt ? when(saga.finishedAt, ctx.now) : null)}

@@ -17,13 +17,14 @@ export interface SagaReadRow {
   created_at: Date;
   updated_at: Date;
   finished_at: Date | null;
+  lock_key: string | null;
   /** Exact creation time as text, for keyset cursors (a JS Date drops microseconds). */
   created_key: string;
 }
 
 const readColumns = sql`
   id, name, version, status, input, current_step, current_kind, current_job_id::text AS current_job_id,
-  pivoted, cancel_requested, deadline, error, created_at, updated_at, finished_at,
+  pivoted, cancel_requested, deadline, error, created_at, updated_at, finished_at, lock_key,
   created_at::text AS created_key`;
 
 export function selectSaga(id: string) {

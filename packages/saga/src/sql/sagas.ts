@@ -20,13 +20,15 @@ export interface SagaRow {
   /** The saga's trace: its start span's context (see tracing.ts); null when untraced. */
   trace_parent: string | null;
   trace_state: string | null;
+  /** The definition's lock key of the input (see `lockKey`), or null. */
+  lock_key: string | null;
 }
 
-const rowColumns = sql`
+export const sagaRowColumns = sql`
   id, name, version, status, input, current_step, current_kind, current_job_id::text AS current_job_id,
   pivoted, cancel_requested,
   (extract(epoch FROM deadline - now()) * 1000)::float8 AS deadline_left_ms, error, trace_parent,
-  trace_state`;
+  trace_state, lock_key`;
 
 export function insertSaga(p: {
   id: string;
@@ -42,6 +44,28 @@ export function insertSaga(p: {
     VALUES (${p.id}, ${p.name}, ${p.version}, 'running', ${p.inputJson}::jsonb,
             now() + ${p.deadlineMs}::float8 * interval '1 millisecond',
             ${p.trace?.parent ?? null}::text, ${p.trace?.state ?? null}::text)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id`;
+}
+
+/**
+ * `insertSaga` for a definition with a lock key, run under `lockKeyTurn`: `running` when the key
+ * was free, else `queued`. Its start time is the clock now, not the transaction's start, so the
+ * queue's order is the order the starts took the key.
+ */
+export function insertLockedSaga(
+  p: Parameters<typeof insertSaga>[0] & {
+    status: 'running' | 'queued';
+    lockKey: string;
+  },
+) {
+  return sql`
+    INSERT INTO skiplock.sagas (id, name, version, status, input, deadline, trace_parent,
+                                trace_state, lock_key, created_at)
+    VALUES (${p.id}, ${p.name}, ${p.version}, ${p.status}::skiplock.saga_status,
+            ${p.inputJson}::jsonb, now() + ${p.deadlineMs}::float8 * interval '1 millisecond',
+            ${p.trace?.parent ?? null}::text, ${p.trace?.state ?? null}::text, ${p.lockKey},
+            clock_timestamp())
     ON CONFLICT (id) DO NOTHING
     RETURNING id`;
 }
@@ -71,7 +95,7 @@ export function selectStartConflict(id: string, inputJson: string) {
  */
 export function loadAttempt(p: { sagaId: string }) {
   return sql`
-    SELECT ${rowColumns},
+    SELECT ${sagaRowColumns},
            (SELECT coalesce(jsonb_object_agg(st.step, st.output), '{}'::jsonb)
             FROM skiplock.saga_steps st
             WHERE st.saga_id = sagas.id AND st.kind = 'step' AND st.status = 'completed') AS outputs
@@ -80,7 +104,7 @@ export function loadAttempt(p: { sagaId: string }) {
 
 /** Locks a saga row for a transition: every writer of a saga's state goes through this lock. */
 export function lockSaga(id: string) {
-  return sql`SELECT ${rowColumns} FROM skiplock.sagas WHERE id = ${id} FOR UPDATE`;
+  return sql`SELECT ${sagaRowColumns} FROM skiplock.sagas WHERE id = ${id} FOR UPDATE`;
 }
 
 /**
@@ -92,7 +116,7 @@ export function lockSaga(id: string) {
  */
 export function lockSagaOfJob(sagaId: string | null, jobId: string) {
   return sql`
-    SELECT ${rowColumns} FROM skiplock.sagas
+    SELECT ${sagaRowColumns} FROM skiplock.sagas
     WHERE ${sagaId === null ? sql`true` : sql`id = ${sagaId}`}
       AND current_job_id = ${jobId} AND status IN ('running', 'compensating')
     FOR UPDATE`;
@@ -119,7 +143,7 @@ export function lockAndComplete(p: {
 }) {
   return sql`
     WITH s AS (
-      SELECT ${rowColumns} FROM skiplock.sagas WHERE id = ${p.sagaId} FOR UPDATE
+      SELECT ${sagaRowColumns} FROM skiplock.sagas WHERE id = ${p.sagaId} FOR UPDATE
     ),
     settled AS (
       UPDATE skiplock.saga_steps st
@@ -178,6 +202,12 @@ export function setSagaFlags(
   return sql`UPDATE skiplock.sagas SET ${sql.join(sets, sql`, `)} WHERE id = ${id}`;
 }
 
+/** What a saga's end returns: the lock key it may have held, for the next one's turn. */
+export interface FinishedRow {
+  name: string;
+  lock_key: string | null;
+}
+
 /** Ends a saga: terminal status, no current step, finish time. */
 export function finishSaga(id: string, status: SagaStatus, error: string | null | undefined) {
   return sql`
@@ -185,7 +215,8 @@ export function finishSaga(id: string, status: SagaStatus, error: string | null 
     SET status = ${status}::skiplock.saga_status, current_step = NULL, current_kind = NULL,
         current_job_id = NULL, error = CASE WHEN ${error === undefined} THEN error ELSE ${error ?? null} END,
         finished_at = now(), updated_at = now()
-    WHERE id = ${id}`;
+    WHERE id = ${id}
+    RETURNING name, lock_key`;
 }
 
 /**

@@ -1,0 +1,270 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import {
+  defineSaga,
+  SagaDefinitionError,
+  SagaError,
+  SagaLockedError,
+  type SagaRuntime,
+} from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { captureLogs, fast, settled, startSagas, timeline } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+const account = z.object({ account: z.string(), fail: z.boolean().optional() });
+/** Which saga ran which step, in order: the tests read the order of turns from it. */
+const ran: string[] = [];
+/** Each saga's `hold` step waits for its gate to open, so a test decides when a holder ends. */
+const gates = new Map<string, () => void>();
+const gate = (sagaId: string) =>
+  new Promise<void>((resolve) => {
+    gates.set(sagaId, resolve);
+  });
+const open = async (sagaId: string) => {
+  await waitFor(() => gates.has(sagaId) || null, { what: `saga ${sagaId} to reach hold` });
+  gates.get(sagaId)!();
+  gates.delete(sagaId);
+};
+
+function billing(name: string, whenLocked?: 'queue' | 'refuse') {
+  return defineSaga({
+    name,
+    version: 1,
+    input: account,
+    lockKey: (input) => `account:${input.account}`,
+    ...(whenLocked ? { whenLocked } : {}),
+  })
+    .step('debit', {
+      ...fast,
+      run: (ctx) => void ran.push(`${ctx.sagaId}:debit`),
+      compensate: (ctx) => void ran.push(`${ctx.sagaId}:undo-debit`),
+    })
+    .step('hold', {
+      ...fast,
+      maxAttempts: 1,
+      run: async (ctx) => {
+        await gate(ctx.sagaId);
+        if (ctx.input.fail) throw new Error('declined');
+      },
+    });
+}
+
+const queued = billing('locked_queue');
+const refusing = billing('locked_refuse', 'refuse');
+
+async function rowStatus(id: string) {
+  const { rows } = await db.pool.query<{ status: string; lock_key: string | null }>(
+    'SELECT status, lock_key FROM skiplock.sagas WHERE id = $1',
+    [id],
+  );
+  return rows[0];
+}
+
+describe('one active saga per lock key', () => {
+  it('queues later starts with the key and starts them in start order as each one ends', async () => {
+    const { runtime } = await startSagas(db.pool, [queued]);
+    const a = await runtime.start(queued, { id: 'q-a', input: { account: '1' } });
+    const b = await runtime.start(queued, { id: 'q-b', input: { account: '1' } });
+    const c = await runtime.start(queued, { id: 'q-c', input: { account: '1' } });
+    // Another key is not held up.
+    const other = await runtime.start(queued, { id: 'q-other', input: { account: '2' } });
+    expect([a, b, c, other].map((r) => [r.started, r.status])).toEqual([
+      [true, 'running'],
+      [true, 'queued'],
+      [true, 'queued'],
+      [true, 'running'],
+    ]);
+    await open('q-other');
+    expect((await settled(runtime, 'q-other')).status).toBe('completed');
+    const view = await runtime.getSaga('q-b');
+    expect(view).toMatchObject({ status: 'queued', lockKey: 'account:1', currentStep: null });
+    expect(view!.history).toEqual([]);
+    expect(ran).not.toContain('q-b:debit');
+
+    await open('q-a');
+    expect((await settled(runtime, 'q-a')).status).toBe('completed');
+    await open('q-b');
+    expect((await settled(runtime, 'q-b')).status).toBe('completed');
+    await open('q-c');
+    expect((await settled(runtime, 'q-c')).status).toBe('completed');
+    const turns = ran.filter((r) => /^q-[abc]:debit$/.test(r));
+    expect(turns).toEqual(['q-a:debit', 'q-b:debit', 'q-c:debit']);
+    // A repeated start of a queued or finished saga is the same saga, as without a key.
+    expect(await runtime.start(queued, { id: 'q-b', input: { account: '1' } })).toEqual({
+      id: 'q-b',
+      started: false,
+      status: 'completed',
+    });
+  });
+
+  it('hands the key on when the holder compensates, fails or is cancelled, and skips a cancelled queued saga', async () => {
+    const { runtime } = await startSagas(db.pool, [queued]);
+    await runtime.start(queued, { id: 'h-1', input: { account: 'h', fail: true } });
+    await runtime.start(queued, { id: 'h-2', input: { account: 'h' } });
+    await runtime.start(queued, { id: 'h-3', input: { account: 'h' } });
+    await runtime.start(queued, { id: 'h-4', input: { account: 'h' } });
+    // Cancelled while queued: it ends at once, with nothing run, and holds no one up.
+    expect(await runtime.cancel('h-2')).toEqual({ accepted: true, status: 'cancelled' });
+    expect(await runtime.getSaga('h-2')).toMatchObject({ status: 'cancelled', history: [] });
+
+    await open('h-1');
+    const failed = await settled(runtime, 'h-1');
+    expect(failed.status).toBe('compensated');
+    expect(timeline(failed)).toEqual(['debit:completed', 'hold:failed', 'undo debit:completed']);
+    // h-3 got the key; cancel it while its step waits: it compensates and h-4 goes on.
+    await waitFor(() => gates.has('h-3') || null, { what: 'h-3 to hold' });
+    expect(await rowStatus('h-4')).toMatchObject({ status: 'queued' });
+    expect((await runtime.cancel('h-3')).accepted).toBe(true);
+    await open('h-3');
+    expect((await settled(runtime, 'h-3')).status).toBe('cancelled');
+    await open('h-4');
+    expect((await settled(runtime, 'h-4')).status).toBe('completed');
+    expect(ran.filter((r) => r.startsWith('h-2:'))).toEqual([]);
+  });
+
+  it('refuses a second start with the key when the definition says so, writing nothing', async () => {
+    const { runtime } = await startSagas(db.pool, [refusing]);
+    await runtime.start(refusing, { id: 'r-1', input: { account: 'r' } });
+    const refusal = await runtime
+      .start(refusing, { id: 'r-2', input: { account: 'r' } })
+      .catch((e: unknown) => e);
+    expect(refusal).toBeInstanceOf(SagaLockedError);
+    expect(refusal).toMatchObject({
+      code: 'saga_locked',
+      heldBy: 'r-1',
+      sagaName: 'locked_refuse',
+    });
+    // The message names the holder, not the key (it comes from the input).
+    expect((refusal as Error).message).not.toContain('account:r');
+    expect(await rowStatus('r-2')).toBeUndefined();
+    // The holder's own repeated start is not a second saga.
+    expect(await runtime.start(refusing, { id: 'r-1', input: { account: 'r' } })).toMatchObject({
+      started: false,
+      status: 'running',
+    });
+    await open('r-1');
+    await settled(runtime, 'r-1');
+    // Free again: the next start runs.
+    expect(await runtime.start(refusing, { id: 'r-2', input: { account: 'r' } })).toMatchObject({
+      started: true,
+      status: 'running',
+    });
+    await open('r-2');
+    expect((await settled(runtime, 'r-2')).status).toBe('completed');
+  });
+
+  it('lets a failed saga go of its key, and retries it only while the key is free', async () => {
+    const pivoting = defineSaga({
+      name: 'locked_pivot',
+      version: 1,
+      input: account,
+      lockKey: (input) => input.account,
+    })
+      .step('charge', { ...fast, pivot: true, run: () => 1 })
+      .step('ship', {
+        ...fast,
+        retriable: true,
+        maxAttempts: 1,
+        run: async (ctx) => {
+          await gate(ctx.sagaId);
+          if (ctx.input.fail) throw new Error('carrier down');
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [pivoting]);
+    await runtime.start(pivoting, { id: 'f-1', input: { account: 'f', fail: true } });
+    await runtime.start(pivoting, { id: 'f-2', input: { account: 'f' } });
+    await open('f-1');
+    expect((await settled(runtime, 'f-1')).status).toBe('failed');
+    // f-2 took the key; an operator's retry of f-1 waits until f-2 is done.
+    await waitFor(() => gates.has('f-2') || null, { what: 'f-2 to hold' });
+    expect(await runtime.retryFailed('f-1')).toMatchObject({ retried: false, reason: 'lock_busy' });
+    expect(await rowStatus('f-1')).toMatchObject({ status: 'failed' });
+    await open('f-2');
+    await settled(runtime, 'f-2');
+    expect(await runtime.retryFailed('f-1')).toMatchObject({ retried: true, step: 'ship' });
+    await open('f-1');
+    expect((await settled(runtime, 'f-1')).status).toBe('failed');
+  });
+
+  it('keeps a second active saga out even when written by hand (the unique index)', async () => {
+    const { runtime } = await startSagas(db.pool, [queued]);
+    await runtime.start(queued, { id: 'x-1', input: { account: 'x' } });
+    await runtime.start(queued, { id: 'x-2', input: { account: 'x' } });
+    const forced = await db.pool
+      .query(`UPDATE skiplock.sagas SET status = 'running' WHERE id = 'x-2'`)
+      .catch((e: { code?: string; constraint?: string }) => e);
+    expect(forced).toMatchObject({ code: '23505', constraint: 'sagas_lock_key_active_idx' });
+    await open('x-1');
+    await open('x-2');
+    expect((await settled(runtime, 'x-2')).status).toBe('completed');
+  });
+
+  it("starts a key's queue again from the reconciler when its holder is gone", async () => {
+    const { logger, lines } = captureLogs();
+    const { runtime } = await startSagas(db.pool, [queued], { logger });
+    await runtime.start(queued, { id: 'o-1', input: { account: 'o' } });
+    await runtime.start(queued, { id: 'o-2', input: { account: 'o' } });
+    await waitFor(() => gates.has('o-1') || null, { what: 'o-1 to hold' });
+    // An operator deletes the holder by hand: no end of its hands the key on.
+    await db.pool.query(`DELETE FROM skiplock.sagas WHERE id = 'o-1'`);
+    expect(await rowStatus('o-2')).toMatchObject({ status: 'queued' });
+    const pass = await runtime.reconciler.runOnce();
+    expect(pass.sagaIds).toContain('o-2');
+    expect(lines).toContainEqual(expect.objectContaining({ reason: 'saga_turn', sagaId: 'o-2' }));
+    await open('o-1');
+    await open('o-2');
+    expect((await settled(runtime, 'o-2')).status).toBe('completed');
+    // Nothing is queued without a holder now: the next pass has nothing to start.
+    expect((await runtime.reconciler.runOnce()).sagaIds).not.toContain('o-2');
+  });
+
+  it('refuses a lock key that is not a string of 1-200 characters, or a key function that throws', async () => {
+    const keyed = (name: string, lockKey: (input: { account: string }) => string) =>
+      defineSaga({ name, version: 1, input: z.object({ account: z.string() }), lockKey }).step(
+        'only',
+        { ...fast, run: () => 1 },
+      );
+    const empty = keyed('key_empty', () => '');
+    const long = keyed('key_long', () => 'k'.repeat(201));
+    const number = keyed('key_number', (input) => Number(input.account) as unknown as string);
+    const throws = keyed('key_throws', () => {
+      throw new Error('no account');
+    });
+    const { runtime } = await startSagas(db.pool, [empty, long, number, throws]);
+    const refused = async (def: typeof empty, id: string) => {
+      const error = await (runtime as SagaRuntime)
+        .start(def, { id, input: { account: '7' } })
+        .catch((e: unknown) => e);
+      expect(await rowStatus(id)).toBeUndefined();
+      return error as SagaError;
+    };
+    expect(await refused(empty, 'k-1')).toMatchObject({
+      code: 'invalid_lock_key',
+      message:
+        'saga "key_empty": lockKey must return a string of 1-200 characters, got a string of 0 characters',
+    });
+    expect((await refused(long, 'k-2')).message).toContain('got a string of 201 characters');
+    expect((await refused(number, 'k-3')).message).toContain('got number');
+    expect(await refused(throws, 'k-4')).toMatchObject({
+      code: 'invalid_lock_key',
+      message: 'saga "key_throws": lockKey threw: no account',
+    });
+  });
+
+  it('checks lockKey and whenLocked where the saga is defined', () => {
+    const base = { name: 'bad_lock', version: 1, input: account };
+    expect(() => defineSaga({ ...base, lockKey: 'account' as never })).toThrow(
+      new SagaDefinitionError('bad_lock', 'lockKey must be a function of the input, got string'),
+    );
+    expect(() =>
+      defineSaga({ ...base, lockKey: (i) => i.account, whenLocked: 'wait' as never }),
+    ).toThrow(`whenLocked must be 'queue' or 'refuse', got "wait"`);
+    expect(() => defineSaga({ ...base, whenLocked: 'refuse' })).toThrow(
+      'whenLocked needs a lockKey',
+    );
+    expect(defineSaga({ ...base, lockKey: (i) => i.account }).lock?.whenLocked).toBe('queue');
+    expect(defineSaga(base).lock).toBeNull();
+  });
+});
