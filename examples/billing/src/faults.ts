@@ -7,7 +7,7 @@ export type BillingStepName =
   | 'reserve-credit'
   | 'open-payment'
   | 'charge-card'
-  | 'capture-payment'
+  | 'settle-payment'
   | 'issue-receipt'
   | 'write-ledger';
 

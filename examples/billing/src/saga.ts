@@ -12,7 +12,7 @@ import {
   reverseCharge,
   type PaymentPlan,
 } from './steps/charge-card.js';
-import { applyConfirmation } from './steps/confirm-payment.js';
+import { settlePayment } from './steps/settle-payment.js';
 import { issueInvoice, voidInvoice } from './steps/issue-invoice.js';
 import { issueReceipt } from './steps/issue-receipt.js';
 import { releaseCredit, reserveCredit } from './steps/reserve-credit.js';
@@ -59,11 +59,14 @@ export function chargeKeyOf(sagaId: string): string {
  *   issue-invoice     draft → open                      undo: void the invoice
  *   reserve-credit    hold prepaid credit               undo: release it
  *   open-payment      split credit / card, fix the key  undo: void or refund the card charge
- *   charge-card       charge the card (idempotent key)
- *   payment-confirmed wait for the provider's verdict (webhook), with a timeout
- *   capture-payment   PIVOT: a late decline still compensates; after this, no way back
- *   issue-receipt     retriable
- *   write-ledger      retriable: the balanced journal, reservation captured, invoice paid
+ *   charge-card       PIVOT: the card is charged (or the charge accepted, pending); a decline
+ *                     here fails the pivot and undoes all; after it, no way back
+ *   payment-confirmed wait for the provider's verdict (webhook), after the pivot: a timeout
+ *                     fails the saga for an operator (reason wait_expired_after_pivot)
+ *   settle-payment    retriable: confirm the payment, or, declined late, void the invoice and
+ *                     release the credit going forward (nothing was taken, nothing to refund)
+ *   issue-receipt     retriable, when paid
+ *   write-ledger      retriable, when paid: the balanced journal, reservation captured, paid
  *
  * The card charge's undo sits on `open-payment`, before the charge, so it also runs when the
  * charge step itself fails for good after a charge went through (an answer lost on every retry).
@@ -76,7 +79,7 @@ export function createBillingSaga(deps: BillingDeps) {
   const compensation: RetryPolicy = { maxAttempts: 20, ...deps.retry };
   const permanent = [InvoiceStateError, InjectedPermanentError];
 
-  return defineSaga({ name: BILLING_SAGA, version: 1, input: billingInput })
+  return defineSaga({ name: BILLING_SAGA, version: 2, input: billingInput })
     .step('issue-invoice', {
       ...policy,
       compensation,
@@ -136,6 +139,9 @@ export function createBillingSaga(deps: BillingDeps) {
     })
     .step('charge-card', {
       ...policy,
+      // The point of no return: once the provider took the charge (or accepted it, pending),
+      // the saga only goes forward. A decline here fails the pivot itself: everything undone.
+      pivot: true,
       nonRetryable: [PaymentDeclinedError, ...permanent],
       run: async (ctx, input) => {
         faults.check('charge-card', ctx.attempt);
@@ -162,15 +168,23 @@ export function createBillingSaga(deps: BillingDeps) {
       payload: paymentConfirmation,
       timeoutMs: deps.confirmTimeoutMs,
     })
-    .step('capture-payment', {
-      ...policy,
-      pivot: true,
-      nonRetryable: [PaymentDeclinedError, ...permanent],
+    .step('settle-payment', {
+      ...deps.retry,
+      retriable: true,
       run: async (ctx, input) => {
-        faults.check('capture-payment', ctx.attempt);
+        faults.check('settle-payment', ctx.attempt);
         const confirmation = ctx.steps[PAYMENT_CONFIRMED];
-        await ctx.transaction((tx) => applyConfirmation(tx, input.invoiceId, confirmation));
-        return { captured: true };
+        return ctx.transaction(async (tx) => {
+          const settled = await settlePayment(tx, input.invoiceId, confirmation);
+          if (settled.voided) {
+            await billingEvents.publish(tx, {
+              topic: 'invoice.voided',
+              key: input.invoiceId,
+              payload: { invoiceId: input.invoiceId, reason: settled.voided },
+            });
+          }
+          return { paid: settled.paid };
+        });
       },
     })
     .step('issue-receipt', {
@@ -178,6 +192,7 @@ export function createBillingSaga(deps: BillingDeps) {
       retriable: true,
       run: async (ctx, input) => {
         faults.check('issue-receipt', ctx.attempt);
+        if (!ctx.steps['settle-payment'].paid) return null;
         return ctx.transaction((tx) => issueReceipt(tx, input.invoiceId));
       },
     })
@@ -186,6 +201,7 @@ export function createBillingSaga(deps: BillingDeps) {
       retriable: true,
       run: async (ctx, input) => {
         faults.check('write-ledger', ctx.attempt);
+        if (!ctx.steps['settle-payment'].paid) return null;
         const creditCents = ctx.steps['reserve-credit'].creditCents;
         const cardCents = ctx.steps['open-payment'].cardCents;
         return ctx.transaction(async (tx) => {

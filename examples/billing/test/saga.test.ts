@@ -55,7 +55,7 @@ describe('billing saga', () => {
       'open-payment',
       'charge-card',
       'payment-confirmed',
-      'capture-payment',
+      'settle-payment',
       'issue-receipt',
       'write-ledger',
     ]);
@@ -204,22 +204,34 @@ describe('billing saga', () => {
     await expectInvariantsHold(db.pool);
   });
 
-  it('a late decline by webhook compensates after the charge', async () => {
+  it('a late decline by webhook, after the pivot, voids the invoice going forward', async () => {
     const system = await startBilling(db.pool, {
       rates: { declineRate: 1, transientRate: 0, lateConfirmRate: 1 },
     });
     const customer = await customerWith(db.pool, 700);
     const id = await system.openInvoice({ customerId: customer, amountCents: 2_000 });
     const saga = await settled(system, id);
-    expect(saga.status).toBe('compensated');
-    expect(saga.history.find((h) => h.step === 'capture-payment')?.error).toMatch(/declined/);
+    // Past the pivot nothing is compensated: the saga completes, having settled the decline.
+    expect(saga.status).toBe('completed');
+    expect(saga.history.filter((h) => h.kind === 'compensation')).toEqual([]);
+    const outputs = Object.fromEntries(saga.history.map((h) => [h.step, h.output]));
+    expect(outputs).toMatchObject({
+      'settle-payment': { paid: false },
+      'issue-receipt': null,
+      'write-ledger': null,
+    });
     expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['declined']);
     expect(await paymentStatus(id)).toBe('voided');
+    expect(await invoiceStatus(db.pool, id)).toBe('void');
     expect(await balanceOf(db.pool, customer)).toBe(700);
+    expect(await ledgerOf(id)).toEqual([]);
+    const events = await eventsOf(id);
+    expect(events.map((e) => e.topic)).toEqual(['invoice.issued', 'invoice.voided']);
+    expect(events[1]?.payload.reason).toMatch(/^card declined late: /);
     await expectInvariantsHold(db.pool);
   });
 
-  it('no webhook before the timeout: the charge is voided, and a late webhook cannot revive it', async () => {
+  it('no webhook before the timeout: past the pivot the saga fails for an operator, whose retry takes the late webhook', async () => {
     const system = await startBilling(db.pool, {
       rates: { declineRate: 0, transientRate: 0, lateConfirmRate: 1 },
       webhookDelayMs: 600_000,
@@ -228,30 +240,47 @@ describe('billing saga', () => {
     });
     const customer = await customerWith(db.pool, 0);
     const id = await system.openInvoice({ customerId: customer, amountCents: 1_100 });
-    const saga = await settled(system, id);
-    expect(saga.status).toBe('compensated');
-    expect(saga.history.find((h) => h.step === 'payment-confirmed')?.status).toBe('failed');
-    expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['voided']);
-    expect(await paymentStatus(id)).toBe('voided');
-    // The provider's webhook finally arrives: the voided charge stays voided.
-    expect((await system.provider.confirm(chargeKeyOf(id)))?.status).toBe('voided');
+    const failed = await settled(system, id);
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toMatch(/payment-confirmed/);
+    expect(failed.history.find((h) => h.step === 'payment-confirmed')?.status).toBe('failed');
+    // Nothing was undone: the charge stays pending at the provider, the invoice open.
+    expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['pending']);
+    expect(await paymentStatus(id)).toBe('pending');
+    expect(await invoiceStatus(db.pool, id)).toBe('open');
+    await expectInvariantsHold(db.pool);
+    // The provider's verdict arrives while the saga is failed: kept for the wait.
+    const verdict = await system.provider.confirm(chargeKeyOf(id));
+    expect(verdict?.status).toBe('succeeded');
+    expect(await system.runtime.signal(id, 'payment-confirmed', { status: 'succeeded' })).toEqual({
+      delivered: true,
+      resumed: false,
+    });
+    expect(await system.runtime.retryFailed(id)).toMatchObject({
+      retried: true,
+      step: 'payment-confirmed',
+    });
+    expect((await settled(system, id)).status).toBe('completed');
+    expect(await invoiceStatus(db.pool, id)).toBe('paid');
+    expect(await paymentStatus(id)).toBe('confirmed');
     await expectInvariantsHold(db.pool);
   });
 
-  it('a permanent failure at the pivot refunds the card and restores the balance', async () => {
+  it('a permanent failure at the pivot (the charge) undoes everything and voids the charge key', async () => {
     const system = await startBilling(db.pool, {
-      faults: createFaults({ force: { step: 'capture-payment', kind: 'permanent' } }),
+      faults: createFaults({ force: { step: 'charge-card', kind: 'permanent' } }),
     });
     const customer = await customerWith(db.pool, 400);
     const id = await system.openInvoice({ customerId: customer, amountCents: 1_000 });
     expect((await settled(system, id)).status).toBe('compensated');
-    expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['refunded']);
-    expect(await paymentStatus(id)).toBe('refunded');
+    // Nothing was charged; the voided record stops a straggling attempt from charging later.
+    expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['voided']);
     expect(await balanceOf(db.pool, customer)).toBe(400);
+    expect(await invoiceStatus(db.pool, id)).toBe('void');
     await expectInvariantsHold(db.pool);
   });
 
-  it.each<BillingStepName>(['issue-receipt', 'write-ledger'])(
+  it.each<BillingStepName>(['settle-payment', 'issue-receipt', 'write-ledger'])(
     'transient failures in %s (after the pivot) are retried until the saga completes',
     async (step) => {
       const system = await startBilling(db.pool, {
@@ -288,7 +317,7 @@ describe('billing saga', () => {
     'reserve-credit',
     'open-payment',
     'charge-card',
-    'capture-payment',
+    'settle-payment',
     'issue-receipt',
     'write-ledger',
   ])(
@@ -325,7 +354,7 @@ describe('billing saga', () => {
     async (step) => {
       let crashes = 0;
       const system = await startBilling(db.pool, {
-        faults: createFaults({ force: { step: 'capture-payment', kind: 'permanent' } }),
+        faults: createFaults({ force: { step: 'charge-card', kind: 'permanent' } }),
         sagaFaults: (point) => {
           if (
             point.step === step &&
@@ -348,7 +377,7 @@ describe('billing saga', () => {
       );
       expect(await balanceOf(db.pool, customer)).toBe(800);
       expect(await invoiceStatus(db.pool, id)).toBe('void');
-      expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['refunded']);
+      expect((await providerCharges(db.pool, id)).map((c) => c.status)).toEqual(['voided']);
       await expectInvariantsHold(db.pool);
     },
   );

@@ -39,7 +39,7 @@ describe('skiplock dashboard', () => {
   it('serves the pages on loopback; without a token nothing can be changed; SIGTERM stops it', async () => {
     const { cli, url, line } = await start(['--module', shape]);
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
-    expect(line).toMatchObject({ actions: 'none (no token)', sagas: ['billing v1'] });
+    expect(line).toMatchObject({ actions: 'none (no token)', sagas: ['billing v2'] });
     const overview = await fetch(url);
     expect(overview.status).toBe(200);
     expect(await overview.text()).toContain('<h1>Overview</h1>');

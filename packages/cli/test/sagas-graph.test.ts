@@ -16,13 +16,15 @@ describe('skiplock sagas graph', () => {
     const readme = await readFile(sagaReadme, 'utf8');
     const embedded = /```mermaid\n([^]*?)```/.exec(readme)?.[1];
     expect(result.stdout).toBe(embedded);
-    expect(result.stdout).toMatch(/s5\{\{"capture-payment \(pivot\)"\}\}/);
+    // The pivot is the charge, and the wait after it fails (for an operator) when it times out.
+    expect(result.stdout).toMatch(/s3\{\{"charge-card \(pivot\)"\}\}/);
+    expect(result.stdout).toContain('timeout 30 s (then failed)');
   });
 
   it('names what the module exports when the saga is not there, and needs --module', async () => {
     const missing = await runCli(['sagas', 'graph', 'nope', '--module', shape], {});
     expect(missing.code).toBe(2);
-    expect(missing.stderr).toContain('exports no saga named "nope"; it exports billing v1');
+    expect(missing.stderr).toContain('exports no saga named "nope"; it exports billing v2');
     const noModule = await runCli(['sagas', 'graph', 'billing'], {});
     expect(noModule.code).toBe(2);
     expect(noModule.stderr).toContain('--module FILE is required');

@@ -41,8 +41,10 @@ function duration(ms: number): string {
 function stepNode(step: StepSpec): SagaShapeNode {
   const base = { id: `s${step.index}`, step: step.name };
   if (step.wait) {
+    // After the pivot a timeout cannot compensate: the saga fails, for an operator.
+    const then = step.role === 'retriable' ? ' (then failed)' : '';
     const timeout =
-      step.wait.timeoutMs === null ? '' : `, timeout ${duration(step.wait.timeoutMs)}`;
+      step.wait.timeoutMs === null ? '' : `, timeout ${duration(step.wait.timeoutMs)}${then}`;
     return {
       ...base,
       kind: 'wait',

@@ -60,4 +60,15 @@ describe('sagaGraph', () => {
       '  start(["start pay v2, one active per lock key (later starts are refused)"])',
     );
   });
+
+  it('says where a wait after the pivot leads when it times out: failed, not compensated', () => {
+    const saga = defineSaga({ name: 'ship', version: 1, input: z.object({}) })
+      .step('charge', { run, pivot: true })
+      .waitFor('delivered', { payload: z.object({}), timeoutMs: 3_600_000 });
+    const lines = sagaGraph(saga).split('\n');
+    expect(lines).toContain(
+      '  s1[/"delivered: wait for signal delivered, timeout 1 h (then failed)"/]',
+    );
+    expect(lines.filter((l) => l.includes('-.'))).toEqual(['  s0 -. fails .-> compensated']);
+  });
 });

@@ -8,7 +8,7 @@ export interface SagaCounts {
   compensated: number;
   failed: number;
   cancelled: number;
-  /** Running, waiting or compensating. */
+  /** Queued, running, waiting or compensating. */
   unfinished: number;
 }
 
@@ -21,6 +21,8 @@ export interface DemoReport {
   charges: Record<string, number>;
   /** Compensated sagas by the step that failed for good. */
   compensatedBy: Record<string, number>;
+  /** Invoices a decline voided after the pivot (the saga went forward, nothing to undo). */
+  voidedLate: number;
   /** Charges the provider confirmed later, through its webhook. */
   webhooks: number;
   /** First saga start to last saga finish. */
@@ -46,7 +48,7 @@ export async function countSagas(db: pg.Pool): Promise<SagaCounts> {
     compensated: get('compensated'),
     failed: get('failed'),
     cancelled: get('cancelled'),
-    unfinished: get('running') + get('waiting') + get('compensating'),
+    unfinished: get('queued') + get('running') + get('waiting') + get('compensating'),
   };
 }
 
@@ -73,6 +75,10 @@ export async function collectReport(db: pg.Pool, runtime: SagaRuntime): Promise<
       WHERE s.status = 'compensated' AND st.kind = 'step' AND st.status = 'failed'
       GROUP BY st.step ORDER BY count(*) DESC, st.step`,
   );
+  const voidedLate = await db.query<{ n: string }>(
+    `SELECT count(*) AS n FROM billing.invoices
+      WHERE status = 'void' AND void_reason LIKE 'card declined late:%'`,
+  );
   const webhooks = await db.query<{ n: string }>(
     `SELECT count(*) AS n FROM skiplock.jobs
       WHERE job_type = 'billing.provider-webhook' AND status = 'completed'`,
@@ -92,6 +98,7 @@ export async function collectReport(db: pg.Pool, runtime: SagaRuntime): Promise<
     replayedCharges: charges.rows.reduce((sum, r) => sum + Number(r.replays ?? 0), 0),
     charges: Object.fromEntries(charges.rows.map((r) => [r.status, Number(r.n)])),
     compensatedBy: Object.fromEntries(failedSteps.rows.map((r) => [r.step, Number(r.n)])),
+    voidedLate: Number(voidedLate.rows[0]?.n ?? 0),
     webhooks: Number(webhooks.rows[0]?.n ?? 0),
     elapsedMs: Number(row?.elapsed ?? 0),
     p50Ms: row?.p50 === null || row?.p50 === undefined ? null : Number(row.p50),

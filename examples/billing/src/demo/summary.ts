@@ -61,8 +61,6 @@ export function judge(report: DemoReport, facts: RunFacts, expected: number): Ve
 // What failing for good at a step means, in the demo's terms.
 const STEP_FAILURES: Record<string, string> = {
   'charge-card': 'card declined',
-  'payment-confirmed': 'no confirmation in time',
-  'capture-payment': 'declined late by webhook',
 };
 
 const ms = (value: number | null) =>
@@ -103,6 +101,9 @@ export function formatSummary(
   const why = Object.entries(report.compensatedBy).map(
     ([step, n]) => `${n} ${STEP_FAILURES[step] ?? `failed at ${step}`}`,
   );
+  if (report.voidedLate > 0) {
+    why.push(`${report.voidedLate} declined late by webhook (completed: voided after the pivot)`);
+  }
   if (why.length > 0) field('Why', why);
   field('Retries', [
     `${report.retries} step retries`,
