@@ -8,10 +8,18 @@ import { NonRetryableError } from '@skiplock/queue';
 import { defineSaga, type StepContext, type StepOutputs } from '../../packages/saga/src/index.js';
 import { z } from 'zod';
 
+// `starts` records, by a trigger, the order in which the sagas were inserted: each insert runs
+// while its start holds the key's turn lock, so per key this is the order the starts took it,
+// known apart from the created_at the runtime orders its queue by.
 export const LOCK_SCHEMA_SQL = `
   CREATE SCHEMA IF NOT EXISTS saga_lock;
   CREATE TABLE saga_lock.turns (saga_id text NOT NULL, account text NOT NULL, what text NOT NULL,
-                                at timestamptz NOT NULL DEFAULT clock_timestamp());`;
+                                at timestamptz NOT NULL DEFAULT clock_timestamp());
+  CREATE TABLE saga_lock.starts (seq bigserial PRIMARY KEY, saga_id text NOT NULL);
+  CREATE FUNCTION saga_lock.record_start() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN INSERT INTO saga_lock.starts (saga_id) VALUES (NEW.id); RETURN NEW; END $$;
+  CREATE TRIGGER record_start AFTER INSERT ON skiplock.sagas
+    FOR EACH ROW EXECUTE FUNCTION saga_lock.record_start();`;
 
 const retry = { maxAttempts: 25, backoff: { baseMs: 10, maxMs: 50 }, leaseMs: 1_000 } as const;
 

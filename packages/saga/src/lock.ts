@@ -1,7 +1,7 @@
 import { runSql, type Queryable } from '@skiplock/queue/engine';
 import type { AnySagaDefinition, SagaLock } from './define.js';
 import { SagaError } from './errors.js';
-import { lockKeyTurn, selectLockHolder, type LockHolderRow } from './sql/locks.js';
+import { lockKeyTurn, selectLockHolder, type KeyTurnRow, type LockHolderRow } from './sql/locks.js';
 
 const MAX_LOCK_KEY_CHARS = 200;
 
@@ -29,15 +29,36 @@ export function lockKeyOf(def: AnySagaDefinition, lock: SagaLock, input: unknown
 }
 
 /**
- * Takes the key's turn lock for the rest of the transaction and says who holds the key: the
- * active saga, else the first queued one, else null (the key is free). A start then inserts its
- * saga `running` or `queued`; an operator's retry goes ahead only while the key is free.
+ * Takes the key's turn lock for the rest of the transaction (see `lockKeyTurn`); with `wait:
+ * false` only when it is free, returning false otherwise. Refuses a transaction that is not READ
+ * COMMITTED (code `lock_key_isolation`): its fixed snapshot could miss the last holder's end.
+ */
+export async function takeKeyTurn(
+  tx: Queryable,
+  name: string,
+  key: string,
+  wait = true,
+): Promise<boolean> {
+  const turn = (await runSql<KeyTurnRow>(tx, lockKeyTurn(name, key, wait))).rows[0]!;
+  if (turn.isolation !== 'read committed') {
+    throw new SagaError(
+      'lock_key_isolation',
+      `saga "${name}" has a lockKey: start, retry and end it in a READ COMMITTED transaction, not ${turn.isolation.toUpperCase()}`,
+    );
+  }
+  return turn.taken;
+}
+
+/**
+ * Takes the key's turn lock and says who holds the key: the active saga, else the first queued
+ * one, else null (the key is free). A start then inserts its saga `running` or `queued`; an
+ * operator's retry goes ahead only while the key is free.
  */
 export async function lockHolder(
   tx: Queryable,
   name: string,
   key: string,
 ): Promise<LockHolderRow | null> {
-  await runSql(tx, lockKeyTurn(name, key));
+  await takeKeyTurn(tx, name, key);
   return (await runSql<LockHolderRow>(tx, selectLockHolder(name, key))).rows[0] ?? null;
 }

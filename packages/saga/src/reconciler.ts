@@ -18,7 +18,7 @@ import {
   type WaitingSagaRow,
 } from './sql/reconcile.js';
 import { settleStep } from './sql/steps.js';
-import { selectOrphanQueues, type OrphanQueueRow } from './sql/locks.js';
+import { selectQueuedKeys, type QueuedKeyRow } from './sql/locks.js';
 import {
   advanceAfter,
   failSaga,
@@ -179,27 +179,39 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     return failed;
   }
 
+  let queueCursor: { name: string; key: string } | null = null;
+
   /**
    * Lock keys with sagas queued and none active (the end of the last holder ran where no runtime
    * knew the next one's version, or a holder row was deleted by hand): the first in line starts.
+   * Its own transaction, after the pass over live sagas has committed, so a key whose turn lock a
+   * caller's transaction holds (a start in `tx`) never holds up those sagas; such a key is
+   * skipped (it has a start in flight) and looked at again on the next round.
    */
-  async function reconcileQueues(tx: Parameters<typeof failSaga>[1]): Promise<string[]> {
-    const keys = (await runSql<OrphanQueueRow>(tx, selectOrphanQueues(batchSize))).rows;
-    const started: string[] = [];
-    for (const { name, lock_key } of keys) {
-      const id = await startNextInLine(e, tx, name, lock_key);
-      if (id === null) continue;
-      e.logger.warn({ reason: 'saga_reconciled', sagaId: id }, 'queued saga started');
-      started.push(id);
-    }
-    return started;
+  async function reconcileQueues(): Promise<string[]> {
+    return withTransaction(e.pool, async (tx) => {
+      if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) return [];
+      const scan = batchSize * 10;
+      const keys = (await runSql<QueuedKeyRow>(tx, selectQueuedKeys(scan, queueCursor))).rows;
+      const last = keys.at(-1);
+      // The next pass goes on after this page's last key (from the start once a page is not
+      // full), so keys that cannot start never hide the others.
+      const full = keys.reduce((n, k) => n + k.queued, 0) === scan;
+      queueCursor = full && last ? { name: last.name, key: last.lock_key } : null;
+      const started: string[] = [];
+      for (const { name, lock_key } of keys.filter((k) => k.orphan).slice(0, batchSize)) {
+        const id = await startNextInLine(e, tx, name, lock_key, false);
+        if (id === null) continue;
+        e.logger.warn({ reason: 'saga_reconciled', sagaId: id }, 'queued saga started');
+        started.push(id);
+      }
+      return started;
+    });
   }
 
   async function runOnce(): Promise<ReconcileResult> {
-    return withTransaction(e.pool, async (tx) => {
-      if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) {
-        return { ran: false, reconciled: 0, sagaIds: [] };
-      }
+    const stranded = await withTransaction(e.pool, async (tx) => {
+      if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) return null;
       const live = (await runSql<LiveSagaRow>(tx, selectLiveSagas(batchSize, cursor))).rows;
       const last = live.at(-1);
       cursor =
@@ -216,10 +228,12 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
         stranded.push(row.id);
       }
       stranded.push(...(await reconcileWaiting(tx)));
-      stranded.push(...(await reconcileQueues(tx)));
-      if (stranded.length > 0) e.metrics.reconciled.inc(stranded.length);
-      return { ran: true, reconciled: stranded.length, sagaIds: stranded };
+      return stranded;
     });
+    if (stranded === null) return { ran: false, reconciled: 0, sagaIds: [] };
+    stranded.push(...(await reconcileQueues()));
+    if (stranded.length > 0) e.metrics.reconciled.inc(stranded.length);
+    return { ran: true, reconciled: stranded.length, sagaIds: stranded };
   }
 
   // The queue's own loop for singleton passes: one abort listener per sleep, removed when the

@@ -62,6 +62,7 @@ import {
   compensateNext,
   enterStep,
   OUTCOMES,
+  startNextInLine,
   type Transition,
 } from './transitions.js';
 import { inSagaTrace, SAGA_TRACER, startSagaSpan } from './tracing.js';
@@ -196,6 +197,8 @@ const TERMINAL: ReadonlySet<SagaStatus> = new Set([
   'cancelled',
   'failed',
 ]);
+/** The `step` label of a saga cancelled while queued: it ended before reaching any step. */
+const QUEUED_STEP = '(queued)';
 const MAX_ID_CHARS = 200;
 // Whitespace, control characters and lone surrogates (which PostgreSQL would store as U+FFFD).
 const UNFIT = /[\s\p{Cc}]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/u;
@@ -344,9 +347,10 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       // The caller's input is stored, not the parsed output, so every step parses it alike.
       const inputJson = JSON.stringify(startOptions.input ?? null);
       const saga = { id, name: definition.name, version: definition.version };
+      // Before the span starts: a refused key ends the call with nothing open.
+      const lockKey = definition.lock && lockKeyOf(definition, definition.lock, parsed.value);
       const span = engine.tracer && startSagaSpan(engine.tracer, saga);
       const stored = span && storedTrace(span);
-      const lockKey = definition.lock && lockKeyOf(definition, definition.lock, parsed.value);
       const repeated = async (tx: Queryable): Promise<StartResult> => {
         const existing = (await runSql<StartConflictRow>(tx, selectStartConflict(id, inputJson)))
           .rows[0];
@@ -465,14 +469,20 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         if (saga.status === 'compensating') {
           return { accepted: false, status: saga.status, reason: 'compensating' };
         }
-        if (saga.pivoted) return { accepted: false, status: saga.status, reason: 'pivoted' };
-        const entry = entryOf(saga.name, saga.version);
         if (saga.status === 'queued') {
-          // Nothing ran and it holds no key: it just leaves the queue.
+          // Nothing ran and it holds no key: it just leaves the queue. No definition needed, so
+          // a queued saga of a version no runtime knows any more can be cancelled too.
           await runSql(tx, finishSaga(sagaId, 'cancelled', 'cancelled'));
-          report(saga, entry.steps[0]!.name, 'cancelled', 'cancel');
+          // Ahead of the others with no holder (its version unknown where the last one ended):
+          // the next one starts now.
+          if (saga.lock_key !== null) {
+            await startNextInLine(engine, tx, saga.name, saga.lock_key);
+          }
+          report(saga, QUEUED_STEP, 'cancelled', 'cancel');
           return { accepted: true, status: 'cancelled' };
         }
+        if (saga.pivoted) return { accepted: false, status: saga.status, reason: 'pivoted' };
+        const entry = entryOf(saga.name, saga.version);
         const index = entry.steps.findIndex((s) => s.name === saga.current_step);
         const step = saga.current_step!;
         const flagged = { ...saga, cancel_requested: true };

@@ -11,7 +11,8 @@ import {
 import { nextCompensation } from './plan.js';
 import { inSagaTrace } from './tracing.js';
 import type { SagaStepKind, SagaStatus } from './schema.js';
-import { lockKeyTurn, lockNextQueued } from './sql/locks.js';
+import { takeKeyTurn } from './lock.js';
+import { lockNextQueued } from './sql/locks.js';
 import {
   enterRow,
   finishSaga,
@@ -327,17 +328,19 @@ async function endSaga(
 
 /**
  * Starts the first saga queued for a lock key that no saga holds, under the key's turn lock (so
- * a concurrent start either sees it started or queues behind it). Its first job is not handed
- * to this worker: the hand-off belongs to the saga that just moved. A version no runtime here
- * knows stays queued for one that does (the reconciler looks for such keys).
+ * a concurrent start either sees it started or queues behind it); with `wait: false` (the
+ * reconciler) only if that lock is free at once. Its first job is not handed to this worker: the
+ * hand-off belongs to the saga that just moved. A version no runtime here knows stays queued for
+ * one that does (the reconciler looks for such keys), or for an operator's cancel.
  */
 export async function startNextInLine(
   e: Engine,
   tx: Queryable,
   name: string,
   key: string,
+  wait = true,
 ): Promise<string | null> {
-  await runSql(tx, lockKeyTurn(name, key));
+  if (!(await takeKeyTurn(tx, name, key, wait))) return null;
   const next = (await runSql<SagaRow>(tx, lockNextQueued(name, key))).rows[0];
   if (!next) return null;
   const entry = e.entries.get(entryKey(next.name, next.version));

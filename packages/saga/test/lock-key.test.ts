@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
+  createSagaRuntime,
   defineSaga,
   SagaDefinitionError,
   SagaError,
@@ -9,7 +10,7 @@ import {
 } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { captureLogs, fast, settled, startSagas, timeline } from './fixtures.js';
+import { captureLogs, fast, settled, silent, startSagas, timeline } from './fixtures.js';
 
 const db = await useTestDatabase();
 
@@ -28,10 +29,10 @@ const open = async (sagaId: string) => {
   gates.delete(sagaId);
 };
 
-function billing(name: string, whenLocked?: 'queue' | 'refuse') {
+function billing(name: string, whenLocked?: 'queue' | 'refuse', version = 1) {
   return defineSaga({
     name,
-    version: 1,
+    version,
     input: account,
     lockKey: (input) => `account:${input.account}`,
     ...(whenLocked ? { whenLocked } : {}),
@@ -65,9 +66,9 @@ async function rowStatus(id: string) {
 describe('one active saga per lock key', () => {
   it('queues later starts with the key and starts them in start order as each one ends', async () => {
     const { runtime } = await startSagas(db.pool, [queued]);
-    const a = await runtime.start(queued, { id: 'q-a', input: { account: '1' } });
-    const b = await runtime.start(queued, { id: 'q-b', input: { account: '1' } });
-    const c = await runtime.start(queued, { id: 'q-c', input: { account: '1' } });
+    const a = await runtime.start(queued, { id: 'q-3', input: { account: '1' } });
+    const b = await runtime.start(queued, { id: 'q-2', input: { account: '1' } });
+    const c = await runtime.start(queued, { id: 'q-1', input: { account: '1' } });
     // Another key is not held up.
     const other = await runtime.start(queued, { id: 'q-other', input: { account: '2' } });
     expect([a, b, c, other].map((r) => [r.started, r.status])).toEqual([
@@ -78,28 +79,29 @@ describe('one active saga per lock key', () => {
     ]);
     await open('q-other');
     expect((await settled(runtime, 'q-other')).status).toBe('completed');
-    const view = await runtime.getSaga('q-b');
+    const view = await runtime.getSaga('q-2');
     expect(view).toMatchObject({ status: 'queued', lockKey: 'account:1', currentStep: null });
     expect(view!.history).toEqual([]);
-    expect(ran).not.toContain('q-b:debit');
+    expect(ran).not.toContain('q-2:debit');
 
-    await open('q-a');
-    expect((await settled(runtime, 'q-a')).status).toBe('completed');
-    await open('q-b');
-    expect((await settled(runtime, 'q-b')).status).toBe('completed');
-    await open('q-c');
-    expect((await settled(runtime, 'q-c')).status).toBe('completed');
-    const turns = ran.filter((r) => /^q-[abc]:debit$/.test(r));
-    expect(turns).toEqual(['q-a:debit', 'q-b:debit', 'q-c:debit']);
+    await open('q-3');
+    expect((await settled(runtime, 'q-3')).status).toBe('completed');
+    await open('q-2');
+    expect((await settled(runtime, 'q-2')).status).toBe('completed');
+    await open('q-1');
+    expect((await settled(runtime, 'q-1')).status).toBe('completed');
+    // Started q-3, q-2, q-1: the turns follow the starts, not the ids.
+    const turns = ran.filter((r) => /^q-[123]:debit$/.test(r));
+    expect(turns).toEqual(['q-3:debit', 'q-2:debit', 'q-1:debit']);
     // A repeated start of a queued or finished saga is the same saga, as without a key.
-    expect(await runtime.start(queued, { id: 'q-b', input: { account: '1' } })).toEqual({
-      id: 'q-b',
+    expect(await runtime.start(queued, { id: 'q-2', input: { account: '1' } })).toEqual({
+      id: 'q-2',
       started: false,
       status: 'completed',
     });
   });
 
-  it('hands the key on when the holder compensates, fails or is cancelled, and skips a cancelled queued saga', async () => {
+  it('hands the key on when the holder compensates or is cancelled, and skips a cancelled queued saga', async () => {
     const { runtime } = await startSagas(db.pool, [queued]);
     await runtime.start(queued, { id: 'h-1', input: { account: 'h', fail: true } });
     await runtime.start(queued, { id: 'h-2', input: { account: 'h' } });
@@ -266,5 +268,109 @@ describe('one active saga per lock key', () => {
     );
     expect(defineSaga({ ...base, lockKey: (i) => i.account }).lock?.whenLocked).toBe('queue');
     expect(defineSaga(base).lock).toBeNull();
+  });
+
+  it('leaves a queued saga of a version this runtime does not know for one that does, or for a cancel', async () => {
+    const v1 = billing('locked_versions', undefined, 1);
+    const v2 = billing('locked_versions', undefined, 2);
+    const starter = createSagaRuntime({ pool: db.pool, sagas: [v1, v2], logger: silent });
+    try {
+      for (const [def, id, account] of [
+        [v2, 'v-holder', 'v'],
+        [v1, 'v-old', 'v'],
+        [v2, 'v-new', 'v'],
+        [v2, 'w-holder', 'w'],
+        [v1, 'w-old', 'w'],
+      ] as const) {
+        await starter.start(def, { id, input: { account } });
+      }
+      const { logger, lines } = captureLogs();
+      const { runtime: onlyV2, worker } = await startSagas(db.pool, [v2], { logger });
+      await open('v-holder');
+      await open('w-holder');
+      await settled(onlyV2, 'v-holder');
+      await settled(onlyV2, 'w-holder');
+      const unknown = lines.filter((l) => l.reason === 'lock_turn_unknown_version');
+      expect(unknown.map((l) => l.sagaId).sort()).toEqual(['v-old', 'w-old']);
+      expect(await rowStatus('v-old')).toMatchObject({ status: 'queued' });
+      // An operator cancels it, with no definition of v1 at hand: the next one starts at once.
+      expect(await onlyV2.cancel('v-old')).toEqual({ accepted: true, status: 'cancelled' });
+      await open('v-new');
+      expect((await settled(onlyV2, 'v-new')).status).toBe('completed');
+      // A runtime that knows v1 starts the other from its reconciler (workers claim by queue,
+      // so the v2-only worker stops first: it would kill a v1 job as of an unknown type).
+      await worker.stop();
+      const { runtime: knowsV1 } = await startSagas(db.pool, [v1]);
+      expect((await knowsV1.reconciler.runOnce()).sagaIds).toEqual(['w-old']);
+      await open('w-old');
+      expect((await settled(knowsV1, 'w-old')).status).toBe('completed');
+    } finally {
+      await starter.close();
+    }
+  });
+
+  it('counts the deadline from the start, queued time included', async () => {
+    const { runtime } = await startSagas(db.pool, [queued]);
+    await runtime.start(queued, { id: 'd-1', input: { account: 'd' } });
+    await runtime.start(queued, { id: 'd-2', input: { account: 'd' }, deadlineMs: 50 });
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    await open('d-1');
+    await settled(runtime, 'd-1');
+    const late = await settled(runtime, 'd-2');
+    expect(late.status).toBe('compensated');
+    expect(late.error).toMatch(/deadline/);
+    expect(ran).not.toContain('d-2:debit');
+  });
+
+  it('keeps a signal sent to a queued saga for its wait', async () => {
+    const waiting = defineSaga({
+      name: 'locked_wait',
+      version: 1,
+      input: account,
+      lockKey: (input) => input.account,
+    })
+      .waitFor('go', { payload: z.object({ n: z.number() }) })
+      .step('hold', {
+        ...fast,
+        run: async (ctx) => {
+          await gate(ctx.sagaId);
+          return ctx.steps.go.n;
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [waiting]);
+    await runtime.start(waiting, { id: 's-1', input: { account: 's' } });
+    await runtime.start(waiting, { id: 's-2', input: { account: 's' } });
+    expect(await runtime.signal('s-2', 'go', { n: 2 })).toEqual({
+      delivered: true,
+      resumed: false,
+    });
+    await settled(runtime, 's-1', ['waiting']);
+    expect(await runtime.signal('s-1', 'go', { n: 1 })).toMatchObject({ resumed: true });
+    await open('s-1');
+    await settled(runtime, 's-1');
+    await open('s-2');
+    const second = await settled(runtime, 's-2');
+    expect(second.status).toBe('completed');
+    expect(second.history.find((h) => h.step === 'hold')?.output).toBe(2);
+  });
+
+  it('refuses a start with a lock key in a REPEATABLE READ transaction', async () => {
+    const { runtime } = await startSagas(db.pool, [queued]);
+    const tx = await db.pool.connect();
+    try {
+      await tx.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      const refusal = await runtime
+        .start(queued, { id: 'i-1', input: { account: 'i' }, tx })
+        .catch((e: unknown) => e);
+      expect(refusal).toMatchObject({
+        code: 'lock_key_isolation',
+        message:
+          'saga "locked_queue" has a lockKey: start, retry and end it in a READ COMMITTED transaction, not REPEATABLE READ',
+      });
+      await tx.query('ROLLBACK');
+    } finally {
+      tx.release();
+    }
+    expect(await rowStatus('i-1')).toBeUndefined();
   });
 });

@@ -5,11 +5,22 @@ import { sagaRowColumns } from './sagas.js';
  * Serializes, until the transaction ends, everything that decides who holds a lock key: a start
  * (holder check and insert) and a saga's end (release and the next one's turn). A transaction
  * advisory lock on a 64-bit hash of the name and key; two keys sharing a hash only wait for each
- * other. It must be a statement of its own: a READ COMMITTED statement's snapshot is taken before
- * it starts, so a check in the same statement would miss what the previous holder just committed.
+ * other. It must be a statement of its own, in READ COMMITTED: each statement there takes a new
+ * snapshot, so the check after it sees what the previous holder committed; under REPEATABLE READ
+ * or SERIALIZABLE the snapshot is the transaction's first, so the statement also returns the
+ * isolation level for the caller to refuse. `wait: false` tries the lock instead (`taken`).
  */
-export function lockKeyTurn(name: string, key: string) {
-  return sql`SELECT pg_advisory_xact_lock(hashtextextended(${`skiplock.saga:${name}:${key}`}, 0))`;
+export function lockKeyTurn(name: string, key: string, wait = true) {
+  const id = sql`hashtextextended(${`skiplock.saga:${name}:${key}`}, 0)`;
+  return sql`
+    SELECT ${wait ? sql`true` : sql`t`} AS taken, current_setting('transaction_isolation') AS isolation
+    FROM ${wait ? sql`pg_advisory_xact_lock(${id})` : sql`pg_try_advisory_xact_lock(${id}) t`}`;
+}
+
+export interface KeyTurnRow {
+  /** Always true when waiting; with `wait: false`, whether the lock was free. */
+  taken: boolean;
+  isolation: string;
 }
 
 export interface LockHolderRow {
@@ -45,22 +56,35 @@ export function lockNextQueued(name: string, key: string) {
     FOR UPDATE`;
 }
 
-export interface OrphanQueueRow {
+export interface QueuedKeyRow {
   name: string;
   lock_key: string;
+  /** Queued sagas of the key in this page. */
+  queued: number;
+  /** No saga of the key is active: the first queued one should be running. */
+  orphan: boolean;
 }
 
 /**
- * Keys with queued sagas and no active holder, up to `limit`: only when a holder's end could not
- * start the next one (no runtime there knew its version) or a holder row was deleted by hand.
+ * The keys of a page of at most `scan` queued sagas, in key order after the cursor `after` (along
+ * the lock index), each with whether no saga holds it: only when a holder's end could not start
+ * the next one (no runtime there knew its version) or a holder row was deleted by hand. A pass
+ * costs the same however long the queues are; the next goes on after the page's last key.
  */
-export function selectOrphanQueues(limit: number) {
+export function selectQueuedKeys(scan: number, after: { name: string; key: string } | null) {
   return sql`
-    SELECT DISTINCT q.name, q.lock_key FROM skiplock.sagas q
-    WHERE q.status = 'queued' AND q.lock_key IS NOT NULL
-      AND NOT EXISTS (
-        SELECT 1 FROM skiplock.sagas a
-        WHERE a.status IN ('running', 'waiting', 'compensating') AND a.name = q.name
-          AND a.lock_key = q.lock_key)
-    LIMIT ${limit}`;
+    WITH page AS (
+      SELECT name, lock_key FROM skiplock.sagas
+      WHERE status = 'queued' AND lock_key IS NOT NULL
+        ${after ? sql`AND (name, lock_key) > (${after.name}, ${after.key})` : sql``}
+      ORDER BY name, lock_key
+      LIMIT ${scan})
+    SELECT q.name, q.lock_key, count(*)::int AS queued,
+           NOT EXISTS (
+             SELECT 1 FROM skiplock.sagas a
+             WHERE a.status IN ('running', 'waiting', 'compensating') AND a.name = q.name
+               AND a.lock_key = q.lock_key) AS orphan
+    FROM page q
+    GROUP BY q.name, q.lock_key
+    ORDER BY q.name, q.lock_key`;
 }
