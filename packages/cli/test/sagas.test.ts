@@ -102,6 +102,7 @@ describe('skiplock sagas', () => {
         'updatedAt',
         'finishedAt',
         'lockKey',
+        'parent',
       ]);
     }
     const only = JSON.parse(compensated.stdout) as { sagas: { id: string }[] };
@@ -128,8 +129,10 @@ describe('skiplock sagas', () => {
       saga: Record<string, unknown>;
       history: Record<string, unknown>[];
       signals: unknown[];
+      children: unknown[];
     };
-    expect(Object.keys(view)).toEqual(['saga', 'history', 'signals']);
+    expect(Object.keys(view)).toEqual(['saga', 'history', 'signals', 'children']);
+    expect(view.children).toEqual([]);
     expect(view.saga).toMatchObject({
       id: 'order-declined',
       name: 'order',

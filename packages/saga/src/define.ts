@@ -129,6 +129,11 @@ export interface StepSpec extends PlannedStep {
     ms: number | null;
     until: ((ctx: SleepContext<unknown, StepOutputs>) => Date) | null;
   } | null;
+  /** A child saga: its definition and the function of the parent giving its input. */
+  child: {
+    def: AnySagaDefinition;
+    input: (ctx: SleepContext<unknown, StepOutputs>) => unknown;
+  } | null;
   retry: RetryPolicy;
   compensation: RetryPolicy;
 }
@@ -204,6 +209,20 @@ export interface SagaDefinition<
     name: StepName<K, O>,
     duration: SleepDuration<StandardSchemaV1.InferOutput<S>, O>,
   ): SagaDefinition<N, S, Simplify<O & { [P in K]: null }>>;
+  /**
+   * A child saga: starts `definition` with id `<sagaId>/<name>` and the input `input` gives (a
+   * function of this saga's input and earlier outputs), in this step's own transaction, and
+   * waits, holding no worker, until the child ends. Completed: the step's output is the child's
+   * step outputs. Compensated, cancelled or failed: the step fails and this saga compensates. A
+   * later failure here compensates the completed child (its compensations, in reverse). The
+   * child must be undoable (no pivot, no retriable step) and have no lock key; its deadline is at
+   * most what is left of this saga's; cancelling this saga cancels it.
+   */
+  child<K extends string, D extends AnySagaDefinition>(
+    name: StepName<K, O>,
+    definition: D,
+    input: (ctx: SleepContext<StandardSchemaV1.InferOutput<S>, O>) => SagaInput<D>,
+  ): SagaDefinition<N, S, Simplify<O & { [P in K]: SagaOutputs<D> }>>;
 }
 
 // Any definition, whatever its input schema and outputs; used where definitions are collected.
@@ -282,7 +301,7 @@ function lockOf(options: {
 }
 
 function build(
-  base: Omit<SagaDefinition, 'step' | 'waitFor' | 'sleep' | 'steps'>,
+  base: Omit<SagaDefinition, 'step' | 'waitFor' | 'sleep' | 'child' | 'steps'>,
   steps: readonly StepSpec[],
 ): AnySagaDefinition {
   const add = (spec: StepSpec): AnySagaDefinition => {
@@ -328,6 +347,7 @@ function build(
         compensate: (options.compensate ?? null) as StepSpec['compensate'],
         wait: null,
         sleep: null,
+        child: null,
         retry: pickRetry(base.name, `step "${name}"`, options),
         compensation: pickRetry(base.name, `step "${name}" compensation`, options.compensation),
       });
@@ -381,6 +401,7 @@ function build(
         compensate: null,
         wait: { signal, payload: options.payload, timeoutMs: timeout ?? null },
         sleep: null,
+        child: null,
         retry: {},
         compensation: {},
       });
@@ -412,6 +433,57 @@ function build(
         sleep: fixed
           ? { ms: duration, until: null }
           : { ms: null, until: duration as NonNullable<StepSpec['sleep']>['until'] },
+        child: null,
+        retry: {},
+        compensation: {},
+      });
+    },
+    child(rawName: string, child: AnySagaDefinition, input: unknown) {
+      const name = checkName(rawName);
+      const what = `child step "${name}"`;
+      if (typeof child?.name !== 'string' || !Array.isArray(child.steps)) {
+        throw new SagaDefinitionError(base.name, `${what}: the child must be a saga definition`);
+      }
+      if (typeof input !== 'function') {
+        throw new SagaDefinitionError(base.name, `${what}: input must be a function of the saga`);
+      }
+      if (child.name === base.name) {
+        throw new SagaDefinitionError(base.name, `${what}: a saga cannot be its own child`);
+      }
+      if (child.steps.length === 0) {
+        throw new SagaDefinitionError(base.name, `${what}: saga "${child.name}" has no steps`);
+      }
+      // This saga undoes a completed child by compensating it: everything in it must be undoable.
+      const final = child.steps.find((s) => s.role === 'pivot' || s.role === 'retriable');
+      if (final) {
+        throw new SagaDefinitionError(
+          base.name,
+          `${what}: saga "${child.name}" has ${final.role === 'pivot' ? 'the pivot' : 'retriable step'} "${final.name}"; a child saga must be undoable (no pivot, no retriable step)`,
+        );
+      }
+      const barrier = steps.find((s) => s.role === 'pivot' || s.role === 'retriable');
+      if (barrier) {
+        throw new SagaDefinitionError(
+          base.name,
+          `${what} comes after ${barrier.role === 'pivot' ? 'the pivot' : 'retriable step'} "${barrier.name}"; a child saga belongs before the pivot, where this saga can still undo it`,
+        );
+      }
+      if (child.lock) {
+        throw new SagaDefinitionError(
+          base.name,
+          `${what}: saga "${child.name}" has a lockKey; a child runs under its parent, so lock the parent instead`,
+        );
+      }
+      return add({
+        name,
+        index: steps.length,
+        role: 'compensatable',
+        waits: false,
+        run: null,
+        compensate: null,
+        wait: null,
+        sleep: null,
+        child: { def: child, input: input as NonNullable<StepSpec['child']>['input'] },
         retry: {},
         compensation: {},
       });

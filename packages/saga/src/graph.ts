@@ -55,6 +55,10 @@ function stepNode(step: StepSpec): SagaShapeNode {
     const how = step.sleep.ms !== null ? duration(step.sleep.ms) : 'until a computed time';
     return { ...base, kind: 'wait', label: `${step.name}: sleep ${how}` };
   }
+  if (step.child) {
+    const { name, version } = step.child.def;
+    return { ...base, kind: 'step', label: `${step.name}: child saga ${name} v${version}` };
+  }
   if (step.role === 'pivot') return { ...base, kind: 'pivot', label: `${step.name} (pivot)` };
   if (step.role === 'retriable') {
     return { ...base, kind: 'retriable', label: `${step.name} (retried until done)` };

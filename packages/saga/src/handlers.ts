@@ -29,7 +29,7 @@ import {
 } from './engine.js';
 import { SagaDeadlineError } from './errors.js';
 import { inSagaTrace, inStepSpan, noteTransition } from './tracing.js';
-import { issuesAt, validate } from './standard.js';
+import { issuesAt, storedJsonIssues, validate } from './standard.js';
 import {
   loadAttempt,
   lockAndComplete,
@@ -41,7 +41,9 @@ import { consumeSignal, selectSignal } from './sql/signals.js';
 import { recordAttemptError, settleStep, type AttemptMark } from './sql/steps.js';
 import {
   advanceAfter,
+  compensateChild,
   compensateNext,
+  enterChild,
   enterSleep,
   enterWaiting,
   failSaga,
@@ -208,6 +210,7 @@ async function runStep(
   const key = { sagaId: saga.id, step: spec.name, kind: 'step' as const };
   if (spec.wait) return runWait(e, entry, spec, saga, job, attempt);
   if (spec.sleep) return runSleep(e, entry, spec, saga, job, attempt);
+  if (spec.child) return runChild(e, entry, spec, saga, job, attempt);
 
   const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
   const completion = new Completion(job, async (tx, output) => {
@@ -383,6 +386,75 @@ async function runSleep(
     return enterSleep(e, tx, entry, locked, spec.index, delayMs, attempt());
   });
   report(e, saga, spec.name, transition);
+}
+
+/**
+ * A child step: works out the child's input (a function of the saga runs here, once per
+ * attempt), checks it against the child's schema, then starts the child and parks the saga on
+ * this step, in one transaction (see `enterChild`).
+ */
+async function runChild(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  saga: SagaRow & { outputs: StepOutputs },
+  job: JobContext,
+  attempt: () => AttemptMark,
+) {
+  const child = spec.child!;
+  const point = {
+    sagaId: saga.id,
+    sagaName: entry.def.name,
+    step: spec.name,
+    kind: 'step' as const,
+  };
+  await e.faults?.({ ...point, attempt: job.job.attempt, phase: 'before' });
+  const input = child.input({
+    sagaId: saga.id,
+    input: await parseInput(entry, saga),
+    steps: outputsBefore(entry, saga.outputs, spec.index),
+  });
+  // Checked as a start checks it (the schema, then what JSON can hold), naming the child.
+  const parsed = await validate(child.def.input, input);
+  const found = parsed.issues
+    ? issuesAt('input', parsed.issues)
+    : await storedJsonIssues(child.def.input, input, 'input');
+  if (found) {
+    throw new NonRetryableError(
+      `child step "${spec.name}": input of saga "${child.def.name}" is invalid: ${found.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+    );
+  }
+  const stored = JSON.stringify(input ?? null);
+  await e.faults?.({ ...point, attempt: job.job.attempt, phase: 'after' });
+  const transition = await job.completeWith(async (tx) => {
+    const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+    if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
+    const cancelled = cancelledMeanwhile(e, job, tx, entry, locked, spec, attempt);
+    if (cancelled) return cancelled;
+    return enterChild(handingOff(e, job), tx, entry, locked, spec.index, stored, attempt());
+  });
+  report(e, saga, spec.name, transition);
+}
+
+/** The compensation of a completed child step: the child undoes itself (`compensateChild`). */
+async function runChildCompensation(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  data: Payload,
+  job: JobContext,
+) {
+  // Nothing of the user's runs here: both crash points come before the one transaction.
+  const point = { sagaId: data.sagaId, sagaName: entry.def.name, step: spec.name };
+  const at = { ...point, kind: 'compensation' as const, attempt: job.job.attempt };
+  await e.faults?.({ ...at, phase: 'before' });
+  await e.faults?.({ ...at, phase: 'after' });
+  const transition = await job.completeWith(async (tx) => {
+    const locked = (await e.sql<SagaRow>(tx, lockSaga(data.sagaId))).rows[0];
+    if (!isCurrent(locked, spec.name, 'compensation', ['compensating'])) return 'stale' as const;
+    return compensateChild(handingOff(e, job), tx, entry, locked, spec.index);
+  });
+  report(e, sagaOf(entry.def, data), spec.name, transition);
 }
 
 async function runTimeout(
@@ -598,7 +670,7 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
       }) as AnyJobDefinition,
     );
     entry.compensateJobs.push(
-      spec.compensate
+      spec.compensate || spec.child
         ? (defineJob({
             type: jobType(def, spec.name, 'compensate'),
             queue: def.queue,
@@ -607,7 +679,9 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
             trace: 'continue',
             handler: (data, job) =>
               inStepSpan(e.tracer, sagaOf(def, data), 'compensate', spec.name, () =>
-                runCompensation(e, entry, spec, data, job),
+                spec.child
+                  ? runChildCompensation(e, entry, spec, data, job)
+                  : runCompensation(e, entry, spec, data, job),
               ),
             onDead: (tx, info) => compensationDead(spec, e, tx, info),
           }) as AnyJobDefinition)

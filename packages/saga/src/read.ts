@@ -6,11 +6,13 @@ import {
   countSagasByStatus,
   SAGA_SCAN_LIMIT,
   sagaWindowFilters,
+  selectChildren,
   selectSaga,
   selectSagaNames,
   selectSagaReach,
   selectSagas,
   type SagaReadRow,
+  type ChildRow,
 } from './sql/read.js';
 import { selectSignals, type SignalRow } from './sql/signals.js';
 import { selectHistories, selectHistory, type HistoryRow } from './sql/steps.js';
@@ -57,6 +59,8 @@ export interface SagaSummary {
    * sagas before it with the key run first.
    */
   lockKey: string | null;
+  /** A child saga's parent and the parent's step that started it; null for any other saga. */
+  parent: { id: string; step: string } | null;
   /** Steps and compensations in the order the saga reached them: `listSagas({ history: true })`. */
   history?: StepRecord[];
 }
@@ -66,6 +70,8 @@ export interface SagaView extends SagaSummary {
   /** Steps and compensations in the order the saga reached them. */
   history: StepRecord[];
   signals: SignalRecord[];
+  /** The child sagas its `.child()` steps started (each `getSaga` shows its own tree below). */
+  children: { id: string; name: string; step: string; status: SagaStatus }[];
 }
 
 export interface SagaListOptions {
@@ -121,6 +127,10 @@ function toSummary(row: SagaReadRow): SagaSummary {
     updatedAt: new Date(row.updated_at),
     finishedAt: date(row.finished_at),
     lockKey: row.lock_key,
+    parent:
+      row.parent_id !== null && row.parent_step !== null
+        ? { id: row.parent_id, step: row.parent_step }
+        : null,
   };
 }
 
@@ -159,9 +169,10 @@ async function toStepRecords(pool: pg.Pool, rows: readonly HistoryRow[]): Promis
 export async function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
   const row = (await runSql<SagaReadRow>(pool, selectSaga(id))).rows[0];
   if (!row) return null;
-  const [history, signals] = await Promise.all([
+  const [history, signals, children] = await Promise.all([
     runSql<HistoryRow>(pool, selectHistory(id)),
     runSql<SignalRow>(pool, selectSignals(id)),
+    runSql<ChildRow>(pool, selectChildren(id)),
   ]);
   return {
     ...toSummary(row),
@@ -172,6 +183,12 @@ export async function readSaga(pool: pg.Pool, id: string): Promise<SagaView | nu
       payload: s.payload,
       receivedAt: new Date(s.received_at),
       consumedAt: date(s.consumed_at),
+    })),
+    children: children.rows.map((c) => ({
+      id: c.id,
+      name: c.name,
+      step: c.parent_step,
+      status: c.status,
     })),
   };
 }

@@ -63,6 +63,7 @@ import {
   enterStep,
   OUTCOMES,
   startNextInLine,
+  childIdOf,
   type Transition,
 } from './transitions.js';
 import { inSagaTrace, SAGA_TRACER, startSagaSpan } from './tracing.js';
@@ -277,6 +278,22 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     }
     entries.set(key, buildEntry(engine, def));
   }
+  // Child sagas run where their parents do: registered with them, unless listed already.
+  const children = [...entries.values()].flatMap((e) => e.steps.flatMap((st) => st.child ?? []));
+  while (children.length > 0) {
+    const child = children.pop()!.def;
+    const key = entryKey(child.name, child.version);
+    const known = entries.get(key);
+    if (known && known.def !== child) {
+      throw new TypeError(
+        `createSagaRuntime: saga "${child.name}" version ${child.version} is used as a child but a different definition of it is listed`,
+      );
+    }
+    if (known) continue;
+    const entry = buildEntry(engine, child);
+    entries.set(key, entry);
+    children.push(...entry.steps.flatMap((st) => st.child ?? []));
+  }
   const jobs = [...entries.values()].flatMap((e) =>
     [...e.runJobs, ...e.compensateJobs, ...e.timeoutJobs].filter(
       (j): j is AnyJobDefinition => j !== null,
@@ -308,7 +325,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     return saga;
   }
 
-  return {
+  const runtime: SagaRuntime = {
     jobs,
     reconciler,
     metrics: engine.metrics,
@@ -461,6 +478,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
 
     async cancel(sagaId) {
       checkSagaId(sagaId);
+      let child: string | null = null;
       const result = await ownTransaction(async (tx): Promise<CancelResult> => {
         const saga = await lock(tx, sagaId);
         if (TERMINAL.has(saga.status)) {
@@ -487,6 +505,13 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         const step = saga.current_step!;
         const flagged = { ...saga, cancel_requested: true };
         await runSql(tx, setSagaFlags(sagaId, { cancelRequested: true, error: 'cancelled' }));
+        if (saga.status === 'waiting' && entry.steps[index]?.child) {
+          // Waiting for a child saga: the child is cancelled next, in a transaction of its own
+          // (lock order child, then parent); its end fails this step and the saga compensates.
+          // Should this process stop in between, the flag still turns the child's end into one.
+          child = childIdOf(sagaId, step);
+          return { accepted: true, status: saga.status };
+        }
         const stopped =
           saga.status === 'waiting' ||
           (saga.current_job_id !== null && (await cancelQueuedJob(tx, saga.current_job_id)));
@@ -509,6 +534,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         };
       });
       logger.info({ reason: 'saga_cancel', sagaId, accepted: result.accepted }, 'cancel requested');
+      if (child !== null) await runtime.cancel(child);
       return result;
     },
 
@@ -578,4 +604,5 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       await owned.release();
     },
   };
+  return runtime;
 }

@@ -110,6 +110,12 @@ export const sagas = skiplock.table(
      * or are refused. Never changes, so it keeps the pointer updates HOT.
      */
     lockKey: text('lock_key'),
+    /**
+     * A child saga's parent and the parent's step that started it (`.child()`); the child's end
+     * moves that step on, in the child's ending transaction. Null for a saga started by `start`.
+     */
+    parentId: text('parent_id'),
+    parentStep: text('parent_step'),
   },
   (t) => [
     index('sagas_status_created_idx').on(t.status, t.createdAt, t.id),
@@ -129,6 +135,10 @@ export const sagas = skiplock.table(
     // A key's holder and its queue in start order (status first, so the reconciler can also find
     // every queued saga). Its predicate does not name 'queued': a new enum value cannot be used
     // in the transaction that adds it, and one transaction applies the migrations.
+    // A parent's children, for getSaga's tree and a cancel's way down.
+    index('sagas_parent_idx')
+      .on(t.parentId)
+      .where(sql`parent_id IS NOT NULL`),
     index('sagas_lock_key_idx')
       .on(t.status, t.name, t.lockKey, t.createdAt, t.id)
       .where(sql`lock_key IS NOT NULL`),

@@ -102,7 +102,7 @@ function plansFor(saga: AnySagaDefinition, modes: readonly CrashMode[]): Plan[] 
     }
     if (
       modes.includes('crash-compensation') &&
-      step.compensate &&
+      step.role === 'compensatable' &&
       last &&
       step.index < last.index
     ) {
@@ -172,7 +172,10 @@ function problemsOf(saga: AnySagaDefinition, plan: Plan, run: CrashRun): string[
         `completed steps ${done.join(', ') || 'none'}; expected ${before.join(', ') || 'none'}`,
       );
     }
-    const undoable = saga.steps.filter((s) => s.compensate && before.includes(s.name));
+    // A step with `compensate`, or a child step (undone by compensating the child).
+    const undoable = saga.steps.filter(
+      (s) => s.role === 'compensatable' && before.includes(s.name),
+    );
     const expectedUndo = undoable.map((s) => s.name).reverse();
     const undone = run.history
       .filter((h) => h.kind === 'compensation' && h.status === 'completed')

@@ -16,6 +16,9 @@ import { lockNextQueued } from './sql/locks.js';
 import {
   enterRow,
   finishSaga,
+  insertSaga,
+  lockSaga,
+  reopenForCompensation,
   setSagaFlags,
   setSagaStatus,
   type FinishedRow,
@@ -324,6 +327,161 @@ async function endSaga(
 ): Promise<void> {
   const ended = (await e.sql<FinishedRow>(tx, finishSaga(sagaId, status, error))).rows[0];
   if (ended?.lock_key) await startNextInLine(e, tx, ended.name, ended.lock_key);
+  if (ended?.parent_id && ended.parent_step) await resumeParent(e, tx, ended, status);
+}
+
+/** A child saga's id: its parent's id and the parent's step that starts it. */
+export const childIdOf = (parentId: string, step: string) => `${parentId}/${step}`;
+
+/**
+ * Starts the child saga of step `index` (see `.child()`) with `inputJson`, then parks the parent
+ * on that step (`waiting`, no timeout job: the child's deadline is at most the parent's), both in
+ * the step's transaction. The child's first job is handed to this worker. A child id already
+ * taken fails the step.
+ */
+export async function enterChild(
+  e: Engine,
+  tx: Queryable,
+  entry: SagaEntry,
+  saga: SagaRow,
+  index: number,
+  inputJson: string,
+  attempt?: AttemptMark,
+): Promise<Transition> {
+  const spec = entry.steps[index]!;
+  const child = spec.child!.def;
+  const childEntry = e.entries.get(entryKey(child.name, child.version))!;
+  const id = childIdOf(saga.id, spec.name);
+  const left =
+    saga.deadline_left_ms === null ? null : Math.max(1, Math.ceil(saga.deadline_left_ms));
+  const deadlineMs =
+    left === null ? child.deadlineMs : Math.min(left, child.deadlineMs ?? Number.MAX_SAFE_INTEGER);
+  const trace = saga.trace_parent ? { parent: saga.trace_parent, state: saga.trace_state } : null;
+  const inserted = await e.sql(
+    tx,
+    insertSaga({
+      id,
+      name: child.name,
+      version: child.version,
+      inputJson,
+      deadlineMs,
+      trace,
+      parent: { id: saga.id, step: spec.name },
+    }),
+  );
+  if (inserted.rowCount === 0) {
+    const why = `child saga id "${id}" is already taken by another saga`;
+    return failStep(e, tx, entry, saga, index, why, 'failed', attempt);
+  }
+  await enterStep(e, tx, childEntry, id, 0);
+  await park(e, tx, entry, saga, index, null, attempt);
+  e.logger.info(
+    { reason: 'child_started', sagaId: id, saga: child.name, parentId: saga.id, step: spec.name },
+    'child saga started',
+  );
+  return 'waiting';
+}
+
+/**
+ * A child saga ended: in the same transaction, its parent's step moves on. Completed: the step
+ * completes with the child's step outputs. Compensated, cancelled or failed: the step fails and
+ * the parent compensates (ending `cancelled` when it was cancelled). When the parent was undoing
+ * this child (its compensation reopened the child), the compensation completes, or fails with a
+ * child that could not be undone. Lock order child, then parent: every path that changes the
+ * parent and a child locks the child first or leaves it to a transaction of its own.
+ */
+async function resumeParent(
+  e: Engine,
+  tx: Queryable,
+  child: FinishedRow,
+  status: 'completed' | 'compensated' | 'cancelled' | 'failed',
+): Promise<void> {
+  const parent = (await e.sql<SagaRow>(tx, lockSaga(child.parent_id!))).rows[0];
+  if (!parent) return;
+  const entry = e.entries.get(entryKey(parent.name, parent.version));
+  const spec = entry?.steps.find((s) => s.name === child.parent_step && s.child);
+  if (!entry || !spec) {
+    e.logger.warn(
+      { reason: 'child_parent_unknown', sagaId: child.id, parentId: parent.id },
+      "child saga ended; no runtime here knows its parent's version, the parent waits",
+    );
+    return;
+  }
+  const own = { ...e, handOff: undefined };
+  const why = `child saga "${child.id}" ended ${status}${child.error ? `: ${child.error}` : ''}`;
+  // A closure, so that the first check does not narrow `parent` for the second.
+  const at = (kind: SagaStepKind, status: SagaStatus) =>
+    isCurrent(parent, spec.name, kind, [status]);
+  const transition = await inSagaTrace(e.tracer, parent, `child ${spec.name}`, async () => {
+    if (at('step', 'waiting')) {
+      if (status !== 'completed') {
+        const how = parent.cancel_requested ? 'cancelled' : 'failed';
+        return failStep(own, tx, entry, parent, spec.index, why, how);
+      }
+      const { rows } = await e.sql<{ step: string; output: unknown }>(tx, selectOutputs(child.id));
+      const outputs = Object.fromEntries(rows.map((r) => [r.step, r.output]));
+      return advanceAfter(own, tx, entry, parent, spec.index, outputs);
+    }
+    if (at('compensation', 'compensating')) {
+      const undone = status === 'compensated' || status === 'cancelled';
+      const key = { sagaId: parent.id, step: spec.name, kind: 'compensation' as const };
+      await e.sql(
+        tx,
+        settleStep({ ...key, status: undone ? 'completed' : 'failed', error: undone ? null : why }),
+      );
+      return undone
+        ? compensateNext(own, tx, entry, parent, spec.index)
+        : failSaga(own, tx, parent.id, `compensation of "${spec.name}" failed: ${why}`);
+    }
+    return 'stale' as const;
+  });
+  if (OUTCOMES.has(transition)) {
+    e.metrics.outcomes.inc({ saga: parent.name, step: spec.name, outcome: transition });
+  }
+  e.logger.info(
+    {
+      reason: 'child_ended',
+      sagaId: parent.id,
+      step: spec.name,
+      childId: child.id,
+      outcome: transition,
+    },
+    'child saga ended; its parent moved on',
+  );
+}
+
+/**
+ * The parent's compensation of a completed child step: the child compensates its own completed
+ * steps in reverse (reopened `compensating`, in this transaction); its end completes this
+ * compensation (see `resumeParent`). A child that is already undone completes it at once.
+ */
+export async function compensateChild(
+  e: Engine,
+  tx: Queryable,
+  entry: SagaEntry,
+  parent: SagaRow,
+  index: number,
+): Promise<Transition> {
+  const spec = entry.steps[index]!;
+  const id = childIdOf(parent.id, spec.name);
+  const child = (await e.sql<SagaRow>(tx, lockSaga(id))).rows[0];
+  const key = { sagaId: parent.id, step: spec.name, kind: 'compensation' as const };
+  if (!child || child.status === 'compensated' || child.status === 'cancelled') {
+    // Deleted by hand, or undone already: nothing left to undo.
+    await e.sql(tx, settleStep({ ...key, status: 'completed' }));
+    return compensateNext(e, tx, entry, parent, index);
+  }
+  if (child.status !== 'completed') {
+    const why = `child saga "${id}" is ${child.status}, not completed, and cannot be undone`;
+    await e.sql(tx, settleStep({ ...key, status: 'failed', error: why }));
+    return failSaga(e, tx, parent.id, `compensation of "${spec.name}" failed: ${why}`);
+  }
+  const childEntry = e.entries.get(entryKey(child.name, child.version))!;
+  const reason = `parent saga "${parent.id}" compensates: ${parent.error ?? 'compensating'}`;
+  await e.sql(tx, reopenForCompensation(id, reason.slice(0, 2_000)));
+  const reopened = { ...child, status: 'compensating' as const, cancel_requested: false };
+  await compensateNext(e, tx, childEntry, reopened, childEntry.steps.length);
+  return 'compensating';
 }
 
 /**

@@ -210,4 +210,27 @@ describe('defineSaga with a non-zod Standard Schema', () => {
     // @ts-expect-error whenLocked is 'queue' or 'refuse'
     defineSaga({ name: 'bad', version: 1, input, lockKey: (p) => p.account, whenLocked: 'wait' });
   });
+
+  it('types a child step: its input function and its output, the child outputs', () => {
+    const child = defineSaga({ name: 'kid', version: 1, input: z.object({ n: z.number() }) })
+      .step('a', { run: () => ({ x: 1 }) })
+      .step('b', { run: () => 'done' as const });
+    defineSaga({ name: 'mom', version: 1, input: z.object({ m: z.number() }) })
+      .step('first', { run: () => ({ k: 2 }) })
+      .child('kid', child, (ctx) => {
+        expectTypeOf(ctx.input).toEqualTypeOf<{ m: number }>();
+        expectTypeOf(ctx.steps.first).toEqualTypeOf<{ k: number }>();
+        return { n: ctx.input.m + ctx.steps.first.k };
+      })
+      .step('after', {
+        run: (ctx) => {
+          expectTypeOf(ctx.steps.kid).toEqualTypeOf<{ a: { x: number }; b: 'done' }>();
+          return 1;
+        },
+      });
+    const wrong = () => ({ n: 'x' });
+    const mom = defineSaga({ name: 'mom2', version: 1, input: z.object({}) });
+    // @ts-expect-error the input function must give the child's input
+    mom.child('kid', child, wrong);
+  });
 });

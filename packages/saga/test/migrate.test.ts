@@ -43,6 +43,7 @@ describe('saga migrations', () => {
         'saga/0001_sagas_hot_pointer',
         'saga/0002_sagas_trace_context',
         'saga/0003_saga_lock_key',
+        'saga/0004_saga_children',
       ]);
       expect(await sagaTables(url)).toEqual([
         'saga_migrations',
@@ -76,6 +77,7 @@ describe('saga migrations', () => {
         'saga/0001_sagas_hot_pointer',
         'saga/0002_sagas_trace_context',
         'saga/0003_saga_lock_key',
+        'saga/0004_saga_children',
       ]);
       const check = new pg.Client({ connectionString: url });
       await check.connect();

@@ -69,6 +69,8 @@ function renderSaga(saga: SagaView, now: Date): string {
     ['cancel requested', saga.cancelRequested ? 'yes' : 'no'],
     ['deadline', timestamp(saga.deadline, now)],
     ['lock key', saga.lockKey ?? '-'],
+    ['parent', saga.parent ? `${saga.parent.id} (step ${saga.parent.step})` : '-'],
+    ['children', saga.children.map((c) => `${c.id} ${c.status}`).join(', ') || '-'],
     ['created at', timestamp(saga.createdAt, now)],
     ['updated at', timestamp(saga.updatedAt, now)],
     ['finished at', timestamp(saga.finishedAt, now)],

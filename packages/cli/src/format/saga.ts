@@ -20,6 +20,7 @@ export function sagaSummaryJson(s: SagaSummary) {
     updatedAt: iso(s.updatedAt),
     finishedAt: iso(s.finishedAt),
     lockKey: s.lockKey,
+    parent: s.parent,
   };
 }
 
@@ -44,5 +45,6 @@ export function sagaJson(view: SagaView) {
       receivedAt: iso(s.receivedAt),
       consumedAt: iso(s.consumedAt),
     })),
+    children: view.children,
   };
 }

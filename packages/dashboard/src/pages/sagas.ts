@@ -303,6 +303,8 @@ export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOpti
           ${field('current', saga.currentStep ? `${saga.currentKind === 'compensation' ? 'undo ' : ''}${saga.currentStep}` : null)}
           ${field('current job', saga.currentJobId ? html`<a href="${href(ctx, `/jobs/${saga.currentJobId}`)}">${saga.currentJobId}</a>` : null)}
           ${field('deadline', saga.deadline ? when(saga.deadline, ctx.now) : null)}
+          ${field('parent', saga.parent ? html`<a href="${href(ctx, `/sagas/${encodeURIComponent(saga.parent.id)}`)}">${saga.parent.id}</a> (step ${saga.parent.step})` : null)}
+          ${field('children', saga.children.length > 0 ? html`${saga.children.map((c, i) => html`${i > 0 ? ', ' : ''}<a href="${href(ctx, `/sagas/${encodeURIComponent(c.id)}`)}">${c.id}</a> ${badge(c.status)}`)}` : null)}
           ${field('lock key', saga.lockKey === null ? null : show === null ? html`<span class="none">hidden</span>` : saga.lockKey)}
           ${field('created', when(saga.createdAt, ctx.now))}
           ${field('updated', when(saga.updatedAt, ctx.now))}

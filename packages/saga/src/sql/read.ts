@@ -18,6 +18,8 @@ export interface SagaReadRow {
   updated_at: Date;
   finished_at: Date | null;
   lock_key: string | null;
+  parent_id: string | null;
+  parent_step: string | null;
   /** Exact creation time as text, for keyset cursors (a JS Date drops microseconds). */
   created_key: string;
 }
@@ -25,10 +27,24 @@ export interface SagaReadRow {
 const readColumns = sql`
   id, name, version, status, input, current_step, current_kind, current_job_id::text AS current_job_id,
   pivoted, cancel_requested, deadline, error, created_at, updated_at, finished_at, lock_key,
-  created_at::text AS created_key`;
+  parent_id, parent_step, created_at::text AS created_key`;
 
 export function selectSaga(id: string) {
   return sql`SELECT ${readColumns} FROM skiplock.sagas WHERE id = ${id}`;
+}
+
+export interface ChildRow {
+  id: string;
+  name: string;
+  parent_step: string;
+  status: SagaStatus;
+}
+
+/** A saga's child sagas (`.child()` steps), oldest first. */
+export function selectChildren(parentId: string) {
+  return sql`
+    SELECT id, name, parent_step, status FROM skiplock.sagas
+    WHERE parent_id = ${parentId} ORDER BY created_at, id`;
 }
 
 export interface SagaListFilter {

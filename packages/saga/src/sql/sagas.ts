@@ -37,13 +37,16 @@ export function insertSaga(p: {
   inputJson: string;
   deadlineMs: number | null;
   trace: { parent: string; state: string | null } | null;
+  /** A child saga's parent and the parent's step that starts it. */
+  parent?: { id: string; step: string } | undefined;
 }) {
   return sql`
     INSERT INTO skiplock.sagas (id, name, version, status, input, deadline, trace_parent,
-                                trace_state)
+                                trace_state${p.parent ? sql`, parent_id, parent_step` : sql``})
     VALUES (${p.id}, ${p.name}, ${p.version}, 'running', ${p.inputJson}::jsonb,
             now() + ${p.deadlineMs}::float8 * interval '1 millisecond',
-            ${p.trace?.parent ?? null}::text, ${p.trace?.state ?? null}::text)
+            ${p.trace?.parent ?? null}::text, ${p.trace?.state ?? null}::text
+            ${p.parent ? sql`, ${p.parent.id}, ${p.parent.step}` : sql``})
     ON CONFLICT (id) DO NOTHING
     RETURNING id`;
 }
@@ -202,10 +205,17 @@ export function setSagaFlags(
   return sql`UPDATE skiplock.sagas SET ${sql.join(sets, sql`, `)} WHERE id = ${id}`;
 }
 
-/** What a saga's end returns: the lock key it may have held, for the next one's turn. */
+/**
+ * What a saga's end returns: the lock key it may have held (for the next one's turn), and the
+ * parent step a child saga's end moves on.
+ */
 export interface FinishedRow {
+  id: string;
   name: string;
+  error: string | null;
   lock_key: string | null;
+  parent_id: string | null;
+  parent_step: string | null;
 }
 
 /** Ends a saga: terminal status, no current step, finish time. */
@@ -216,7 +226,7 @@ export function finishSaga(id: string, status: SagaStatus, error: string | null 
         current_job_id = NULL, error = CASE WHEN ${error === undefined} THEN error ELSE ${error ?? null} END,
         finished_at = now(), updated_at = now()
     WHERE id = ${id}
-    RETURNING name, lock_key`;
+    RETURNING id, name, error, lock_key, parent_id, parent_step`;
 }
 
 /**
@@ -245,4 +255,15 @@ export function reopenSaga(p: {
         current_kind = ${p.kind}::skiplock.saga_step_kind, current_job_id = ${p.jobId}::bigint,
         error = NULL, finished_at = NULL, updated_at = now()
     WHERE id = ${p.id} AND status = 'failed'`;
+}
+
+/**
+ * Reopens a completed child saga for its parent's compensation: `compensating` again, no longer
+ * finished, with the parent's reason as its error. The caller then starts its compensations.
+ */
+export function reopenForCompensation(id: string, reason: string) {
+  return sql`
+    UPDATE skiplock.sagas
+    SET status = 'compensating', error = ${reason}, finished_at = NULL, updated_at = now()
+    WHERE id = ${id} AND status = 'completed'`;
 }

@@ -1,0 +1,261 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineSaga, sagaGraph, SagaDefinitionError } from '../src/index.js';
+import { checkSagaCrashes } from '../src/testing.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { fast, settled, startSagas, timeline } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+/** What every step and compensation did, in order, as `<sagaId>:<what>`. */
+const effects: string[] = [];
+const mine = (prefix: string) => effects.filter((e) => e.startsWith(prefix));
+/** Steps that wait for their gate to open, so a test can act while a child runs. */
+const gates = new Map<string, () => void>();
+const open = async (key: string) => {
+  await waitFor(() => gates.has(key) || null, { what: `${key} to wait at its gate` });
+  gates.get(key)!();
+  gates.delete(key);
+};
+
+const shipping = defineSaga({
+  name: 'shipping',
+  version: 1,
+  input: z.object({ order: z.string(), fail: z.string().optional(), gate: z.boolean().optional() }),
+})
+  .step('pack', {
+    ...fast,
+    maxAttempts: 1,
+    run: (ctx) => {
+      if (ctx.input.fail === 'pack') throw new Error('no box');
+      effects.push(`${ctx.sagaId}:pack`);
+      return { box: 7 };
+    },
+    compensate: (ctx) => void effects.push(`${ctx.sagaId}:unpack`),
+  })
+  .step('label', {
+    ...fast,
+    maxAttempts: 1,
+    run: async (ctx) => {
+      if (ctx.input.gate) await new Promise<void>((resolve) => gates.set(ctx.sagaId, resolve));
+      if (ctx.input.fail === 'label') throw new Error('printer jammed');
+      effects.push(`${ctx.sagaId}:label`);
+      return { label: `L-${ctx.input.order}-${ctx.steps.pack.box}` };
+    },
+    compensate: (ctx) => void effects.push(`${ctx.sagaId}:unlabel`),
+  });
+
+const orderInput = z.object({
+  id: z.string(),
+  fail: z.string().optional(),
+  childFail: z.string().optional(),
+  gate: z.boolean().optional(),
+});
+
+const order = defineSaga({ name: 'order', version: 1, input: orderInput })
+  .step('reserve', {
+    ...fast,
+    run: (ctx) => void effects.push(`${ctx.sagaId}:reserve`),
+    compensate: (ctx) => void effects.push(`${ctx.sagaId}:release`),
+  })
+  .child('ship', shipping, (ctx) => ({
+    order: ctx.input.id,
+    ...(ctx.input.childFail ? { fail: ctx.input.childFail } : {}),
+    ...(ctx.input.gate ? { gate: true } : {}),
+  }))
+  .step('bill', {
+    ...fast,
+    run: (ctx) => {
+      if (ctx.input.fail === 'bill') throw new Error('card declined');
+      // The child's outputs, typed by its definition.
+      const label: string = ctx.steps.ship.label.label;
+      effects.push(`${ctx.sagaId}:bill ${label}`);
+      return { billed: label };
+    },
+  });
+
+describe('child sagas', () => {
+  it("starts the child in the step's transaction and completes with its outputs", async () => {
+    const { runtime } = await startSagas(db.pool, [order]);
+    await runtime.start(order, { id: 'c1', input: { id: 'c1' } });
+    const parent = await settled(runtime, 'c1');
+    expect(parent.status).toBe('completed');
+    expect(parent.history.find((h) => h.step === 'ship')?.output).toEqual({
+      pack: { box: 7 },
+      label: { label: 'L-c1-7' },
+    });
+    expect(parent.children).toEqual([
+      { id: 'c1/ship', name: 'shipping', step: 'ship', status: 'completed' },
+    ]);
+    const child = await runtime.getSaga('c1/ship');
+    expect(child).toMatchObject({
+      status: 'completed',
+      parent: { id: 'c1', step: 'ship' },
+      input: { order: 'c1' },
+      children: [],
+    });
+    expect(mine('c1')).toEqual(['c1:reserve', 'c1/ship:pack', 'c1/ship:label', 'c1:bill L-c1-7']);
+  });
+
+  it.each(['pack', 'label'])(
+    'a child failing at %s compensates itself, then fails the step and the parent compensates',
+    async (at) => {
+      const id = `cf-${at}`;
+      const { runtime } = await startSagas(db.pool, [order]);
+      await runtime.start(order, { id, input: { id, childFail: at } });
+      const parent = await settled(runtime, id);
+      expect(parent.status).toBe('compensated');
+      expect(parent.error).toMatch(new RegExp(`child saga "${id}/ship" ended compensated`));
+      expect(timeline(parent)).toEqual([
+        'reserve:completed',
+        'ship:failed',
+        'undo reserve:completed',
+      ]);
+      expect((await runtime.getSaga(`${id}/ship`))?.status).toBe('compensated');
+      const undo = at === 'label' ? [`${id}/ship:pack`, `${id}/ship:unpack`] : [];
+      expect(mine(id)).toEqual([`${id}:reserve`, ...undo, `${id}:release`]);
+    },
+  );
+
+  it('a failure after the child undoes the child (its compensations in reverse), then what came before', async () => {
+    const { runtime } = await startSagas(db.pool, [order]);
+    await runtime.start(order, { id: 'ca', input: { id: 'ca', fail: 'bill' } });
+    const parent = await settled(runtime, 'ca');
+    expect(parent.status).toBe('compensated');
+    expect(timeline(parent)).toEqual([
+      'reserve:completed',
+      'ship:completed',
+      'bill:failed',
+      'undo ship:completed',
+      'undo reserve:completed',
+    ]);
+    const child = await runtime.getSaga('ca/ship');
+    expect(child?.status).toBe('compensated');
+    expect(child?.error).toMatch(/^parent saga "ca" compensates: step "bill" failed/);
+    expect(mine('ca')).toEqual([
+      'ca:reserve',
+      'ca/ship:pack',
+      'ca/ship:label',
+      'ca/ship:unlabel',
+      'ca/ship:unpack',
+      'ca:release',
+    ]);
+  });
+
+  it('cancelling the parent cancels the running child; both end cancelled, everything undone', async () => {
+    const { runtime } = await startSagas(db.pool, [order]);
+    await runtime.start(order, { id: 'cc', input: { id: 'cc', gate: true } });
+    await waitFor(() => gates.has('cc/ship') || null, { what: 'the child to reach label' });
+    expect(await runtime.cancel('cc')).toEqual({ accepted: true, status: 'waiting' });
+    await open('cc/ship');
+    const parent = await settled(runtime, 'cc');
+    expect(parent.status).toBe('cancelled');
+    expect((await runtime.getSaga('cc/ship'))?.status).toBe('cancelled');
+    expect(mine('cc')).toEqual([
+      'cc:reserve',
+      'cc/ship:pack',
+      'cc/ship:label',
+      'cc/ship:unlabel',
+      'cc/ship:unpack',
+      'cc:release',
+    ]);
+  });
+
+  it("gives the child what is left of the parent's deadline", async () => {
+    const { runtime } = await startSagas(db.pool, [order]);
+    await runtime.start(order, { id: 'cd', input: { id: 'cd', gate: true }, deadlineMs: 400 });
+    await waitFor(() => gates.has('cd/ship') || null, { what: 'the child to reach label' });
+    const [parentView, childView] = await Promise.all([
+      runtime.getSaga('cd'),
+      runtime.getSaga('cd/ship'),
+    ]);
+    expect(childView!.deadline!.getTime()).toBeLessThanOrEqual(parentView!.deadline!.getTime());
+    // The child's label step outlives the deadline: the child compensates, then the parent.
+    const child = await settled(runtime, 'cd/ship');
+    expect(child.status).toBe('compensated');
+    expect(child.error).toMatch(/deadline/);
+    expect((await settled(runtime, 'cd')).status).toBe('compensated');
+    expect(mine('cd')).toEqual(['cd:reserve', 'cd/ship:pack', 'cd/ship:unpack', 'cd:release']);
+    // The label step's code, cut off by the deadline, still waits at its gate: let it go.
+    await open('cd/ship');
+  });
+
+  it("fails the step for good when the child's input does not pass its schema", async () => {
+    const bad = defineSaga({ name: 'order_bad_child', version: 1, input: z.object({}) })
+      .step('first', {
+        ...fast,
+        run: (ctx) => void effects.push(`${ctx.sagaId}:first`),
+        compensate: (ctx) => void effects.push(`${ctx.sagaId}:undo-first`),
+      })
+      .child('ship', shipping, () => ({ order: 42 }) as never);
+    const { runtime } = await startSagas(db.pool, [bad]);
+    await runtime.start(bad, { id: 'cb', input: {} });
+    const parent = await settled(runtime, 'cb');
+    expect(parent.status).toBe('compensated');
+    expect(parent.history.find((h) => h.step === 'ship')?.error).toMatch(
+      /child step "ship": input of saga "shipping" is invalid: input\.order: /,
+    );
+    expect(await runtime.getSaga('cb/ship')).toBeNull();
+    expect(mine('cb')).toEqual(['cb:first', 'cb:undo-first']);
+  });
+
+  it('survives a failure or a crash at every step of the parent, the child step included', async () => {
+    const report = await checkSagaCrashes({
+      pool: db.pool,
+      saga: order,
+      input: { id: 'crash' },
+      idPrefix: 'cx',
+      assert: false,
+    });
+    expect(report.runs.filter((r) => r.problems.length > 0)).toEqual([]);
+    expect(report.runs.map((r) => `${r.mode} ${r.step} ${r.status}`)).toContain(
+      'crash-compensation ship compensated',
+    );
+    expect(report.ok).toBe(true);
+  });
+
+  it('draws a child step with the saga it starts', () => {
+    expect(sagaGraph(order)).toContain('  s1["ship: child saga shipping v1"]');
+    expect(sagaGraph(order)).toContain('  c1["undo ship"]');
+  });
+
+  it('refuses children that could not be undone, or in the wrong place', () => {
+    const base = () => defineSaga({ name: 'parent', version: 1, input: z.object({}) });
+    const input = () => ({ order: 'x' });
+    const pivoting = defineSaga({ name: 'pivoting', version: 1, input: z.object({}) }).step('p', {
+      pivot: true,
+      run: () => 1,
+    });
+    expect(() => base().child('c', pivoting, () => ({}))).toThrow(
+      new SagaDefinitionError(
+        'parent',
+        'child step "c": saga "pivoting" has the pivot "p"; a child saga must be undoable (no pivot, no retriable step)',
+      ),
+    );
+    const locked = defineSaga({
+      name: 'locked_child',
+      version: 1,
+      input: z.object({ a: z.string() }),
+      lockKey: (i) => i.a,
+    }).step('s', { run: () => 1 });
+    expect(() => base().child('c', locked, () => ({ a: 'x' }))).toThrow(/has a lockKey/);
+    expect(() =>
+      base()
+        .step('charge', { pivot: true, run: () => 1 })
+        .child('c', shipping, input),
+    ).toThrow(
+      'child step "c" comes after the pivot "charge"; a child saga belongs before the pivot',
+    );
+    const self = defineSaga({ name: 'parent', version: 1, input: z.object({}) }).step('s', {
+      run: () => 1,
+    });
+    expect(() => base().child('c', self, () => ({}))).toThrow('a saga cannot be its own child');
+    expect(() => base().child('c', shipping, 'x' as never)).toThrow(
+      'input must be a function of the saga',
+    );
+    expect(() => base().child('c', {} as unknown as typeof shipping, input)).toThrow(
+      'the child must be a saga definition',
+    );
+  });
+});
