@@ -1,11 +1,9 @@
-import { setTimeout as delay } from 'node:timers/promises';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { createSagaRuntime } from '../../packages/saga/src/index.js';
 import { bundleForNode } from '../support/bundle.js';
 import { useTestDatabase } from '../support/db.js';
-import { spawnNode, type ChildHandle } from '../support/processes.js';
-import { waitFor } from '../support/wait.js';
+import { runUnderKills } from './saga-killer.js';
 import { CRASH_SCHEMA_SQL, createTransferSaga } from './saga-transfer.js';
 
 const SAGAS = 500;
@@ -23,26 +21,6 @@ describe('saga worker processes killed with SIGKILL', () => {
     await db.pool.query(`ALTER DATABASE "${dbName}" SET synchronous_commit = off`);
     const script = await bundleForNode(new URL('./saga-worker-process.ts', import.meta.url));
 
-    const killed = new Set<string>();
-    const unexpectedExits: string[] = [];
-    const workers: ChildHandle[] = [];
-    const all: ChildHandle[] = [];
-    let launched = 0;
-    const launch = async () => {
-      const name = `saga-w${++launched}`;
-      const handle = spawnNode(name, script, { DATABASE_URL: db.url, SAGA_WORKER_ID: name });
-      void handle.exited.then(({ code, signal }) => {
-        if (!killed.has(name) && signal !== 'SIGTERM' && code !== 0) {
-          unexpectedExits.push(`${name} exited ${code ?? signal}: ${handle.stderrTail()}`);
-        }
-      });
-      all.push(handle);
-      await handle.waitForLine((l) => l.reason === 'started', 60_000);
-      // Only a worker that is up is a candidate for the next kill.
-      workers.push(handle);
-    };
-    await Promise.all(Array.from({ length: WORKERS }, launch));
-
     const saga = createTransferSaga(db.pool);
     const runtime = createSagaRuntime({
       pool: db.pool,
@@ -59,40 +37,25 @@ describe('saga worker processes killed with SIGKILL', () => {
         );
       }
     })();
+    // Reported by the first poll below (and the await after), not as an unhandled rejection.
+    starting.catch(() => {});
 
-    let allDone = false;
-    const driver = (async () => {
-      while (!allDone && killed.size < MAX_KILLS) {
-        await delay(600 + Math.random() * 400);
-        const alive = workers.filter((w) => !w.hasExited && !killed.has(w.name));
-        const victim = alive[Math.floor(Math.random() * alive.length)];
-        if (allDone || !victim) continue;
-        killed.add(victim.name);
-        victim.kill('SIGKILL');
-        await victim.exited;
-        launch().catch((error: unknown) => unexpectedExits.push(String(error)));
-      }
-    })();
-
-    try {
-      await starting;
-      await waitFor(
-        async () => {
-          if (unexpectedExits.length > 0) throw new Error(unexpectedExits.join('\n'));
-          const { rows } = await db.pool.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM skiplock.sagas WHERE status IN ('completed', 'compensated')`,
-          );
-          return rows[0]!.n === SAGAS;
-        },
-        { timeoutMs: 50_000, intervalMs: 200, what: `all ${SAGAS} sagas ended` },
-      );
-    } finally {
-      allDone = true;
-      await driver;
-    }
-    for (const w of all) w.kill('SIGTERM');
-    await Promise.all(all.map((w) => w.exited));
-    expect(killed.size).toBeGreaterThan(0);
+    const kills = await runUnderKills({
+      script,
+      url: db.url,
+      workers: WORKERS,
+      maxKills: MAX_KILLS,
+      what: `all ${SAGAS} sagas ended`,
+      done: async () => {
+        await Promise.race([starting, Promise.resolve()]);
+        const { rows } = await db.pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM skiplock.sagas WHERE status IN ('completed', 'compensated')`,
+        );
+        return rows[0]!.n === SAGAS;
+      },
+    });
+    await starting;
+    expect(kills).toBeGreaterThan(0);
 
     // Each saga ended the way its input says.
     const ended = await db.pool.query<{ id: string; status: string; input: { decline: boolean } }>(
@@ -165,7 +128,7 @@ describe('saga worker processes killed with SIGKILL', () => {
         GROUP BY saga_id, step, kind HAVING count(*) > 1) r`,
     );
     console.log(
-      `[saga crash] ${SAGAS} sagas, ${killed.size} SIGKILLs, ${reruns.rows[0]!.n} steps re-run, ` +
+      `[saga crash] ${SAGAS} sagas, ${kills} SIGKILLs, ${reruns.rows[0]!.n} steps re-run, ` +
         `${external.rows[0]!.calls - external.rows[0]!.n} duplicate external calls absorbed, ` +
         `${handedOffKilled.rows[0]!.n} handed-off steps killed and finished elsewhere`,
     );
