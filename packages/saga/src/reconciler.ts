@@ -13,6 +13,7 @@ import { lockSaga, type SagaRow } from './sql/sagas.js';
 import { inSagaTrace } from './tracing.js';
 import {
   selectLiveSagas,
+  selectStrandedParents,
   selectWaitingSagas,
   type LiveSagaRow,
   type WaitingSagaRow,
@@ -24,6 +25,7 @@ import {
   failSaga,
   failStep,
   OUTCOMES,
+  resumeEndedChild,
   startNextInLine,
   type Transition,
 } from './transitions.js';
@@ -209,6 +211,26 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     });
   }
 
+  /**
+   * Parents still waiting on (or compensating) a child saga that has ended: the child ended where
+   * no runtime knew the parent's version, or an operator's retry came between. Its own
+   * transaction, locking each child before its parent, as the child's own end does.
+   */
+  async function reconcileChildren(): Promise<string[]> {
+    return withTransaction(e.pool, async (tx) => {
+      if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) return [];
+      const ended = (await runSql<{ id: string }>(tx, selectStrandedParents(batchSize))).rows;
+      const moved: string[] = [];
+      for (const { id } of ended) {
+        const transition = await resumeEndedChild(e, tx, id);
+        if (transition === null || transition === 'stale') continue;
+        e.logger.warn({ reason: 'saga_reconciled', sagaId: id }, "ended child's parent moved on");
+        moved.push(id);
+      }
+      return moved;
+    });
+  }
+
   async function runOnce(): Promise<ReconcileResult> {
     const stranded = await withTransaction(e.pool, async (tx) => {
       if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) return null;
@@ -232,6 +254,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     });
     if (stranded === null) return { ran: false, reconciled: 0, sagaIds: [] };
     stranded.push(...(await reconcileQueues()));
+    stranded.push(...(await reconcileChildren()));
     if (stranded.length > 0) e.metrics.reconciled.inc(stranded.length);
     return { ran: true, reconciled: stranded.length, sagaIds: stranded };
   }

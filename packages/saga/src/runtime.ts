@@ -64,6 +64,7 @@ import {
   OUTCOMES,
   startNextInLine,
   childIdOf,
+  resumeEndedChild,
   type Transition,
 } from './transitions.js';
 import { inSagaTrace, SAGA_TRACER, startSagaSpan } from './tracing.js';
@@ -182,7 +183,8 @@ export interface SagaRuntime {
   cancel(sagaId: string): Promise<CancelResult>;
   /**
    * An operator's retry of a `failed` saga: the step past the pivot or the compensation that
-   * failed for good runs again (its dead job retried with fresh attempts, in one transaction with
+   * failed for good runs again (for the compensation of a child step: the child's own failed
+   * compensation, as `retryFailed(child)`) (its dead job retried with fresh attempts, in one transaction with
    * the saga's return to `running` or `compensating`), and the saga goes on from there.
    */
   retryFailed(sagaId: string): Promise<RetryResult>;
@@ -225,6 +227,27 @@ function checkSagaId(id: unknown): string {
     );
   }
   return id;
+}
+
+/**
+ * The ids of the child sagas a saga with `id` may start (`<id>/<step>`, and theirs in turn),
+ * each checked as a saga id, so that a start whose children could not be started or looked up
+ * is refused up front, naming the child id.
+ */
+function checkChildIds(def: AnySagaDefinition, id: string): void {
+  for (const step of def.steps) {
+    if (!step.child) continue;
+    const childId = childIdOf(id, step.name);
+    try {
+      checkSagaId(childId);
+    } catch (error) {
+      const why = error instanceof SagaValidationError ? error.issues[0]!.message : String(error);
+      throw new SagaValidationError('invalid_id', 'saga id', [
+        { path: 'id', message: `its child saga id "${childId}" (step "${step.name}") ${why}` },
+      ]);
+    }
+    checkChildIds(step.child.def, childId);
+  }
 }
 
 export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
@@ -333,6 +356,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     async start(definition, startOptions) {
       const id = checkSagaId(startOptions?.id);
       const entry = entryOf(definition.name, definition.version);
+      checkChildIds(entry.def, id);
       if (entry.def !== (definition as AnySagaDefinition)) {
         throw new SagaError(
           'saga_mismatch',
@@ -534,12 +558,21 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         };
       });
       logger.info({ reason: 'saga_cancel', sagaId, accepted: result.accepted }, 'cancel requested');
-      if (child !== null) await runtime.cancel(child);
+      if (child !== null) {
+        const childId = child;
+        const down = await runtime.cancel(childId);
+        // The child ended before the cancel reached it (its end may have run where no runtime
+        // knew this parent): move the parent on from it now.
+        if (down.reason === 'finished') {
+          await ownTransaction((tx) => resumeEndedChild(engine, tx, childId));
+        }
+      }
       return result;
     },
 
     async retryFailed(sagaId) {
       checkSagaId(sagaId);
+      let retryChild: string | null = null;
       const result = await ownTransaction(async (tx): Promise<RetryResult> => {
         const saga = await lock(tx, sagaId);
         if (saga.status !== 'failed') return { retried: false, reason: 'not_failed' };
@@ -552,6 +585,12 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           return { retried: false, reason: 'no_failed_step' };
         }
         const { step, kind } = failed;
+        if (kind === 'compensation' && entry.steps.find((s) => s.name === step)?.child) {
+          // Its child could not be undone: the child is what an operator retries; its end then
+          // lets this saga go on compensating (see resumeParent).
+          retryChild = childIdOf(sagaId, step);
+          return { retried: false, step, kind };
+        }
         if (saga.lock_key !== null) {
           // A failed saga let go of its key; it takes the key back only while no other holds it.
           const holder = await lockHolder(tx, saga.name, saga.lock_key);
@@ -587,6 +626,10 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         await engine.sql(tx, reopenSaga({ id: sagaId, status, step, kind, jobId: failed.job_id }));
         return { retried: true, step, kind };
       });
+      if (retryChild !== null) {
+        const child = await runtime.retryFailed(retryChild);
+        return { ...child, step: result.step, kind: result.kind };
+      }
       const { reason: refusal, ...done } = result;
       logger.info(
         { reason: 'saga_retry', sagaId, ...done, refusal: refusal ?? null },

@@ -16,15 +16,24 @@ import { lockNextQueued } from './sql/locks.js';
 import {
   enterRow,
   finishSaga,
+  clearCurrentJob,
   insertSaga,
+  lockEndedChild,
   lockSaga,
   reopenForCompensation,
+  reopenSaga,
   setSagaFlags,
   setSagaStatus,
   type FinishedRow,
   type SagaRow,
 } from './sql/sagas.js';
-import { selectOutputs, settleStep, type AttemptMark } from './sql/steps.js';
+import {
+  selectHistory,
+  selectOutputs,
+  settleStep,
+  type AttemptMark,
+  type HistoryRow,
+} from './sql/steps.js';
 
 /**
  * Every change of a saga's state, each run inside one transaction that holds the saga's row lock
@@ -353,7 +362,7 @@ export async function enterChild(
   const childEntry = e.entries.get(entryKey(child.name, child.version))!;
   const id = childIdOf(saga.id, spec.name);
   const left =
-    saga.deadline_left_ms === null ? null : Math.max(1, Math.ceil(saga.deadline_left_ms));
+    saga.deadline_left_ms === null ? null : Math.max(1, Math.floor(saga.deadline_left_ms));
   const deadlineMs =
     left === null ? child.deadlineMs : Math.min(left, child.deadlineMs ?? Number.MAX_SAFE_INTEGER);
   const trace = saga.trace_parent ? { parent: saga.trace_parent, state: saga.trace_state } : null;
@@ -373,7 +382,11 @@ export async function enterChild(
     const why = `child saga id "${id}" is already taken by another saga`;
     return failStep(e, tx, entry, saga, index, why, 'failed', attempt);
   }
-  await enterStep(e, tx, childEntry, id, 0);
+  if ((await enterStep(e, tx, childEntry, id, 0)) !== 'advanced') {
+    // Its first job's key is held by a job not its own: the child failed at once (foreign_job).
+    const why = `child saga "${id}" could not start its first step`;
+    return failStep(e, tx, entry, saga, index, why, 'failed', attempt);
+  }
   await park(e, tx, entry, saga, index, null, attempt);
   e.logger.info(
     { reason: 'child_started', sagaId: id, saga: child.name, parentId: saga.id, step: spec.name },
@@ -387,29 +400,33 @@ export async function enterChild(
  * completes with the child's step outputs. Compensated, cancelled or failed: the step fails and
  * the parent compensates (ending `cancelled` when it was cancelled). When the parent was undoing
  * this child (its compensation reopened the child), the compensation completes, or fails with a
- * child that could not be undone. Lock order child, then parent: every path that changes the
- * parent and a child locks the child first or leaves it to a transaction of its own.
+ * child that could not be undone; a parent that failed so goes on compensating once an operator's
+ * retry of the child has undone it. Locks the parent after the child: the one path that locks
+ * them the other way round, a parent's compensation reopening its completed child, meets no
+ * other writer of that child but an operator's retry (a deadlock PostgreSQL breaks).
  */
-async function resumeParent(
+export async function resumeParent(
   e: Engine,
   tx: Queryable,
   child: FinishedRow,
   status: 'completed' | 'compensated' | 'cancelled' | 'failed',
-): Promise<void> {
+): Promise<Transition> {
   const parent = (await e.sql<SagaRow>(tx, lockSaga(child.parent_id!))).rows[0];
-  if (!parent) return;
+  if (!parent) return 'stale';
   const entry = e.entries.get(entryKey(parent.name, parent.version));
   const spec = entry?.steps.find((s) => s.name === child.parent_step && s.child);
   if (!entry || !spec) {
     e.logger.warn(
       { reason: 'child_parent_unknown', sagaId: child.id, parentId: parent.id },
-      "child saga ended; no runtime here knows its parent's version, the parent waits",
+      "child saga ended; no runtime here knows its parent's version: a reconciler that does moves the parent",
     );
-    return;
+    return 'stale';
   }
   const own = { ...e, handOff: undefined };
   const why = `child saga "${child.id}" ended ${status}${child.error ? `: ${child.error}` : ''}`;
-  // A closure, so that the first check does not narrow `parent` for the second.
+  const undone = status === 'compensated' || status === 'cancelled';
+  const key = { sagaId: parent.id, step: spec.name, kind: 'compensation' as const };
+  // A closure, so that the first check does not narrow `parent` for the next.
   const at = (kind: SagaStepKind, status: SagaStatus) =>
     isCurrent(parent, spec.name, kind, [status]);
   const transition = await inSagaTrace(e.tracer, parent, `child ${spec.name}`, async () => {
@@ -423,8 +440,6 @@ async function resumeParent(
       return advanceAfter(own, tx, entry, parent, spec.index, outputs);
     }
     if (at('compensation', 'compensating')) {
-      const undone = status === 'compensated' || status === 'cancelled';
-      const key = { sagaId: parent.id, step: spec.name, kind: 'compensation' as const };
       await e.sql(
         tx,
         settleStep({ ...key, status: undone ? 'completed' : 'failed', error: undone ? null : why }),
@@ -433,21 +448,56 @@ async function resumeParent(
         ? compensateNext(own, tx, entry, parent, spec.index)
         : failSaga(own, tx, parent.id, `compensation of "${spec.name}" failed: ${why}`);
     }
+    if (parent.status === 'failed' && undone) {
+      // The parent failed on this child's compensation; an operator's retry of the child has
+      // undone it since: the parent goes on compensating what came before.
+      const { rows } = await e.sql<HistoryRow>(tx, selectHistory(parent.id));
+      const failed = rows.find(
+        (r) => r.kind === 'compensation' && r.step === spec.name && r.status === 'failed',
+      );
+      if (!failed) return 'stale' as const;
+      const reopen = {
+        ...key,
+        id: parent.id,
+        status: 'compensating' as const,
+        jobId: failed.job_id!,
+      };
+      await e.sql(tx, reopenSaga(reopen));
+      await e.sql(tx, settleStep({ ...key, status: 'completed' }));
+      const reopened = { ...parent, status: 'compensating' as const, error: null };
+      return compensateNext(own, tx, entry, reopened, spec.index);
+    }
     return 'stale' as const;
   });
-  if (OUTCOMES.has(transition)) {
-    e.metrics.outcomes.inc({ saga: parent.name, step: spec.name, outcome: transition });
-  }
+  if (transition === 'stale') return transition;
+  const fields = { sagaId: parent.id, saga: parent.name, step: spec.name };
   e.logger.info(
-    {
-      reason: 'child_ended',
-      sagaId: parent.id,
-      step: spec.name,
-      childId: child.id,
-      outcome: transition,
-    },
+    { ...fields, reason: 'child_ended', childId: child.id, outcome: transition },
     'child saga ended; its parent moved on',
   );
+  if (OUTCOMES.has(transition)) {
+    e.metrics.outcomes.inc({ saga: parent.name, step: spec.name, outcome: transition });
+    e.logger.warn({ ...fields, reason: `saga_${transition}` }, `saga ${transition}`);
+  }
+  return transition;
+}
+
+/**
+ * Moves the parent of a child saga that ended unseen (see `selectStrandedParents`): the child's
+ * row is locked first, as its own end would have. Null when it is not an ended child.
+ */
+export async function resumeEndedChild(
+  e: Engine,
+  tx: Queryable,
+  childId: string,
+): Promise<Transition | null> {
+  const child = (
+    await e.sql<FinishedRow & { status: 'completed' | 'compensated' | 'cancelled' | 'failed' }>(
+      tx,
+      lockEndedChild(childId),
+    )
+  ).rows[0];
+  return child ? resumeParent(e, tx, child, child.status) : null;
 }
 
 /**
@@ -478,6 +528,8 @@ export async function compensateChild(
   }
   const childEntry = e.entries.get(entryKey(child.name, child.version))!;
   const reason = `parent saga "${parent.id}" compensates: ${parent.error ?? 'compensating'}`;
+  // First: the child's end may move the parent on within this very transaction.
+  await e.sql(tx, clearCurrentJob(parent.id));
   await e.sql(tx, reopenForCompensation(id, reason.slice(0, 2_000)));
   const reopened = { ...child, status: 'compensating' as const, cancel_requested: false };
   await compensateNext(e, tx, childEntry, reopened, childEntry.steps.length);

@@ -1,10 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineSaga, sagaGraph, SagaDefinitionError } from '../src/index.js';
+import { createWorker } from '@skiplock/queue';
+import {
+  createSagaRuntime,
+  defineSaga,
+  sagaGraph,
+  SagaDefinitionError,
+  SagaValidationError,
+} from '../src/index.js';
 import { checkSagaCrashes } from '../src/testing.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { fast, settled, startSagas, timeline } from './fixtures.js';
+import { captureLogs, fast, settled, silent, startSagas, timeline } from './fixtures.js';
 
 const db = await useTestDatabase();
 
@@ -213,6 +220,122 @@ describe('child sagas', () => {
       'crash-compensation ship compensated',
     );
     expect(report.ok).toBe(true);
+  });
+
+  it("moves a parent whose child ended where no runtime knew the parent: from the parent's reconciler", async () => {
+    // The parent runs in its own queue; the child's jobs run on a worker that knows only the child.
+    const parentOnly = defineSaga({
+      name: 'order_apart',
+      version: 1,
+      input: orderInput,
+      queue: 'parents',
+    })
+      .child('ship', shipping, (ctx) => ({ order: ctx.input.id }))
+      .step('bill', { ...fast, run: (ctx) => ctx.steps.ship.label.label });
+    const { logger, lines } = captureLogs();
+    const childSide = createSagaRuntime({ pool: db.pool, sagas: [shipping], logger });
+    const parentSide = createSagaRuntime({ pool: db.pool, sagas: [parentOnly], logger: silent });
+    const worker = (jobs: typeof childSide.jobs, queues: string[]) =>
+      createWorker({
+        pool: db.pool,
+        jobs,
+        queues,
+        logger: silent,
+        pollIntervalMs: 20,
+        sweeper: false,
+        retention: false,
+      });
+    const children = worker(childSide.jobs, ['sagas']);
+    const parents = worker(parentSide.jobs, ['parents']);
+    await Promise.all([children.start(), parents.start()]);
+    try {
+      await parentSide.start(parentOnly, { id: 'cu', input: { id: 'cu' } });
+      expect((await settled(childSide, 'cu/ship')).status).toBe('completed');
+      await waitFor(() => lines.some((l) => l.reason === 'child_parent_unknown') || null, {
+        what: 'the child end to find its parent unknown',
+      });
+      expect((await parentSide.getSaga('cu'))?.status).toBe('waiting');
+      const pass = await parentSide.reconciler.runOnce();
+      expect(pass.sagaIds).toContain('cu/ship');
+      const parent = await settled(parentSide, 'cu');
+      expect(parent.status).toBe('completed');
+      expect(parent.history.find((h) => h.step === 'bill')?.output).toBe('L-cu-7');
+    } finally {
+      await Promise.all([children.stop(), parents.stop()]);
+      await Promise.all([childSide.close(), parentSide.close()]);
+    }
+  });
+
+  it("a parent failed on its child's failed compensation goes on compensating once the child is retried", async () => {
+    let undoBroken = true;
+    const fragile = defineSaga({
+      name: 'fragile',
+      version: 1,
+      input: z.object({ order: z.string() }),
+    }).step('pack', {
+      ...fast,
+      run: (ctx) => void effects.push(`${ctx.sagaId}:pack`),
+      compensation: { ...fast, maxAttempts: 1 },
+      compensate: async (ctx) => {
+        await new Promise<void>((resolve) => gates.set(`undo:${ctx.sagaId}`, resolve));
+        if (undoBroken) throw new Error('warehouse offline');
+        effects.push(`${ctx.sagaId}:unpack`);
+      },
+    });
+    const parentDef = defineSaga({ name: 'order_fragile', version: 1, input: orderInput })
+      .step('reserve', {
+        ...fast,
+        run: (ctx) => void effects.push(`${ctx.sagaId}:reserve`),
+        compensate: (ctx) => void effects.push(`${ctx.sagaId}:release`),
+      })
+      .child('ship', fragile, (ctx) => ({ order: ctx.input.id }))
+      .step('bill', {
+        ...fast,
+        maxAttempts: 1,
+        run: () => {
+          throw new Error('card declined');
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [parentDef]);
+    await runtime.start(parentDef, { id: 'cr', input: { id: 'cr' } });
+    // While the child undoes itself the parent points at no job: retention deleting its finished
+    // compensation job can no longer make the reconciler fail it.
+    await waitFor(() => gates.has('undo:cr/ship') || null, { what: 'the child to compensate' });
+    expect(await runtime.getSaga('cr')).toMatchObject({
+      status: 'compensating',
+      currentJobId: null,
+    });
+    expect((await runtime.reconciler.runOnce()).sagaIds).toEqual([]);
+    await open('undo:cr/ship');
+    expect((await settled(runtime, 'cr/ship')).status).toBe('failed');
+    const failed = await settled(runtime, 'cr');
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toMatch(
+      /compensation of "ship" failed: child saga "cr\/ship" ended failed/,
+    );
+    // The operator mends the warehouse and retries the parent: the child's compensation runs again.
+    undoBroken = false;
+    expect(await runtime.retryFailed('cr')).toMatchObject({
+      retried: true,
+      step: 'ship',
+      kind: 'compensation',
+    });
+    await open('undo:cr/ship');
+    expect((await settled(runtime, 'cr/ship')).status).toBe('compensated');
+    const parent = await settled(runtime, 'cr', ['compensated']);
+    expect(timeline(parent).slice(-2)).toEqual(['undo ship:completed', 'undo reserve:completed']);
+    expect(mine('cr')).toEqual(['cr:reserve', 'cr/ship:pack', 'cr/ship:unpack', 'cr:release']);
+  });
+
+  it('refuses a start whose child saga id would break the id rules, writing nothing', async () => {
+    const { runtime } = await startSagas(db.pool, [order]);
+    const id = 'x'.repeat(196);
+    const refusal = await runtime.start(order, { id, input: { id: 'x' } }).catch((e: unknown) => e);
+    expect(refusal).toBeInstanceOf(SagaValidationError);
+    expect((refusal as Error).message).toContain(
+      `its child saga id "${id}/ship" (step "ship") must be at most 200 characters, got 201`,
+    );
+    expect(await runtime.getSaga(id)).toBeNull();
   });
 
   it('draws a child step with the saga it starts', () => {

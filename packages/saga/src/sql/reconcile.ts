@@ -49,3 +49,22 @@ export function selectWaitingSagas(limit: number, after: { updatedAt: string; id
     LIMIT ${limit}
     FOR UPDATE SKIP LOCKED`;
 }
+
+/**
+ * Up to `limit` child sagas that ended while their parent still waits on them: the parent
+ * `waiting` on the child's step, or `compensating` it once the child is undone or failed. Only
+ * when the child ended where no runtime knew the parent's version, or a parent's failure came
+ * between; the child's end moves its parent in every other case.
+ */
+export function selectStrandedParents(limit: number) {
+  return sql`
+    SELECT c.id
+    FROM skiplock.sagas p
+    JOIN skiplock.sagas c ON c.parent_id = p.id AND c.parent_step = p.current_step
+    WHERE (p.status = 'waiting' AND p.current_kind = 'step'
+           AND c.status IN ('completed', 'compensated', 'cancelled', 'failed'))
+       OR (p.status = 'compensating' AND p.current_kind = 'compensation'
+           AND p.current_job_id IS NULL AND c.status IN ('compensated', 'cancelled', 'failed'))
+    ORDER BY p.updated_at, p.id
+    LIMIT ${limit}`;
+}

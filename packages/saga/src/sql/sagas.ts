@@ -267,3 +267,21 @@ export function reopenForCompensation(id: string, reason: string) {
     SET status = 'compensating', error = ${reason}, finished_at = NULL, updated_at = now()
     WHERE id = ${id} AND status = 'completed'`;
 }
+
+/**
+ * A parent waits for its child's compensation (see `compensateChild`): it no longer points at its
+ * compensation job, which has completed (and which retention may delete): the child's end moves
+ * it on, and the reconciler looks for parents whose child ended unseen (`selectStrandedParents`).
+ */
+export function clearCurrentJob(id: string) {
+  return sql`UPDATE skiplock.sagas SET current_job_id = NULL, updated_at = now() WHERE id = ${id}`;
+}
+
+/** An ended child saga, locked, with what its end needs to move its parent (`FinishedRow`). */
+export function lockEndedChild(id: string) {
+  return sql`
+    SELECT id, name, error, lock_key, parent_id, parent_step, status FROM skiplock.sagas
+    WHERE id = ${id} AND parent_id IS NOT NULL
+      AND status IN ('completed', 'compensated', 'cancelled', 'failed')
+    FOR UPDATE`;
+}
