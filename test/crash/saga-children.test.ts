@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { createSagaRuntime } from '../../packages/saga/src/index.js';
 import { bundleForNode } from '../support/bundle.js';
 import { useTestDatabase } from '../support/db.js';
+import { readEffects } from './saga-effects.js';
 import { runUnderKills } from './saga-killer.js';
 import { createTreeSagas, TREE_SCHEMA_SQL } from './saga-tree.js';
 
@@ -15,7 +16,7 @@ describe('sagas with a child saga, their workers killed with SIGKILL', () => {
     // Only workers die here, never PostgreSQL (see saga-sigkill.test.ts).
     const dbName = new URL(db.url).pathname.slice(1);
     await db.pool.query(`ALTER DATABASE "${dbName}" SET synchronous_commit = off`);
-    const script = await bundleForNode(new URL('./saga-tree-process.ts', import.meta.url));
+    const script = await bundleForNode(new URL('./saga-worker-process.ts', import.meta.url));
     const { order } = createTreeSagas(db.pool);
     const runtime = createSagaRuntime({
       pool: db.pool,
@@ -39,6 +40,7 @@ describe('sagas with a child saga, their workers killed with SIGKILL', () => {
     const kills = await runUnderKills({
       script,
       url: db.url,
+      env: { SAGA_SET: 'tree' },
       workers: 3,
       maxKills: 15,
       what: `all ${SAGAS} sagas and their children ended`,
@@ -82,21 +84,16 @@ describe('sagas with a child saga, their workers killed with SIGKILL', () => {
     expect(wrong).toEqual([]);
 
     // No effect twice: one row per idempotency key, and the count each outcome implies.
-    const effects = await db.pool.query<{ key: string; n: number }>(
-      'SELECT key, count(*)::int AS n FROM saga_tree.effects GROUP BY key',
-    );
-    expect(effects.rows.filter((e) => e.n !== 1)).toEqual([]);
+    const effects = await readEffects(db.pool, 'saga_tree');
+    expect(effects.repeated).toEqual([]);
     const declined = Array.from({ length: SAGAS }, (_, n) => n).filter(decline).length;
     // pack, label, charge, notify per completed order; pack, label and their undoing per declined.
-    expect(effects.rows).toHaveLength((SAGAS - declined) * 4 + declined * 4);
-    const external = await db.pool.query<{ n: number; calls: number }>(
-      'SELECT count(*)::int AS n, sum(calls)::int AS calls FROM saga_tree.external',
-    );
+    expect(effects.keys).toBe((SAGAS - declined) * 4 + declined * 4);
     // reserve per order, and its release per declined one.
-    expect(external.rows[0]!.n).toBe(SAGAS + declined);
+    expect(effects.external.keys).toBe(SAGAS + declined);
     console.log(
       `[saga children crash] ${SAGAS} sagas with a child each, ${kills} SIGKILLs, ` +
-        `${external.rows[0]!.calls - external.rows[0]!.n} duplicate external calls absorbed`,
+        `${effects.external.calls - effects.external.keys} duplicate external calls absorbed`,
     );
   });
 });

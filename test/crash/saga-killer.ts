@@ -6,6 +6,8 @@ export interface SagaKillerOptions {
   /** The bundled worker script (see bundleForNode); started with DATABASE_URL and SAGA_WORKER_ID. */
   script: string;
   url: string;
+  /** More environment for each worker process. */
+  env?: Record<string, string>;
   workers: number;
   /** The killer stops after this many, so a run that cannot finish fails instead of looping. */
   maxKills: number;
@@ -29,6 +31,7 @@ export async function runUnderKills(options: SagaKillerOptions): Promise<number>
   const launch = async () => {
     const name = `saga-w${++launched}`;
     const handle = spawnNode(name, options.script, {
+      ...options.env,
       DATABASE_URL: options.url,
       SAGA_WORKER_ID: name,
     });

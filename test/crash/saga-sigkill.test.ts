@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { createSagaRuntime } from '../../packages/saga/src/index.js';
 import { bundleForNode } from '../support/bundle.js';
 import { useTestDatabase } from '../support/db.js';
+import { readEffects } from './saga-effects.js';
 import { runUnderKills } from './saga-killer.js';
 import { CRASH_SCHEMA_SQL, createTransferSaga } from './saga-transfer.js';
 
@@ -83,17 +84,12 @@ describe('saga worker processes killed with SIGKILL', () => {
     expect(histories.rows).toHaveLength(SAGAS);
 
     // No effect twice: one transactional effect row per key, one external row per key.
-    const effects = await db.pool.query<{ key: string; n: number }>(
-      'SELECT key, count(*)::int AS n FROM saga_crash.effects GROUP BY key',
-    );
-    expect(effects.rows.filter((e) => e.n !== 1)).toEqual([]);
+    const effects = await readEffects(db.pool, 'saga_crash');
+    expect(effects.repeated).toEqual([]);
     const declined = Array.from({ length: SAGAS }, (_, n) => n).filter(decline).length;
     // debit + credit + notify per completed saga; debit + its compensation per declined one.
-    expect(effects.rows).toHaveLength((SAGAS - declined) * 3 + declined * 2);
-    const external = await db.pool.query<{ n: number; calls: number }>(
-      'SELECT count(*)::int AS n, sum(calls)::int AS calls FROM saga_crash.external',
-    );
-    expect(external.rows[0]!.n).toBe(SAGAS + declined);
+    expect(effects.keys).toBe((SAGAS - declined) * 3 + declined * 2);
+    expect(effects.external.keys).toBe(SAGAS + declined);
 
     // Every saga job ended; none was enqueued twice (the keys are unique per queue anyway).
     const jobs = await db.pool.query<{ status: string; n: number }>(
@@ -129,7 +125,7 @@ describe('saga worker processes killed with SIGKILL', () => {
     );
     console.log(
       `[saga crash] ${SAGAS} sagas, ${kills} SIGKILLs, ${reruns.rows[0]!.n} steps re-run, ` +
-        `${external.rows[0]!.calls - external.rows[0]!.n} duplicate external calls absorbed, ` +
+        `${effects.external.calls - effects.external.keys} duplicate external calls absorbed, ` +
         `${handedOffKilled.rows[0]!.n} handed-off steps killed and finished elsewhere`,
     );
     await runtime.close();
