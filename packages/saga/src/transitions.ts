@@ -323,9 +323,10 @@ export async function failSaga(
 }
 
 /**
- * Every end of a saga: the terminal status, then, when it held a lock key, the next saga queued
- * for the key starts, in the same transaction. `failed` ends count: a saga that needs an
- * operator does not hold its key (a retry takes it back only while it is free).
+ * Every end of a saga: the terminal status, then, in the same transaction, what waits on it: when
+ * it held a lock key, the next saga queued for the key starts (`failed` ends count: a saga that
+ * needs an operator does not hold its key; a retry takes it back only while it is free); when it
+ * is a child saga, its parent's step moves on (`resumeParent`).
  */
 async function endSaga(
   e: Engine,
