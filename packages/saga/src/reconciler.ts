@@ -186,48 +186,53 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
   /**
    * Lock keys with sagas queued and none active (the end of the last holder ran where no runtime
    * knew the next one's version, or a holder row was deleted by hand): the first in line starts.
-   * Its own transaction, after the pass over live sagas has committed, so a key whose turn lock a
-   * caller's transaction holds (a start in `tx`) never holds up those sagas; such a key is
-   * skipped (it has a start in flight) and looked at again on the next round.
+   * A key whose turn lock a caller's transaction holds (a start in `tx`) is skipped (it has a
+   * start in flight) and looked at again on the next round.
    */
-  async function reconcileQueues(): Promise<string[]> {
-    return withTransaction(e.pool, async (tx) => {
-      if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) return [];
-      const scan = batchSize * 10;
-      const keys = (await runSql<QueuedKeyRow>(tx, selectQueuedKeys(scan, queueCursor))).rows;
-      const last = keys.at(-1);
-      // The next pass goes on after this page's last key (from the start once a page is not
-      // full), so keys that cannot start never hide the others.
-      const full = keys.reduce((n, k) => n + k.queued, 0) === scan;
-      queueCursor = full && last ? { name: last.name, key: last.lock_key } : null;
-      const started: string[] = [];
-      for (const { name, lock_key } of keys.filter((k) => k.orphan).slice(0, batchSize)) {
-        const id = await startNextInLine(e, tx, name, lock_key, false);
-        if (id === null) continue;
-        e.logger.warn({ reason: 'saga_reconciled', sagaId: id }, 'queued saga started');
-        started.push(id);
-      }
-      return started;
-    });
+  async function reconcileQueues(tx: Parameters<typeof failSaga>[1]): Promise<string[]> {
+    const scan = batchSize * 10;
+    const keys = (await runSql<QueuedKeyRow>(tx, selectQueuedKeys(scan, queueCursor))).rows;
+    const last = keys.at(-1);
+    // The next pass goes on after this page's last key (from the start once a page is not
+    // full), so keys that cannot start never hide the others.
+    const full = keys.reduce((n, k) => n + k.queued, 0) === scan;
+    queueCursor = full && last ? { name: last.name, key: last.lock_key } : null;
+    const started: string[] = [];
+    for (const { name, lock_key } of keys.filter((k) => k.orphan).slice(0, batchSize)) {
+      const id = await startNextInLine(e, tx, name, lock_key, false);
+      if (id === null) continue;
+      e.logger.warn({ reason: 'saga_reconciled', sagaId: id }, 'queued saga started');
+      started.push(id);
+    }
+    return started;
   }
 
   /**
    * Parents still waiting on (or compensating) a child saga that has ended: the child ended where
-   * no runtime knew the parent's version, or an operator's retry came between. Its own
-   * transaction, locking each child before its parent, as the child's own end does.
+   * no runtime knew the parent's version, or an operator's retry came between. Locks each child
+   * before its parent, as the child's own end does.
    */
-  async function reconcileChildren(): Promise<string[]> {
+  async function reconcileChildren(tx: Parameters<typeof failSaga>[1]): Promise<string[]> {
+    const ended = (await runSql<{ id: string }>(tx, selectStrandedParents(batchSize))).rows;
+    const moved: string[] = [];
+    for (const { id } of ended) {
+      const transition = await resumeEndedChild(e, tx, id);
+      if (transition === null || transition === 'stale') continue;
+      e.logger.warn({ reason: 'saga_reconciled', sagaId: id }, "ended child's parent moved on");
+      moved.push(id);
+    }
+    return moved;
+  }
+
+  /**
+   * What waits on sagas that ended unseen (queues, parents), in a transaction of its own after
+   * the pass over live sagas has committed: the key and child locks it takes never hold up the
+   * sagas that pass locked.
+   */
+  function reconcileEnds(): Promise<string[]> {
     return withTransaction(e.pool, async (tx) => {
       if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) return [];
-      const ended = (await runSql<{ id: string }>(tx, selectStrandedParents(batchSize))).rows;
-      const moved: string[] = [];
-      for (const { id } of ended) {
-        const transition = await resumeEndedChild(e, tx, id);
-        if (transition === null || transition === 'stale') continue;
-        e.logger.warn({ reason: 'saga_reconciled', sagaId: id }, "ended child's parent moved on");
-        moved.push(id);
-      }
-      return moved;
+      return [...(await reconcileQueues(tx)), ...(await reconcileChildren(tx))];
     });
   }
 
@@ -253,8 +258,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       return stranded;
     });
     if (stranded === null) return { ran: false, reconciled: 0, sagaIds: [] };
-    stranded.push(...(await reconcileQueues()));
-    stranded.push(...(await reconcileChildren()));
+    stranded.push(...(await reconcileEnds()));
     if (stranded.length > 0) e.metrics.reconciled.inc(stranded.length);
     return { ran: true, reconciled: stranded.length, sagaIds: stranded };
   }

@@ -44,8 +44,6 @@ import { readSaga, readSagas, type SagaList, type SagaListOptions, type SagaView
 import type { SagaStatus, SagaStepKind } from './schema.js';
 import { lockHolder, lockKeyOf } from './lock.js';
 import {
-  finishSaga,
-  insertLockedSaga,
   insertSaga,
   lockSaga,
   reopenSaga,
@@ -62,7 +60,7 @@ import {
   compensateNext,
   enterStep,
   OUTCOMES,
-  startNextInLine,
+  endSaga,
   childIdOf,
   resumeEndedChild,
   type Transition,
@@ -183,9 +181,10 @@ export interface SagaRuntime {
   cancel(sagaId: string): Promise<CancelResult>;
   /**
    * An operator's retry of a `failed` saga: the step past the pivot or the compensation that
-   * failed for good runs again (for the compensation of a child step: the child's own failed
-   * compensation, as `retryFailed(child)`) (its dead job retried with fresh attempts, in one transaction with
-   * the saga's return to `running` or `compensating`), and the saga goes on from there.
+   * failed for good runs again (its dead job retried with fresh attempts, in one transaction with
+   * the saga's return to `running` or `compensating`), and the saga goes on from there. For the
+   * compensation of a child step, the child's own failed compensation runs again, as
+   * `retryFailed(child)` would.
    */
   retryFailed(sagaId: string): Promise<RetryResult>;
   getSaga(id: string): Promise<SagaView | null>;
@@ -392,9 +391,10 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       const lockKey = definition.lock && lockKeyOf(definition, definition.lock, parsed.value);
       const span = engine.tracer && startSagaSpan(engine.tracer, saga);
       const stored = span && storedTrace(span);
-      const repeated = async (tx: Queryable): Promise<StartResult> => {
-        const existing = (await runSql<StartConflictRow>(tx, selectStartConflict(id, inputJson)))
-          .rows[0];
+      const conflict = async (tx: Queryable) =>
+        (await runSql<StartConflictRow>(tx, selectStartConflict(id, inputJson))).rows[0];
+      // A start whose id is taken: the same saga asked for again, or a conflict.
+      const repeated = (existing: StartConflictRow | undefined): StartResult => {
         if (!existing) {
           throw new SagaError(
             'saga_id_conflict',
@@ -418,16 +418,17 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         if (lockKey !== null) {
           const holder = await lockHolder(tx, definition.name, lockKey);
           if (holder && holder.id !== id && definition.lock!.whenLocked === 'refuse') {
-            const exists = (await runSql(tx, selectStartConflict(id, inputJson))).rowCount !== 0;
-            if (!exists) throw new SagaLockedError(definition.name, holder.id);
+            const existing = await conflict(tx);
+            if (!existing) throw new SagaLockedError(definition.name, holder.id);
+            return repeated(existing);
           }
           if (holder) status = 'queued';
         }
         const inserted = await engine.sql(
           tx,
-          lockKey === null ? insertSaga(fields) : insertLockedSaga({ ...fields, status, lockKey }),
+          insertSaga(lockKey === null ? fields : { ...fields, lock: { key: lockKey, status } }),
         );
-        if (inserted.rowCount === 0) return repeated(tx);
+        if (inserted.rowCount === 0) return repeated(await conflict(tx));
         if (status === 'running') await enterStep(engine, tx, entry, id, 0);
         return { id, started: true, status };
       };
@@ -514,12 +515,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         if (saga.status === 'queued') {
           // Nothing ran and it holds no key: it just leaves the queue. No definition needed, so
           // a queued saga of a version no runtime knows any more can be cancelled too.
-          await runSql(tx, finishSaga(sagaId, 'cancelled', 'cancelled'));
-          // Ahead of the others with no holder (its version unknown where the last one ended):
-          // the next one starts now.
-          if (saga.lock_key !== null) {
-            await startNextInLine(engine, tx, saga.name, saga.lock_key);
-          }
+          // Ahead of the others with no holder (its version unknown where the last one ended),
+          // its end starts the next one now, as any end does.
+          await endSaga(engine, tx, sagaId, 'cancelled', 'cancelled');
           report(saga, QUEUED_STEP, 'cancelled', 'cancel');
           return { accepted: true, status: 'cancelled' };
         }

@@ -328,7 +328,7 @@ export async function failSaga(
  * needs an operator does not hold its key; a retry takes it back only while it is free); when it
  * is a child saga, its parent's step moves on (`resumeParent`).
  */
-async function endSaga(
+export async function endSaga(
   e: Engine,
   tx: Queryable,
   sagaId: string,

@@ -39,36 +39,35 @@ export function insertSaga(p: {
   trace: { parent: string; state: string | null } | null;
   /** A child saga's parent and the parent's step that starts it. */
   parent?: { id: string; step: string } | undefined;
+  /**
+   * A definition's lock key, inserted under `lockKeyTurn`: `running` when the key was free, else
+   * `queued`. Its start time is then the clock, not the transaction's start, so the queue's order
+   * is the order the starts took the key.
+   */
+  lock?: { key: string; status: 'running' | 'queued' } | undefined;
 }) {
+  const extra = [
+    ...(p.parent
+      ? [
+          [sql`parent_id`, sql`${p.parent.id}`],
+          [sql`parent_step`, sql`${p.parent.step}`],
+        ]
+      : []),
+    ...(p.lock
+      ? [
+          [sql`lock_key`, sql`${p.lock.key}`],
+          [sql`created_at`, sql`clock_timestamp()`],
+        ]
+      : []),
+  ];
+  const columns = extra.map(([column]) => sql`, ${column}`);
+  const values = extra.map(([, value]) => sql`, ${value}`);
   return sql`
     INSERT INTO skiplock.sagas (id, name, version, status, input, deadline, trace_parent,
-                                trace_state${p.parent ? sql`, parent_id, parent_step` : sql``})
-    VALUES (${p.id}, ${p.name}, ${p.version}, 'running', ${p.inputJson}::jsonb,
-            now() + ${p.deadlineMs}::float8 * interval '1 millisecond',
-            ${p.trace?.parent ?? null}::text, ${p.trace?.state ?? null}::text
-            ${p.parent ? sql`, ${p.parent.id}, ${p.parent.step}` : sql``})
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id`;
-}
-
-/**
- * `insertSaga` for a definition with a lock key, run under `lockKeyTurn`: `running` when the key
- * was free, else `queued`. Its start time is the clock now, not the transaction's start, so the
- * queue's order is the order the starts took the key.
- */
-export function insertLockedSaga(
-  p: Parameters<typeof insertSaga>[0] & {
-    status: 'running' | 'queued';
-    lockKey: string;
-  },
-) {
-  return sql`
-    INSERT INTO skiplock.sagas (id, name, version, status, input, deadline, trace_parent,
-                                trace_state, lock_key, created_at)
-    VALUES (${p.id}, ${p.name}, ${p.version}, ${p.status}::skiplock.saga_status,
+                                trace_state${sql.join(columns)})
+    VALUES (${p.id}, ${p.name}, ${p.version}, ${p.lock ? sql`${p.lock.status}::skiplock.saga_status` : sql`'running'`},
             ${p.inputJson}::jsonb, now() + ${p.deadlineMs}::float8 * interval '1 millisecond',
-            ${p.trace?.parent ?? null}::text, ${p.trace?.state ?? null}::text, ${p.lockKey},
-            clock_timestamp())
+            ${p.trace?.parent ?? null}::text, ${p.trace?.state ?? null}::text${sql.join(values)})
     ON CONFLICT (id) DO NOTHING
     RETURNING id`;
 }
