@@ -76,6 +76,16 @@ describe('the README programs', () => {
     expect(await runProgram('dashboard.ts')).toBe('GET /admin/skiplock/: 200 Overview · skiplock');
   });
 
+  it('saga-parallel.ts completes one checkout and undoes the completed branches of the declined one', async () => {
+    expect(await runProgram('saga-parallel.ts')).toBe(
+      [
+        'saga checkout-1: completed (quote → prepare → charge; card completed, fraud completed, stock completed)',
+        'saga checkout-2: compensated (quote → prepare → undo prepare → undo quote; card compensated, fraud completed, stock compensated)',
+        'undone: checkout-2: quote, checkout-2: rsv_B7',
+      ].join('\n'),
+    );
+  });
+
   it('saga.ts completes one saga and compensates the declined one', async () => {
     expect(await runProgram('saga.ts')).toBe(
       [

@@ -3,6 +3,7 @@ import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { findSchemaJsonProblem } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { z } from 'zod';
+import { branchCode, branchInputSchema, branchSagaName } from './branch.js';
 import { SagaDefinitionError } from './errors.js';
 import { orderProblem, roleOf, type PlannedStep, type StepRole } from './plan.js';
 import { notAStandardSchema, standardSchemaProblem } from './standard.js';
@@ -85,6 +86,34 @@ export interface StepOptions<I, O extends StepOutputs, R> extends RetryPolicy {
   retriable?: boolean | undefined;
 }
 
+/**
+ * One branch of a parallel group: a step's options (its own retries, timeout and compensation).
+ * Branches run before the pivot, so a branch is neither the pivot nor retriable.
+ */
+export type BranchOptions<I, O extends StepOutputs, R> = Omit<
+  StepOptions<I, O, R>,
+  'pivot' | 'retriable'
+>;
+
+declare const OUTPUT: unique symbol;
+declare const OUTPUTS: unique symbol;
+
+/** A branch as `branch()` of `.parallel()` returns it: its options, carrying its output type. */
+export type Branch<I, O extends StepOutputs, R> = BranchOptions<I, O, R> & {
+  readonly [OUTPUT]?: R;
+};
+
+/** The `branch` helper `.parallel()` passes: it types each branch's context and output. */
+export type BranchMaker<I, O extends StepOutputs> = <R>(
+  options: BranchOptions<I, O, R>,
+) => Branch<I, O, R>;
+
+/** The output type a `Branch` carries. */
+type BranchOutput<B> = B extends { readonly [OUTPUT]?: infer R } ? Awaited<R> : never;
+
+/** Most branches in one parallel group. */
+export const MAX_BRANCHES = 32;
+
 export interface WaitOptions<S extends StandardSchemaV1> {
   /** Signal name `signal(sagaId, name, payload)` delivers (default: the step's name). */
   signal?: string | undefined;
@@ -134,6 +163,11 @@ export interface StepSpec extends PlannedStep {
     def: AnySagaDefinition;
     input: (ctx: SleepContext<unknown, StepOutputs>) => unknown;
   } | null;
+  /**
+   * A parallel group: each branch runs as a one-step child saga of its own definition (see
+   * `branch.ts`), named `<saga>.<group>.<branch>`.
+   */
+  parallel: { branches: readonly { name: string; def: AnySagaDefinition }[] } | null;
   retry: RetryPolicy;
   compensation: RetryPolicy;
 }
@@ -190,6 +224,8 @@ export interface SagaDefinition<
   readonly deadlineMs: number | null;
   /** `lockKey` and `whenLocked`, or null without a lock key. */
   readonly lock: SagaLock | null;
+  /** Type only: the step outputs, for `SagaOutputs`. */
+  readonly [OUTPUTS]?: O;
   readonly steps: readonly StepSpec[];
   step<K extends string, R>(
     name: StepName<K, O>,
@@ -223,6 +259,31 @@ export interface SagaDefinition<
     definition: D,
     input: (ctx: SleepContext<StandardSchemaV1.InferOutput<S>, O>) => SagaInput<D>,
   ): SagaDefinition<N, S, Simplify<O & { [P in K]: SagaOutputs<D> }>>;
+  /**
+   * Parallel branches: `branches` returns each branch's step options by branch name, each
+   * wrapped in the `branch` it gets (which types its context and output):
+   *
+   * ```ts
+   * .parallel('prepare', (branch) => ({
+   *   stock: branch({ run: async (ctx) => reserve(ctx.input.sku), compensate: release }),
+   *   card: branch({ run: async (ctx) => authorise(ctx.steps.quote.total), maxAttempts: 3 }),
+   * }))
+   * ```
+   *
+   * Each branch runs as its own job at the same time, with its own retries and compensation; each sees the input and the outputs before
+   * the group. The last branch to end moves the saga on, in its own ending transaction. The
+   * group's output is each branch's output by branch name (`ctx.steps.<group>.<branch>`).
+   *
+   * When a branch fails for good (after it undid nothing, being one step), the other branches
+   * are allowed to finish: a step in flight is never cut off. Then the completed branches
+   * compensate, all at once, and when the last of them is undone the steps before the group
+   * compensate in reverse. A later failure compensates the group the same way: its branches at
+   * once, then what came before. A cancel or the deadline reaches every branch still running.
+   */
+  parallel<K extends string, B extends Record<string, object>>(
+    name: StepName<K, O>,
+    branches: (branch: BranchMaker<StandardSchemaV1.InferOutput<S>, O>) => B,
+  ): SagaDefinition<N, S, Simplify<O & { [P in K]: { [Q in keyof B]: BranchOutput<B[Q]> } }>>;
 }
 
 // Any definition, whatever its input schema and outputs; used where definitions are collected.
@@ -230,11 +291,11 @@ export interface SagaDefinition<
 export type AnySagaDefinition = SagaDefinition<string, any, any>;
 
 /** The input a caller passes to `start` for a definition. */
-export type SagaInput<D> =
-  D extends SagaDefinition<string, infer S, StepOutputs> ? StandardSchemaV1.InferInput<S> : never;
+export type SagaInput<D> = D extends { readonly input: infer S extends StandardSchemaV1 }
+  ? StandardSchemaV1.InferInput<S>
+  : never;
 /** The outputs of every step of a definition, by step name. */
-export type SagaOutputs<D> =
-  D extends SagaDefinition<string, StandardSchemaV1, infer O> ? O : never;
+export type SagaOutputs<D> = D extends { readonly [OUTPUTS]?: infer O } ? O : never;
 
 const NAME = /^[A-Za-z0-9_-]{1,48}$/;
 const retrySchema = z
@@ -301,7 +362,7 @@ function lockOf(options: {
 }
 
 function build(
-  base: Omit<SagaDefinition, 'step' | 'waitFor' | 'sleep' | 'child' | 'steps'>,
+  base: Omit<SagaDefinition, 'step' | 'waitFor' | 'sleep' | 'child' | 'parallel' | 'steps'>,
   steps: readonly StepSpec[],
 ): AnySagaDefinition {
   const add = (spec: StepSpec): AnySagaDefinition => {
@@ -348,6 +409,7 @@ function build(
         wait: null,
         sleep: null,
         child: null,
+        parallel: null,
         retry: pickRetry(base.name, `step "${name}"`, options),
         compensation: pickRetry(base.name, `step "${name}" compensation`, options.compensation),
       });
@@ -402,6 +464,7 @@ function build(
         wait: { signal, payload: options.payload, timeoutMs: timeout ?? null },
         sleep: null,
         child: null,
+        parallel: null,
         retry: {},
         compensation: {},
       });
@@ -434,6 +497,7 @@ function build(
           ? { ms: duration, until: null }
           : { ms: null, until: duration as NonNullable<StepSpec['sleep']>['until'] },
         child: null,
+        parallel: null,
         retry: {},
         compensation: {},
       });
@@ -484,6 +548,85 @@ function build(
         wait: null,
         sleep: null,
         child: { def: child, input: input as NonNullable<StepSpec['child']>['input'] },
+        parallel: null,
+        retry: {},
+        compensation: {},
+      });
+    },
+    parallel(rawName: string, make: unknown) {
+      const name = checkName(rawName);
+      const what = `parallel step "${name}"`;
+      const branches = (typeof make === 'function' ? make((o: unknown) => o) : undefined) as
+        Record<string, StepOptions<unknown, StepOutputs, unknown>> | undefined;
+      if (typeof branches !== 'object' || branches === null || Array.isArray(branches)) {
+        throw new SagaDefinitionError(
+          base.name,
+          `${what}: branches must be a function (branch) => ({ <name>: branch({ run, ... }) }) returning the branches by name`,
+        );
+      }
+      const names = Object.keys(branches);
+      if (names.length < 2 || names.length > MAX_BRANCHES) {
+        throw new SagaDefinitionError(
+          base.name,
+          `${what}: a group has 2 to ${MAX_BRANCHES} branches, got ${names.length}`,
+        );
+      }
+      // Branches are undone by compensating them: the group belongs before the pivot.
+      const barrier = steps.find((s) => s.role === 'pivot' || s.role === 'retriable');
+      if (barrier) {
+        throw new SagaDefinitionError(
+          base.name,
+          `${what} comes after ${barrier.role === 'pivot' ? 'the pivot' : 'retriable step'} "${barrier.name}"; parallel branches belong before the pivot, where this saga can still undo them`,
+        );
+      }
+      const defs = names.map((branch) => {
+        if (!NAME.test(branch)) {
+          throw new SagaDefinitionError(
+            base.name,
+            `${what}: branch name ${JSON.stringify(branch)} must be 1-48 letters, digits, _ or -`,
+          );
+        }
+        const options = branches[branch]!;
+        const at = `${what}, branch "${branch}"`;
+        if (typeof options?.run !== 'function') {
+          throw new SagaDefinitionError(base.name, `${at}: run must be a function`);
+        }
+        if (options.compensate !== undefined && typeof options.compensate !== 'function') {
+          throw new SagaDefinitionError(base.name, `${at}: compensate must be a function`);
+        }
+        if (options.pivot !== undefined || options.retriable !== undefined) {
+          throw new SagaDefinitionError(
+            base.name,
+            `${at}: a branch is neither the pivot nor retriable (branches run before the pivot)`,
+          );
+        }
+        const code = branchCode(base, branch, options);
+        const blank = build(
+          {
+            name: branchSagaName(base.name, name, branch),
+            version: base.version,
+            input: branchInputSchema,
+            queue: base.queue,
+            deadlineMs: null,
+            lock: null,
+          },
+          Object.freeze([]),
+        ) as unknown as { step(name: string, options: unknown): AnySagaDefinition };
+        const def = blank.step(branch, { ...options, run: code.run, compensate: code.compensate });
+        return Object.freeze({ name: branch, def });
+      });
+      const undoable = defs.some((b) => b.def.steps[0]!.role === 'compensatable');
+      return add({
+        name,
+        index: steps.length,
+        role: undoable ? 'compensatable' : 'plain',
+        waits: false,
+        run: null,
+        compensate: null,
+        wait: null,
+        sleep: null,
+        child: null,
+        parallel: { branches: Object.freeze(defs) },
         retry: {},
         compensation: {},
       });

@@ -2,7 +2,15 @@ import type { AnySagaDefinition, StepSpec } from './define.js';
 
 /** What a node of a saga's shape stands for. */
 export type SagaShapeNodeKind =
-  'start' | 'step' | 'wait' | 'pivot' | 'retriable' | 'compensation' | 'completed' | 'compensated';
+  | 'start'
+  | 'step'
+  | 'parallel'
+  | 'wait'
+  | 'pivot'
+  | 'retriable'
+  | 'compensation'
+  | 'completed'
+  | 'compensated';
 
 export interface SagaShapeNode {
   /** `start`, `s<index>` (a step), `c<index>` (its compensation), `done`, `compensated`. */
@@ -11,6 +19,8 @@ export interface SagaShapeNode {
   label: string;
   /** The step it belongs to (a step or its compensation); null for start and the two ends. */
   step: string | null;
+  /** A parallel group's branches, by name, in definition order; absent on other nodes. */
+  branches?: string[];
 }
 
 export interface SagaShapeEdge {
@@ -55,6 +65,15 @@ function stepNode(step: StepSpec): SagaShapeNode {
     const how = step.sleep.ms !== null ? duration(step.sleep.ms) : 'until a computed time';
     return { ...base, kind: 'wait', label: `${step.name}: sleep ${how}` };
   }
+  if (step.parallel) {
+    const branches = step.parallel.branches.map((b) => b.name);
+    return {
+      ...base,
+      kind: 'parallel',
+      label: `${step.name}: ${branches.length} parallel branches, the last to end moves on`,
+      branches,
+    };
+  }
   if (step.child) {
     const { name, version } = step.child.def;
     return { ...base, kind: 'step', label: `${step.name}: child saga ${name} v${version}` };
@@ -93,7 +112,15 @@ export function sagaShape(definition: AnySagaDefinition): SagaShape {
   ];
   const compensatable = steps.filter((s) => s.role === 'compensatable');
   for (const s of compensatable) {
-    nodes.push({ id: `c${s.index}`, kind: 'compensation', label: `undo ${s.name}`, step: s.name });
+    // A group undoes its branches that have a compensation, all at once.
+    const undone = s.parallel?.branches.filter((b) => b.def.steps[0]!.role === 'compensatable');
+    const what = undone ? ` (${undone.map((b) => b.name).join(', ')} at once)` : '';
+    nodes.push({
+      id: `c${s.index}`,
+      kind: 'compensation',
+      label: `undo ${s.name}${what}`,
+      step: s.name,
+    });
   }
   if (steps.some((s) => s.role !== 'retriable')) {
     nodes.push({ id: 'compensated', kind: 'compensated', label: 'compensated', step: null });
@@ -111,7 +138,9 @@ export function sagaShape(definition: AnySagaDefinition): SagaShape {
   for (const s of steps) {
     if (s.role === 'retriable') continue;
     const label = s.wait?.timeoutMs != null ? 'fails or times out' : 'fails';
-    edges.push({ from: `s${s.index}`, to: undoBefore(s.index), kind: 'fails', label });
+    // A failed group first undoes its own completed branches.
+    const to = s.parallel && s.role === 'compensatable' ? `c${s.index}` : undoBefore(s.index);
+    edges.push({ from: `s${s.index}`, to, kind: 'fails', label });
   }
   for (const s of compensatable) {
     edges.push({ from: `c${s.index}`, to: undoBefore(s.index), kind: 'undo', label: null });
@@ -127,6 +156,14 @@ function label(text: string): string {
 function mermaidNode(node: SagaShapeNode): string {
   const text = label(node.label);
   switch (node.kind) {
+    case 'parallel':
+      // A subgraph of its branches, side by side; edges to the group's id reach the subgraph.
+      return [
+        `  subgraph ${node.id} [${text}]`,
+        '    direction LR',
+        ...(node.branches ?? []).map((b, i) => `    ${node.id}b${i}[${label(b)}]`),
+        '  end',
+      ].join('\n');
     case 'start':
     case 'completed':
     case 'compensated':

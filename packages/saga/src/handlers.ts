@@ -8,6 +8,7 @@ import {
 import { errorMessage, jobStates } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { z } from 'zod';
+import type { BranchInput } from './branch.js';
 import { Completion } from './completion.js';
 import type {
   AnySagaDefinition,
@@ -28,6 +29,7 @@ import {
   type SagaEntry,
 } from './engine.js';
 import { SagaDeadlineError } from './errors.js';
+import { enterParallel } from './parallel.js';
 import { inSagaTrace, inStepSpan, noteTransition } from './tracing.js';
 import { issuesAt, storedJsonIssues, validate } from './standard.js';
 import {
@@ -210,7 +212,7 @@ async function runStep(
   const key = { sagaId: saga.id, step: spec.name, kind: 'step' as const };
   if (spec.wait) return runWait(e, entry, spec, saga, job, attempt);
   if (spec.sleep) return runSleep(e, entry, spec, saga, job, attempt);
-  if (spec.child) return runChild(e, entry, spec, saga, job, attempt);
+  if (spec.child || spec.parallel) return runChild(e, entry, spec, saga, job, attempt);
 
   const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
   const completion = new Completion(job, async (tx, output) => {
@@ -389,32 +391,22 @@ async function runSleep(
 }
 
 /**
- * A child step: works out the child's input (a function of the saga runs here, once per
- * attempt), checks it against the child's schema, then starts the child and parks the saga on
- * this step, in one transaction (see `enterChild`).
+ * The input a child step's saga starts with: the child's input function of this saga (run here,
+ * once per attempt), checked as a start checks it (the schema, then what JSON can hold), naming
+ * the child; or, for a parallel group, what every branch gets (`BranchInput`).
  */
-async function runChild(
-  e: Engine,
+async function childInputJson(
   entry: SagaEntry,
   spec: StepSpec,
   saga: SagaRow & { outputs: StepOutputs },
-  job: JobContext,
-  attempt: () => AttemptMark,
-) {
+): Promise<string> {
+  const steps = outputsBefore(entry, saga.outputs, spec.index);
+  if (spec.parallel) {
+    const branchInput: BranchInput = { sagaId: saga.id, input: saga.input, steps };
+    return JSON.stringify(branchInput);
+  }
   const child = spec.child!;
-  const point = {
-    sagaId: saga.id,
-    sagaName: entry.def.name,
-    step: spec.name,
-    kind: 'step' as const,
-  };
-  await e.faults?.({ ...point, attempt: job.job.attempt, phase: 'before' });
-  const input = child.input({
-    sagaId: saga.id,
-    input: await parseInput(entry, saga),
-    steps: outputsBefore(entry, saga.outputs, spec.index),
-  });
-  // Checked as a start checks it (the schema, then what JSON can hold), naming the child.
+  const input = child.input({ sagaId: saga.id, input: await parseInput(entry, saga), steps });
   const parsed = await validate(child.def.input, input);
   const found = parsed.issues
     ? issuesAt('input', parsed.issues)
@@ -424,19 +416,45 @@ async function runChild(
       `child step "${spec.name}": input of saga "${child.def.name}" is invalid: ${found.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
     );
   }
-  const stored = JSON.stringify(input ?? null);
+  return JSON.stringify(input ?? null);
+}
+
+/**
+ * A child step or a parallel group: works out the input, then starts the child (or every
+ * branch) and parks the saga on this step, in one transaction (`enterChild`, `enterParallel`).
+ */
+async function runChild(
+  e: Engine,
+  entry: SagaEntry,
+  spec: StepSpec,
+  saga: SagaRow & { outputs: StepOutputs },
+  job: JobContext,
+  attempt: () => AttemptMark,
+) {
+  const point = {
+    sagaId: saga.id,
+    sagaName: entry.def.name,
+    step: spec.name,
+    kind: 'step' as const,
+  };
+  await e.faults?.({ ...point, attempt: job.job.attempt, phase: 'before' });
+  const stored = await childInputJson(entry, spec, saga);
   await e.faults?.({ ...point, attempt: job.job.attempt, phase: 'after' });
   const transition = await job.completeWith(async (tx) => {
     const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
     const cancelled = cancelledMeanwhile(e, job, tx, entry, locked, spec, attempt);
     if (cancelled) return cancelled;
-    return enterChild(handingOff(e, job), tx, entry, locked, spec.index, stored, attempt());
+    const enter = spec.parallel ? enterParallel : enterChild;
+    return enter(handingOff(e, job), tx, entry, locked, spec.index, stored, attempt());
   });
   report(e, saga, spec.name, transition);
 }
 
-/** The compensation of a completed child step: the child undoes itself (`compensateChild`). */
+/**
+ * The compensation of a completed child step: the child undoes itself; of a parallel group: its
+ * branches undo themselves, at once (`compensateChild`).
+ */
 async function runChildCompensation(
   e: Engine,
   entry: SagaEntry,
@@ -670,7 +688,7 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
       }) as AnyJobDefinition,
     );
     entry.compensateJobs.push(
-      spec.compensate || spec.child
+      spec.compensate || spec.child || (spec.parallel && spec.role === 'compensatable')
         ? (defineJob({
             type: jobType(def, spec.name, 'compensate'),
             queue: def.queue,
@@ -679,7 +697,7 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
             trace: 'continue',
             handler: (data, job) =>
               inStepSpan(e.tracer, sagaOf(def, data), 'compensate', spec.name, () =>
-                spec.child
+                spec.child || spec.parallel
                   ? runChildCompensation(e, entry, spec, data, job)
                   : runCompensation(e, entry, spec, data, job),
               ),

@@ -4,6 +4,9 @@ export type { SagaShape, SagaShapeEdge, SagaShapeNode, SagaShapeNodeKind } from 
 export { migrate, sagaMigrations } from './migrate.js';
 export type {
   AnySagaDefinition,
+  Branch,
+  BranchMaker,
+  BranchOptions,
   CompensationContext,
   ErrorClass,
   NoOutputs,

@@ -20,7 +20,8 @@ import {
 } from '@skiplock/queue/engine';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type pg from 'pg';
-import type { AnySagaDefinition, SagaDefinition, StepOutputs } from './define.js';
+import { branchIdOf } from './branch.js';
+import type { AnySagaDefinition, SagaDefinition, StepOutputs, StepSpec } from './define.js';
 import {
   entryKey,
   keyId,
@@ -47,8 +48,10 @@ import {
   insertSaga,
   lockSaga,
   reopenSaga,
+  selectBranches,
   selectStartConflict,
   setSagaFlags,
+  type BranchRow,
   type SagaRow,
   type StartConflictRow,
 } from './sql/sagas.js';
@@ -235,19 +238,29 @@ function checkSagaId(id: unknown): string {
  */
 function checkChildIds(def: AnySagaDefinition, id: string): void {
   for (const step of def.steps) {
-    if (!step.child) continue;
-    const childId = childIdOf(id, step.name);
-    try {
-      checkSagaId(childId);
-    } catch (error) {
-      const why = error instanceof SagaValidationError ? error.issues[0]!.message : String(error);
-      throw new SagaValidationError('invalid_id', 'saga id', [
-        { path: 'id', message: `its child saga id "${childId}" (step "${step.name}") ${why}` },
-      ]);
+    const starts = step.child
+      ? [{ childId: childIdOf(id, step.name), def: step.child.def }]
+      : (step.parallel?.branches ?? []).map((b) => ({
+          childId: branchIdOf(id, step.name, b.name),
+          def: b.def,
+        }));
+    for (const { childId, def: child } of starts) {
+      try {
+        checkSagaId(childId);
+      } catch (error) {
+        const why = error instanceof SagaValidationError ? error.issues[0]!.message : String(error);
+        throw new SagaValidationError('invalid_id', 'saga id', [
+          { path: 'id', message: `its child saga id "${childId}" (step "${step.name}") ${why}` },
+        ]);
+      }
+      checkChildIds(child, childId);
     }
-    checkChildIds(step.child.def, childId);
   }
 }
+
+/** The definitions a step starts as child sagas: its child's, or its parallel branches'. */
+const childrenOf = (step: StepSpec): { def: AnySagaDefinition }[] =>
+  step.child ? [step.child] : [...(step.parallel?.branches ?? [])];
 
 export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
   if (!Array.isArray(options?.sagas) || options.sagas.length === 0) {
@@ -301,7 +314,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     entries.set(key, buildEntry(engine, def));
   }
   // Child sagas run where their parents do: registered with them, unless listed already.
-  const children = [...entries.values()].flatMap((e) => e.steps.flatMap((st) => st.child ?? []));
+  const children = [...entries.values()].flatMap((e) => e.steps.flatMap(childrenOf));
   while (children.length > 0) {
     const child = children.pop()!.def;
     const key = entryKey(child.name, child.version);
@@ -314,7 +327,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     if (known) continue;
     const entry = buildEntry(engine, child);
     entries.set(key, entry);
-    children.push(...entry.steps.flatMap((st) => st.child ?? []));
+    children.push(...entry.steps.flatMap(childrenOf));
   }
   const jobs = [...entries.values()].flatMap((e) =>
     [...e.runJobs, ...e.compensateJobs, ...e.timeoutJobs].filter(
@@ -503,7 +516,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
 
     async cancel(sagaId) {
       checkSagaId(sagaId);
-      let child: string | null = null;
+      let children: string[] = [];
       const result = await ownTransaction(async (tx): Promise<CancelResult> => {
         const saga = await lock(tx, sagaId);
         if (TERMINAL.has(saga.status)) {
@@ -527,11 +540,15 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         const step = saga.current_step!;
         const flagged = { ...saga, cancel_requested: true };
         await runSql(tx, setSagaFlags(sagaId, { cancelRequested: true, error: 'cancelled' }));
-        if (saga.status === 'waiting' && entry.steps[index]?.child) {
-          // Waiting for a child saga: the child is cancelled next, in a transaction of its own
-          // (lock order child, then parent); its end fails this step and the saga compensates.
-          // Should this process stop in between, the flag still turns the child's end into one.
-          child = childIdOf(sagaId, step);
+        const spec = entry.steps[index];
+        if (saga.status === 'waiting' && (spec?.child || spec?.parallel)) {
+          // Waiting for a child saga (or parallel branches): each is cancelled next, in a
+          // transaction of its own (lock order child, then parent); the end of the child (of the
+          // last branch) fails this step and the saga compensates. Should this process stop in
+          // between, the flag still turns that end into one.
+          children = spec.parallel
+            ? spec.parallel.branches.map((b) => branchIdOf(sagaId, step, b.name))
+            : [childIdOf(sagaId, step)];
           return { accepted: true, status: saga.status };
         }
         const stopped =
@@ -556,11 +573,10 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         };
       });
       logger.info({ reason: 'saga_cancel', sagaId, accepted: result.accepted }, 'cancel requested');
-      if (child !== null) {
-        const childId = child;
+      for (const childId of children) {
         const down = await runtime.cancel(childId);
         // The child ended before the cancel reached it (its end may have run where no runtime
-        // knew this parent): move the parent on from it now.
+        // knew this parent): move the parent on from it now (for a branch: once all ended).
         if (down.reason === 'finished') {
           await ownTransaction((tx) => resumeEndedChild(engine, tx, childId));
         }
@@ -577,6 +593,19 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         const entry = entryOf(saga.name, saga.version);
         const { rows } = await engine.sql<HistoryRow>(tx, selectHistory(sagaId));
         const failed = [...rows].reverse().find((r) => r.status === 'failed');
+        const group = entry.steps.find((s) => s.name === failed?.step)?.parallel;
+        if (failed?.kind === 'compensation' && group) {
+          // A branch could not be undone: that branch is what an operator retries; its end then
+          // lets this saga go on compensating (see joinBranches).
+          const { rows: branches } = await runSql<BranchRow>(
+            tx,
+            selectBranches(sagaId, failed.step),
+          );
+          const stuck = branches.find((b) => b.status === 'failed');
+          if (!stuck) return { retried: false, reason: 'no_failed_step' };
+          retryChild = stuck.id;
+          return { retried: false, step: failed.step, kind: failed.kind };
+        }
         // A step before the pivot that failed made the saga compensate, not fail: a failed saga
         // with only such a step failed for another reason, which a retry would not mend.
         if (!failed || failed.job_id === null || (failed.kind === 'step' && !saga.pivoted)) {

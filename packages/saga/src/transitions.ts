@@ -12,6 +12,7 @@ import { nextCompensation } from './plan.js';
 import { inSagaTrace } from './tracing.js';
 import type { SagaStepKind, SagaStatus } from './schema.js';
 import { takeKeyTurn } from './lock.js';
+import { joinBranches, undoBranches } from './parallel.js';
 import { lockNextQueued } from './sql/locks.js';
 import {
   enterRow,
@@ -226,7 +227,7 @@ export function enterSleep(
  * at the deadline, whichever comes first, the deadline only while the saga can still compensate.
  * With neither, no job: only a signal ends the wait.
  */
-async function park(
+export async function park(
   e: Engine,
   tx: Queryable,
   entry: SagaEntry,
@@ -415,7 +416,7 @@ export async function resumeParent(
   const parent = (await e.sql<SagaRow>(tx, lockSaga(child.parent_id!))).rows[0];
   if (!parent) return 'stale';
   const entry = e.entries.get(entryKey(parent.name, parent.version));
-  const spec = entry?.steps.find((s) => s.name === child.parent_step && s.child);
+  const spec = entry?.steps.find((s) => s.name === child.parent_step && (s.child || s.parallel));
   if (!entry || !spec) {
     e.logger.warn(
       { reason: 'child_parent_unknown', sagaId: child.id, parentId: parent.id },
@@ -431,6 +432,7 @@ export async function resumeParent(
   const at = (kind: SagaStepKind, status: SagaStatus) =>
     isCurrent(parent, spec.name, kind, [status]);
   const transition = await inSagaTrace(e.tracer, parent, `child ${spec.name}`, async () => {
+    if (spec.parallel) return joinBranches(own, tx, entry, parent, spec);
     if (at('step', 'waiting')) {
       if (status !== 'completed') {
         const how = parent.cancel_requested ? 'cancelled' : 'failed';
@@ -514,6 +516,7 @@ export async function compensateChild(
   index: number,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
+  if (spec.parallel) return undoBranches(e, tx, entry, parent, spec, 'compensation');
   const id = childIdOf(parent.id, spec.name);
   const child = (await e.sql<SagaRow>(tx, lockSaga(id))).rows[0];
   const key = { sagaId: parent.id, step: spec.name, kind: 'compensation' as const };

@@ -233,4 +233,43 @@ describe('defineSaga with a non-zod Standard Schema', () => {
     // @ts-expect-error the input function must give the child's input
     mom.child('kid', child, wrong);
   });
+
+  it('types parallel branches: each context, each compensation output, the outputs by branch', () => {
+    const saga = defineSaga({ name: 'fan', version: 1, input: z.object({ sku: z.string() }) })
+      .step('quote', { run: () => ({ total: 3 }) })
+      .parallel('prepare', (branch) => ({
+        stock: branch({
+          run: async (ctx, input) => {
+            expectTypeOf(input).toEqualTypeOf<{ sku: string }>();
+            expectTypeOf(ctx.steps.quote).toEqualTypeOf<{ total: number }>();
+            return { reservation: ctx.input.sku };
+          },
+          compensate: (_ctx, output) => {
+            expectTypeOf(output).toEqualTypeOf<{ reservation: string }>();
+          },
+        }),
+        card: branch({ run: (ctx) => ctx.steps.quote.total * 100, maxAttempts: 3 }),
+      }))
+      .step('after', {
+        run: (ctx) => {
+          expectTypeOf(ctx.steps.prepare).toEqualTypeOf<{
+            stock: { reservation: string };
+            card: number;
+          }>();
+          return null;
+        },
+      });
+    expectTypeOf<SagaOutputs<typeof saga>>().toEqualTypeOf<{
+      quote: { total: number };
+      prepare: { stock: { reservation: string }; card: number };
+      after: null;
+    }>();
+    saga.parallel('more', (branch) => ({
+      // @ts-expect-error a branch is never the pivot
+      a: branch({ run: () => 1, pivot: true }),
+      b: branch({ run: () => 2 }),
+    }));
+    // @ts-expect-error a step name is used once
+    saga.parallel('prepare', (branch) => ({ a: branch({ run: () => 1 }) }));
+  });
 });

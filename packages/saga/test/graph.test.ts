@@ -6,6 +6,49 @@ const run = () => null;
 const compensate = () => {};
 
 describe('sagaGraph', () => {
+  it('draws a parallel group as a subgraph of its branches; its failure undoes its branches first', () => {
+    const saga = defineSaga({ name: 'checkout', version: 1, input: z.object({}) })
+      .step('quote', { run, compensate })
+      .parallel('prepare', (branch) => ({
+        stock: branch({ run, compensate }),
+        card: branch({ run, compensate }),
+        fraud: branch({ run }),
+      }))
+      .step('charge', { run, pivot: true });
+    expect(sagaGraph(saga)).toBe(
+      [
+        'flowchart TD',
+        '  start(["start checkout v1"])',
+        '  s0["quote"]',
+        '  subgraph s1 ["prepare: 3 parallel branches, the last to end moves on"]',
+        '    direction LR',
+        '    s1b0["stock"]',
+        '    s1b1["card"]',
+        '    s1b2["fraud"]',
+        '  end',
+        '  s2{{"charge (pivot)"}}',
+        '  done(["completed"])',
+        '  c0["undo quote"]',
+        // fraud has nothing to undo: it is never reopened.
+        '  c1["undo prepare (stock, card at once)"]',
+        '  compensated(["compensated"])',
+        '  start --> s0 --> s1 --> s2 --> done',
+        '  s0 -. fails .-> compensated',
+        '  s1 -. fails .-> c1',
+        '  s2 -. fails .-> c1',
+        '  c0 --> compensated',
+        '  c1 --> c0',
+        '',
+      ].join('\n'),
+    );
+    // A group with nothing to undo is skipped by compensation, like a plain step.
+    const checks = defineSaga({ name: 'checks', version: 1, input: z.object({}) })
+      .step('hold', { run, compensate })
+      .parallel('verify', (branch) => ({ a: branch({ run }), b: branch({ run }) }));
+    expect(sagaGraph(checks)).toContain('  s1 -. fails .-> c0\n');
+    expect(sagaGraph(checks)).not.toContain('undo verify');
+  });
+
   it('draws steps in order, waits, the pivot, and where each failure leads', () => {
     const saga = defineSaga({ name: 'order', version: 3, input: z.object({}) })
       .step('validate', { run })

@@ -57,14 +57,22 @@ export function selectWaitingSagas(limit: number, after: { updatedAt: string; id
  * between; the child's end moves its parent in every other case.
  */
 export function selectStrandedParents(limit: number) {
+  // One row per parent (a parallel group has several ended branches), and only once no branch
+  // of the group is active: the last branch's end is what moves the parent.
   return sql`
-    SELECT c.id
-    FROM skiplock.sagas p
-    JOIN skiplock.sagas c ON c.parent_id = p.id AND c.parent_step = p.current_step
-    WHERE (p.status = 'waiting' AND p.current_kind = 'step'
-           AND c.status IN ('completed', 'compensated', 'cancelled', 'failed'))
-       OR (p.status = 'compensating' AND p.current_kind = 'compensation'
-           AND p.current_job_id IS NULL AND c.status IN ('compensated', 'cancelled', 'failed'))
-    ORDER BY p.updated_at, p.id
-    LIMIT ${limit}`;
+    SELECT id FROM (
+      SELECT DISTINCT ON (p.updated_at, p.id) c.id, p.updated_at, p.id AS parent
+      FROM skiplock.sagas p
+      JOIN skiplock.sagas c ON c.parent_id = p.id AND c.parent_step = p.current_step
+      WHERE ((p.status = 'waiting' AND p.current_kind = 'step'
+              AND c.status IN ('completed', 'compensated', 'cancelled', 'failed'))
+          OR (p.status = 'compensating' AND p.current_kind = 'compensation'
+              AND p.current_job_id IS NULL AND c.status IN ('compensated', 'cancelled', 'failed')))
+        AND NOT EXISTS (
+          SELECT 1 FROM skiplock.sagas s
+          WHERE s.parent_id = p.id AND s.parent_step = p.current_step
+            AND s.status IN ('queued', 'running', 'waiting', 'compensating'))
+      ORDER BY p.updated_at, p.id, c.id
+      LIMIT ${limit}) stranded
+    ORDER BY updated_at, parent`;
 }

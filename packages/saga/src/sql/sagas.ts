@@ -169,7 +169,8 @@ export function enterRow(p: {
   status: 'running' | 'compensating';
   step: string;
   kind: SagaStepKind;
-  jobId: string;
+  /** Null for a parallel group's step that its branches move, not a job (see `undoBranches`). */
+  jobId: string | null;
 }) {
   return sql`
     WITH history AS (
@@ -239,7 +240,7 @@ export function reopenSaga(p: {
   status: 'running' | 'compensating' | 'waiting';
   step: string;
   kind: SagaStepKind;
-  jobId: string;
+  jobId: string | null;
 }) {
   const history = p.status === 'waiting' ? 'waiting' : 'pending';
   return sql`
@@ -283,4 +284,27 @@ export function lockEndedChild(id: string) {
     WHERE id = ${id} AND parent_id IS NOT NULL
       AND status IN ('completed', 'compensated', 'cancelled', 'failed')
     FOR UPDATE`;
+}
+
+/** A branch saga of a parallel group (see `branch.ts`), with its one step's output. */
+export interface BranchRow {
+  id: string;
+  status: SagaStatus;
+  error: string | null;
+  output: unknown;
+}
+
+/**
+ * The branch sagas of a parent's parallel step, in id order, with their steps' outputs. Read
+ * under the parent's row lock, which every branch's end takes, so the last to end sees all the
+ * others ended (each statement under READ COMMITTED sees what committed before it began).
+ */
+export function selectBranches(parentId: string, step: string) {
+  return sql`
+    SELECT c.id, c.status, c.error, o.output
+    FROM skiplock.sagas c
+    LEFT JOIN skiplock.saga_steps o
+      ON o.saga_id = c.id AND o.kind = 'step' AND o.status = 'completed'
+    WHERE c.parent_id = ${parentId} AND c.parent_step = ${step}
+    ORDER BY c.id`;
 }

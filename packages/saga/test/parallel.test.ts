@@ -1,0 +1,340 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createWorker } from '@skiplock/queue';
+import {
+  createSagaRuntime,
+  defineSaga,
+  SagaDefinitionError,
+  SagaValidationError,
+} from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { fast, settled, silent, startSagas, timeline } from './fixtures.js';
+
+const db = await useTestDatabase();
+
+/** What every step, branch and compensation did, as `<sagaId>:<what>`. */
+const effects: string[] = [];
+const mine = (id: string) => effects.filter((e) => e.startsWith(`${id}:`));
+/** Branches that wait at their gate (`<sagaId>:<branch>`), so a test can act while they run. */
+const gates = new Map<string, () => void>();
+const open = async (key: string) => {
+  await waitFor(() => gates.has(key) || null, { what: `${key} to wait at its gate` });
+  gates.get(key)!();
+  gates.delete(key);
+};
+const gate = (key: string) => new Promise<void>((resolve) => gates.set(key, resolve));
+
+const input = z.object({
+  id: z.string(),
+  /** Branch or step that fails for good. */
+  fail: z.string().optional(),
+  /** Branches that wait at their gate. */
+  hold: z.array(z.string()).optional(),
+  /** Branches whose compensation fails while `undoBroken` is set. */
+  brokenUndo: z.string().optional(),
+});
+let undoBroken = true;
+
+const held = async (ctx: { sagaId: string; step: string; input: z.output<typeof input> }) => {
+  if (ctx.input.hold?.includes(ctx.step)) await gate(`${ctx.sagaId}:${ctx.step}`);
+  if (ctx.input.fail === ctx.step) throw new Error(`${ctx.step} refused`);
+};
+
+const checkout = defineSaga({ name: 'checkout', version: 1, input })
+  .step('quote', {
+    ...fast,
+    run: (ctx) => {
+      effects.push(`${ctx.sagaId}:quote`);
+      return { total: 42 };
+    },
+    compensate: (ctx) => void effects.push(`${ctx.sagaId}:unquote`),
+  })
+  .parallel('prepare', (branch) => ({
+    stock: branch({
+      ...fast,
+      maxAttempts: 1,
+      run: async (ctx) => {
+        await held(ctx);
+        effects.push(`${ctx.sagaId}:stock`);
+        return { reservation: `R-${ctx.input.id}` };
+      },
+      compensate: (ctx, output) => void effects.push(`${ctx.sagaId}:unstock ${output.reservation}`),
+    }),
+    card: branch({
+      ...fast,
+      maxAttempts: 1,
+      run: async (ctx) => {
+        await held(ctx);
+        // The outputs before the group, typed.
+        effects.push(`${ctx.sagaId}:card ${ctx.steps.quote.total}`);
+        return { auth: ctx.steps.quote.total * 100 };
+      },
+      compensation: { ...fast, maxAttempts: 1 },
+      compensate: (ctx) => {
+        if (ctx.input.brokenUndo === 'card' && undoBroken) throw new Error('gateway down');
+        effects.push(`${ctx.sagaId}:uncard`);
+      },
+    }),
+    fraud: branch({
+      ...fast,
+      maxAttempts: 1,
+      // No compensate: a check has nothing to undo, so it is never reopened.
+      run: async (ctx) => {
+        await held(ctx);
+        effects.push(`${ctx.sagaId}:fraud`);
+        return 'ok' as const;
+      },
+    }),
+  }))
+  .step('confirm', {
+    ...fast,
+    maxAttempts: 1,
+    run: (ctx) => {
+      if (ctx.input.fail === 'confirm') throw new Error('confirm refused');
+      const { stock, card, fraud } = ctx.steps.prepare;
+      effects.push(`${ctx.sagaId}:confirm ${stock.reservation} ${card.auth} ${fraud}`);
+      return null;
+    },
+  });
+
+const branchIds = (id: string) => ['card', 'fraud', 'stock'].map((b) => `${id}/prepare/${b}`);
+
+describe('parallel branches', () => {
+  it('runs the branches at the same time and completes the group with their outputs by name', async () => {
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    const hold = ['stock', 'card', 'fraud'];
+    await runtime.start(checkout, { id: 'p1', input: { id: 'p1', hold } });
+    // All three wait at their gates at once: they run side by side, on separate jobs.
+    await waitFor(() => hold.every((b) => gates.has(`p1:${b}`)) || null, {
+      what: 'every branch to run',
+    });
+    expect((await runtime.getSaga('p1'))?.status).toBe('waiting');
+    for (const b of hold) await open(`p1:${b}`);
+    const saga = await settled(runtime, 'p1');
+    expect(saga.status).toBe('completed');
+    expect(saga.history.find((h) => h.step === 'prepare')?.output).toEqual({
+      stock: { reservation: 'R-p1' },
+      card: { auth: 4200 },
+      fraud: 'ok',
+    });
+    expect(timeline(saga)).toEqual(['quote:completed', 'prepare:completed', 'confirm:completed']);
+    expect(saga.children.map((c) => [c.id, c.name, c.step, c.status])).toEqual(
+      branchIds('p1').map((id) => [
+        id,
+        `checkout.prepare.${id.split('/')[2]}`,
+        'prepare',
+        'completed',
+      ]),
+    );
+    expect(mine('p1').slice(-1)).toEqual(['p1:confirm R-p1 4200 ok']);
+    expect(new Set(mine('p1'))).toEqual(
+      new Set(['p1:quote', 'p1:stock', 'p1:card 42', 'p1:fraud', 'p1:confirm R-p1 4200 ok']),
+    );
+  });
+
+  it('a failing branch lets the others finish, then undoes the completed ones and what came before', async () => {
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    await runtime.start(checkout, { id: 'p2', input: { id: 'p2', fail: 'card', hold: ['stock'] } });
+    await waitFor(
+      async () => (await runtime.getSaga('p2/prepare/card'))?.status === 'compensated' || null,
+      { what: 'the card branch to fail' },
+    );
+    // The stock branch still runs: the saga waits for it rather than cutting it off.
+    expect((await runtime.getSaga('p2'))?.status).toBe('waiting');
+    expect(mine('p2')).not.toContain('p2:unquote');
+    await open('p2:stock');
+    const saga = await settled(runtime, 'p2');
+    expect(saga.status).toBe('compensated');
+    expect(saga.error).toMatch(
+      /step "prepare" failed: branch saga "p2\/prepare\/card" ended compensated/,
+    );
+    expect(timeline(saga)).toEqual([
+      'quote:completed',
+      'prepare:failed',
+      'undo prepare:completed',
+      'undo quote:completed',
+    ]);
+    const statuses = await Promise.all(branchIds('p2').map((id) => runtime.getSaga(id)));
+    // card failed (nothing to undo in a one-step saga), fraud had nothing to undo.
+    expect(statuses.map((s) => s?.status)).toEqual(['compensated', 'completed', 'compensated']);
+    const done = mine('p2');
+    expect(done.indexOf('p2:unstock R-p2')).toBeLessThan(done.indexOf('p2:unquote'));
+    expect(done.filter((e) => e.startsWith('p2:un'))).toEqual(['p2:unstock R-p2', 'p2:unquote']);
+  });
+
+  it('a failure after the group undoes every branch with a compensation, then the steps before', async () => {
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    await runtime.start(checkout, { id: 'p3', input: { id: 'p3', fail: 'confirm' } });
+    const saga = await settled(runtime, 'p3');
+    expect(saga.status).toBe('compensated');
+    expect(timeline(saga)).toEqual([
+      'quote:completed',
+      'prepare:completed',
+      'confirm:failed',
+      'undo prepare:completed',
+      'undo quote:completed',
+    ]);
+    const done = mine('p3');
+    const last = done.indexOf('p3:unquote');
+    expect(done.indexOf('p3:unstock R-p3')).toBeLessThan(last);
+    expect(done.indexOf('p3:uncard')).toBeLessThan(last);
+    expect(last).toBe(done.length - 1);
+    const statuses = await Promise.all(branchIds('p3').map((id) => runtime.getSaga(id)));
+    expect(statuses.map((s) => s?.status)).toEqual(['compensated', 'completed', 'compensated']);
+  });
+
+  it('cancelling the saga cancels every running branch; everything done is undone', async () => {
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    const hold = ['stock', 'card'];
+    await runtime.start(checkout, { id: 'p4', input: { id: 'p4', hold } });
+    await waitFor(() => hold.every((b) => gates.has(`p4:${b}`)) || null, {
+      what: 'both branches to run',
+    });
+    await waitFor(
+      async () => (await runtime.getSaga('p4/prepare/fraud'))?.status === 'completed' || null,
+      { what: 'the fraud branch to complete' },
+    );
+    expect(await runtime.cancel('p4')).toEqual({ accepted: true, status: 'waiting' });
+    for (const b of hold) await open(`p4:${b}`);
+    const saga = await settled(runtime, 'p4');
+    expect(saga.status).toBe('cancelled');
+    expect(timeline(saga)).toEqual([
+      'quote:completed',
+      'prepare:cancelled',
+      'undo quote:completed',
+    ]);
+    const statuses = await Promise.all(branchIds('p4').map((id) => runtime.getSaga(id)));
+    expect(statuses.map((s) => s?.status)).toEqual(['cancelled', 'completed', 'cancelled']);
+    expect(
+      mine('p4')
+        .filter((e) => e.includes(':un'))
+        .sort(),
+    ).toEqual(['p4:uncard', 'p4:unquote', 'p4:unstock R-p4']);
+  });
+
+  it("a branch that cannot be undone fails the saga; the operator's retry of the saga retries that branch", async () => {
+    undoBroken = true;
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    await runtime.start(checkout, {
+      id: 'p5',
+      input: { id: 'p5', fail: 'confirm', brokenUndo: 'card' },
+    });
+    const failed = await settled(runtime, 'p5');
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toMatch(
+      /compensation of "prepare" failed: branch saga "p5\/prepare\/card" is failed and cannot be undone/,
+    );
+    expect((await runtime.getSaga('p5/prepare/card'))?.status).toBe('failed');
+    // The stock branch was undone; what came before the group waits for the operator.
+    expect(mine('p5')).not.toContain('p5:unquote');
+    undoBroken = false;
+    expect(await runtime.retryFailed('p5')).toMatchObject({
+      retried: true,
+      step: 'prepare',
+      kind: 'compensation',
+    });
+    const saga = await settled(runtime, 'p5', ['compensated']);
+    expect(timeline(saga).slice(-2)).toEqual(['undo prepare:completed', 'undo quote:completed']);
+    expect(
+      mine('p5')
+        .filter((e) => e.includes(':un'))
+        .sort(),
+    ).toEqual(['p5:uncard', 'p5:unquote', 'p5:unstock R-p5']);
+  });
+
+  it('joins exactly once when many branches end at the same instant on several workers', async () => {
+    const wide = defineSaga({ name: 'wide', version: 1, input: z.object({ n: z.number() }) })
+      .parallel('fan', (branch) => ({
+        a: branch({ ...fast, run: (ctx) => ctx.input.n + 1 }),
+        b: branch({ ...fast, run: (ctx) => ctx.input.n + 2 }),
+        c: branch({ ...fast, run: (ctx) => ctx.input.n + 3 }),
+        d: branch({ ...fast, run: (ctx) => ctx.input.n + 4 }),
+      }))
+      .step('sum', {
+        ...fast,
+        run: (ctx) => {
+          const { a, b, c, d } = ctx.steps.fan;
+          effects.push(`${ctx.sagaId}:sum`);
+          return a + b + c + d;
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [wide]);
+    // A second worker process's worth of connections: branch ends race on the parent's lock.
+    const other = createSagaRuntime({ pool: db.pool, sagas: [wide], logger: silent });
+    const worker = createWorker({
+      pool: db.pool,
+      jobs: other.jobs,
+      logger: silent,
+      concurrency: 8,
+      pollIntervalMs: 20,
+      sweeper: false,
+      retention: false,
+    });
+    await worker.start();
+    try {
+      const ids = Array.from({ length: 40 }, (_, i) => `w${i}`);
+      await Promise.all(ids.map((id, n) => runtime.start(wide, { id, input: { n } })));
+      const sagas = await Promise.all(ids.map((id) => settled(runtime, id)));
+      sagas.forEach((saga, n) => {
+        expect(saga.status).toBe('completed');
+        expect(saga.history.find((h) => h.step === 'sum')?.output).toBe(4 * n + 10);
+      });
+      for (const id of ids) expect(mine(id)).toEqual([`${id}:sum`]);
+    } finally {
+      await worker.stop({ timeoutMs: 1_000 });
+      await other.close();
+    }
+  });
+
+  it('refuses definitions that break the group rules, naming the step and branch', () => {
+    const base = defineSaga({ name: 'bad_group', version: 1, input: z.object({}) });
+    const run = () => null;
+    const refused = (make: () => unknown) => {
+      try {
+        make();
+      } catch (error) {
+        expect(error).toBeInstanceOf(SagaDefinitionError);
+        return (error as Error).message;
+      }
+      throw new Error('accepted');
+    };
+    expect(refused(() => base.parallel('g', () => ({ a: { run } })))).toMatch(
+      /parallel step "g": a group has 2 to 32 branches, got 1/,
+    );
+    const many = Object.fromEntries(Array.from({ length: 33 }, (_, i) => [`b${i}`, { run }]));
+    expect(refused(() => base.parallel('g', () => many))).toMatch(/got 33/);
+    expect(refused(() => base.parallel('g', () => ({ 'a b': { run }, c: { run } })))).toMatch(
+      /branch name "a b" must be 1-48 letters/,
+    );
+    expect(refused(() => base.parallel('g', () => ({ a: { run }, b: {} })))).toMatch(
+      /parallel step "g", branch "b": run must be a function/,
+    );
+    expect(
+      refused(() => base.parallel('g', () => ({ a: { run }, b: { run, pivot: true } }))),
+    ).toMatch(/branch "b": a branch is neither the pivot nor retriable/);
+    const pivoted = base.step('charge', { pivot: true, run });
+    expect(refused(() => pivoted.parallel('g', () => ({ a: { run }, b: { run } })))).toMatch(
+      /parallel step "g" comes after the pivot "charge"/,
+    );
+    expect(refused(() => base.parallel('g', { a: { run }, b: { run } } as never))).toMatch(
+      /parallel step "g": branches must be a function \(branch\) =>/,
+    );
+    expect(refused(() => base.parallel('g', () => [{ run }, { run }] as never))).toMatch(
+      /branches must be a function/,
+    );
+  });
+
+  it('refuses a start whose branch ids would break the id rules, writing nothing', async () => {
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    const id = 'x'.repeat(187);
+    const refusal = await runtime
+      .start(checkout, { id, input: { id: 'x' } })
+      .catch((e: unknown) => e);
+    expect(refusal).toBeInstanceOf(SagaValidationError);
+    expect((refusal as Error).message).toContain(
+      `its child saga id "${id}/prepare/stock" (step "prepare") must be at most 200 characters, got 201`,
+    );
+    expect(await runtime.getSaga(id)).toBeNull();
+  });
+});
