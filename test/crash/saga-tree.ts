@@ -1,9 +1,12 @@
 /**
- * The sagas of the child-saga crash test (saga-children.test.ts): `order_tree` reserves (an
- * external call deduplicated by its idempotency key), runs the child saga `parcel` (pack, label:
- * effects written in `ctx.transaction`), then charges at its pivot (declined for every fifth
- * order, which compensates the child and the reservation) and notifies. Every effect is keyed by
- * the step's idempotency key, so a duplicate would show as a second row.
+ * The sagas of the saga-shapes crash test (saga-shapes.test.ts): `order_tree` reserves (an
+ * external call deduplicated by its idempotency key), runs the parallel group `prepare` (branches
+ * `stock` and `card` with compensations, `audit` without; `card` refuses for good when the input
+ * says `refuse`, which undoes `stock` and the reservation), runs the child saga `parcel` (pack,
+ * label), then charges at its pivot (declined when the input says `decline`, which compensates the
+ * child, the group's branches and the reservation) and notifies. Effects are written in
+ * `ctx.transaction`, each keyed by the step's idempotency key, so a duplicate would show as a
+ * second row.
  */
 import { NonRetryableError } from '@skiplock/queue';
 import { defineSaga, type StepContext, type StepOutputs } from '../../packages/saga/src/index.js';
@@ -52,7 +55,7 @@ export function createTreeSagas(pool: pg.Pool) {
   const order = defineSaga({
     name: 'order_tree',
     version: 1,
-    input: z.object({ n: z.number(), decline: z.boolean() }),
+    input: z.object({ n: z.number(), decline: z.boolean(), refuse: z.boolean().optional() }),
   })
     .step('reserve', {
       ...retry,
@@ -60,6 +63,24 @@ export function createTreeSagas(pool: pg.Pool) {
       run: (ctx) => external(ctx.idempotencyKey),
       compensate: (ctx) => external(ctx.idempotencyKey),
     })
+    .parallel('prepare', (branch) => ({
+      stock: branch({
+        ...retry,
+        compensation: retry,
+        run: (ctx) => effect(ctx),
+        compensate: (ctx) => effect(ctx),
+      }),
+      card: branch({
+        ...retry,
+        compensation: retry,
+        run: async (ctx) => {
+          if (ctx.input.refuse) throw new NonRetryableError('card refused');
+          await effect(ctx);
+        },
+        compensate: (ctx) => effect(ctx),
+      }),
+      audit: branch({ ...retry, run: (ctx) => effect(ctx) }),
+    }))
     .child('ship', parcel, (ctx) => ({ n: ctx.input.n }))
     .step('charge', {
       ...retry,

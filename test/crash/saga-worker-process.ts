@@ -1,7 +1,7 @@
 /**
  * A saga worker as a real OS process, for the saga SIGKILL tests (see saga-worker.ts): runs the
  * `transfer` saga (saga-sigkill.test.ts) or, with SAGA_SET=tree, `order_tree` and its child
- * `parcel` (saga-children.test.ts). Configured by DATABASE_URL and SAGA_WORKER_ID.
+ * `parcel` (saga-shapes.test.ts). Configured by DATABASE_URL and SAGA_WORKER_ID.
  */
 import { createTransferSaga } from './saga-transfer.js';
 import { createTreeSagas } from './saga-tree.js';

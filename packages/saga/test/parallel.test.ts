@@ -7,6 +7,7 @@ import {
   SagaDefinitionError,
   SagaValidationError,
 } from '../src/index.js';
+import { checkSagaCrashes } from '../src/testing.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { fast, settled, silent, startSagas, timeline } from './fixtures.js';
@@ -285,6 +286,33 @@ describe('parallel branches', () => {
       await worker.stop({ timeoutMs: 1_000 });
       await other.close();
     }
+  });
+
+  it('survives a failure or a crash injected at every step, the group included (checkSagaCrashes)', async () => {
+    const sturdy = defineSaga({ name: 'sturdy', version: 1, input: z.object({}) })
+      .step('quote', { ...fast, run: () => 1, compensate: () => {} })
+      .parallel('prepare', (branch) => ({
+        stock: branch({ ...fast, run: () => 2, compensate: () => {} }),
+        card: branch({ ...fast, run: () => 3, compensate: () => {} }),
+        fraud: branch({ ...fast, run: () => 4 }),
+      }))
+      .step('confirm', { ...fast, run: (ctx) => ctx.steps.prepare.card });
+    const report = await checkSagaCrashes({
+      pool: db.pool,
+      saga: sturdy,
+      input: {},
+      idPrefix: 'px',
+      assert: false,
+    });
+    expect(report.runs.filter((r) => r.problems.length > 0)).toEqual([]);
+    expect(report.runs.map((r) => `${r.mode} ${r.step} ${r.status}`)).toEqual(
+      expect.arrayContaining([
+        'fail prepare compensated',
+        'crash prepare completed',
+        'crash-compensation prepare compensated',
+      ]),
+    );
+    expect(report.ok).toBe(true);
   });
 
   it('refuses definitions that break the group rules, naming the step and branch', () => {
