@@ -133,7 +133,7 @@ async function main(task: ChildTask): Promise<void> {
 
 async function runSagas(task: Extract<ChildTask, { role: 'saga' }>): Promise<void> {
   installQueryCounter(() => false);
-  const engine = await (await sagaSystem(task.system)).engine(task.url);
+  const engine = await (await sagaSystem(task.system)).engine(task.url, task.shape);
   const latencies: number[] = [];
   let handled = 0;
   await send({ type: 'ready' });

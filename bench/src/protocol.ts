@@ -1,3 +1,4 @@
+import type { SagaShapeId } from './sagas/types.js';
 import type { QueryCounts } from './query-counter.js';
 
 export type ChildTask =
@@ -24,6 +25,8 @@ export type ChildTask =
       url: string;
       /** throughput: as many at once as `inflight` allows; paced: `ratePerSecond`, one by one. */
       mode: 'throughput' | 'paced';
+      /** The workflow (see sagas/types.ts). */
+      shape: SagaShapeId;
       count: number;
       inflight: number;
       ratePerSecond: number;

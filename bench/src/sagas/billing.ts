@@ -13,6 +13,7 @@ CREATE SCHEMA billing;
 CREATE TABLE billing.invoices (n int PRIMARY KEY, amount_cents int NOT NULL, status text NOT NULL);
 CREATE TABLE billing.charges (n int PRIMARY KEY, amount_cents int NOT NULL);
 CREATE TABLE billing.receipts (n int PRIMARY KEY, sent_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE billing.prepared (n int NOT NULL, branch text NOT NULL, PRIMARY KEY (n, branch));
 `;
 
 export class ChargeDeclinedError extends Error {
@@ -55,4 +56,25 @@ export async function sendReceipt(db: pg.Pool | pg.PoolClient, input: BillingInp
     input.n,
   ]);
   return { receipt: input.n };
+}
+
+/** The fan-out workflow's four branches; `d` is declined where `charge` would be. */
+export const BRANCHES = ['a', 'b', 'c', 'd'] as const;
+export type BranchId = (typeof BRANCHES)[number];
+
+export async function prepare(db: pg.Pool | pg.PoolClient, input: BillingInput, branch: BranchId) {
+  if (branch === 'd' && input.decline) throw new ChargeDeclinedError(input.n);
+  await db.query(
+    'INSERT INTO billing.prepared (n, branch) VALUES ($1, $2) ON CONFLICT (n, branch) DO NOTHING',
+    [input.n, branch],
+  );
+  return { branch };
+}
+
+export async function unprepare(
+  db: pg.Pool | pg.PoolClient,
+  input: BillingInput,
+  branch: BranchId,
+) {
+  await db.query('DELETE FROM billing.prepared WHERE n = $1 AND branch = $2', [input.n, branch]);
 }

@@ -1,7 +1,16 @@
 import { DBOS } from '@dbos-inc/dbos-sdk';
 import pg from 'pg';
-import { cancelInvoice, charge, createInvoice, sendReceipt, type BillingInput } from './billing.js';
-import type { SagaSystem } from './types.js';
+import {
+  BRANCHES,
+  cancelInvoice,
+  charge,
+  createInvoice,
+  prepare,
+  sendReceipt,
+  unprepare,
+  type BillingInput,
+} from './billing.js';
+import type { SagaShapeId, SagaSystem } from './types.js';
 
 let pool: pg.Pool | null = null;
 const db = () => pool!;
@@ -22,7 +31,32 @@ async function billingWorkflow(input: BillingInput): Promise<string> {
   return 'completed';
 }
 
-const workflow = DBOS.registerWorkflow(billingWorkflow, { name: 'billing' });
+/**
+ * The fan-out workflow in DBOS: the four branch steps started together (in one tick, so their
+ * step ids follow the order of the calls, which recovery replays) and awaited with
+ * `Promise.allSettled`; when one fails, the completed ones are undone together, then the invoice.
+ */
+async function fanoutWorkflow(input: BillingInput): Promise<string> {
+  await DBOS.runStep(() => createInvoice(db(), input), { name: 'createInvoice' });
+  const results = await Promise.allSettled(
+    BRANCHES.map((b) => DBOS.runStep(() => prepare(db(), input, b), { name: `prepare-${b}` })),
+  );
+  if (results.some((r) => r.status === 'rejected')) {
+    const done = BRANCHES.filter((_, i) => results[i]!.status === 'fulfilled');
+    await Promise.allSettled(
+      done.map((b) => DBOS.runStep(() => unprepare(db(), input, b), { name: `unprepare-${b}` })),
+    );
+    await DBOS.runStep(() => cancelInvoice(db(), input), { name: 'cancelInvoice' });
+    return 'compensated';
+  }
+  await DBOS.runStep(() => sendReceipt(db(), input), { name: 'sendReceipt' });
+  return 'completed';
+}
+
+const workflows = {
+  billing: DBOS.registerWorkflow(billingWorkflow, { name: 'billing' }),
+  fanout: DBOS.registerWorkflow(fanoutWorkflow, { name: 'fanout' }),
+} satisfies Record<SagaShapeId, unknown>;
 
 function configure(url: string): void {
   DBOS.setConfig({
@@ -41,13 +75,14 @@ export const dbos: SagaSystem = {
     await DBOS.launch();
     await DBOS.shutdown();
   },
-  async engine(url) {
+  async engine(url, shape) {
+    const workflow = workflows[shape];
     pool = new pg.Pool({ connectionString: url, max: 10 });
     configure(url);
     await DBOS.launch();
     return {
       async start(input) {
-        const handle = await DBOS.startWorkflow(workflow, { workflowID: `billing-${input.n}` })(
+        const handle = await DBOS.startWorkflow(workflow, { workflowID: `${shape}-${input.n}` })(
           input,
         );
         return { finished: handle.getResult().then(() => {}) };

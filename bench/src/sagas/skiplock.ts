@@ -1,6 +1,7 @@
 import { createWorker } from '@skiplock/queue';
-import { createSagaRuntime, defineSaga, migrate } from '@skiplock/saga';
+import { createSagaRuntime, defineSaga, migrate, type AnySagaDefinition } from '@skiplock/saga';
 import { pino } from 'pino';
+import type pg from 'pg';
 import { z } from 'zod';
 import { afterCommit } from '../query-counter.js';
 import {
@@ -8,11 +9,16 @@ import {
   charge,
   ChargeDeclinedError,
   createInvoice,
+  prepare,
   sendReceipt,
+  unprepare,
+  type BillingInput,
+  type BranchId,
 } from './billing.js';
-import type { SagaSystem } from './types.js';
+import type { SagaShapeId, SagaSystem } from './types.js';
 
 const logger = pino({ level: 'warn' });
+type Tx = <T>(work: (tx: pg.PoolClient) => Promise<T>) => Promise<T>;
 const finishers = new Map<number, () => void>();
 
 /** The saga's last transaction for saga `n` has committed: it is finished. */
@@ -23,31 +29,58 @@ function finishOnCommit(tx: object, n: number): void {
   });
 }
 
-const billing = defineSaga({
-  name: 'bench-billing',
-  version: 1,
-  input: z.object({ n: z.number().int(), amountCents: z.number().int(), decline: z.boolean() }),
-})
-  .step('create-invoice', {
-    run: (ctx, input) => ctx.transaction((tx) => createInvoice(tx, input)),
-    compensate: (ctx) =>
-      ctx.transaction(async (tx) => {
-        await cancelInvoice(tx, ctx.input);
-        finishOnCommit(tx, ctx.input.n);
-      }),
-  })
+const input = z.object({
+  n: z.number().int(),
+  amountCents: z.number().int(),
+  decline: z.boolean(),
+});
+
+const createInvoiceStep = {
+  run: (ctx: { transaction: Tx }, input: BillingInput) =>
+    ctx.transaction((tx) => createInvoice(tx, input)),
+  compensate: (ctx: { transaction: Tx; input: BillingInput }) =>
+    ctx.transaction(async (tx) => {
+      await cancelInvoice(tx, ctx.input);
+      finishOnCommit(tx, ctx.input.n);
+    }),
+};
+const receiptStep = {
+  run: (ctx: { transaction: Tx }, input: BillingInput) =>
+    ctx.transaction(async (tx) => {
+      const out = await sendReceipt(tx, input);
+      finishOnCommit(tx, input.n);
+      return out;
+    }),
+};
+
+const billing = defineSaga({ name: 'bench-billing', version: 1, input })
+  .step('create-invoice', createInvoiceStep)
   .step('charge', {
     nonRetryable: [ChargeDeclinedError],
     run: (ctx, input) => ctx.transaction((tx) => charge(tx, input)),
   })
-  .step('receipt', {
-    run: (ctx, input) =>
-      ctx.transaction(async (tx) => {
-        const out = await sendReceipt(tx, input);
-        finishOnCommit(tx, input.n);
-        return out;
-      }),
-  });
+  .step('receipt', receiptStep);
+
+/** A branch of the fan-out: its row, undone by deleting it; `d` may be declined. */
+const prepared = (b: BranchId) => ({
+  nonRetryable: [ChargeDeclinedError],
+  run: (ctx: { transaction: Tx }, input: BillingInput) =>
+    ctx.transaction((tx) => prepare(tx, input, b)),
+  compensate: (ctx: { transaction: Tx; input: BillingInput }) =>
+    ctx.transaction((tx) => unprepare(tx, ctx.input, b)),
+});
+
+const fanout = defineSaga({ name: 'bench-fanout', version: 1, input })
+  .step('create-invoice', createInvoiceStep)
+  .parallel('prepare', (branch) => ({
+    a: branch(prepared('a')),
+    b: branch(prepared('b')),
+    c: branch(prepared('c')),
+    d: branch(prepared('d')),
+  }))
+  .step('receipt', receiptStep);
+
+const definitions: Record<SagaShapeId, AnySagaDefinition> = { billing, fanout };
 
 /**
  * skiplock's saga with default settings: one job per step, each step's writes, its record and the
@@ -59,14 +92,15 @@ export const skiplockSaga: SagaSystem = {
   async install(url) {
     await migrate({ connectionString: url, logger });
   },
-  async engine(url) {
-    const runtime = createSagaRuntime({ connectionString: url, sagas: [billing], logger });
+  async engine(url, shape) {
+    const definition = definitions[shape];
+    const runtime = createSagaRuntime({ connectionString: url, sagas: [definition], logger });
     const worker = createWorker({ connectionString: url, jobs: runtime.jobs, logger });
     await worker.start();
     return {
       async start(input) {
         const finished = new Promise<void>((resolve) => finishers.set(input.n, resolve));
-        await runtime.start(billing, { id: `billing-${input.n}`, input });
+        await runtime.start(definition, { id: `${shape}-${input.n}`, input });
         return { finished };
       },
       async close() {

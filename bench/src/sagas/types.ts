@@ -6,9 +6,15 @@ export interface SagaEngine {
   close(): Promise<void>;
 }
 
+/**
+ * The workflows both engines run: `billing` (create invoice → charge → receipt, three steps in a
+ * line) and `fanout` (create invoice → four branches at once → receipt).
+ */
+export type SagaShapeId = 'billing' | 'fanout';
+
 export interface SagaSystem {
   id: string;
   /** Creates the engine's own tables (the business tables exist already). */
   install(url: string): Promise<void>;
-  engine(url: string): Promise<SagaEngine>;
+  engine(url: string, shape: SagaShapeId): Promise<SagaEngine>;
 }

@@ -5,6 +5,7 @@ import type { ChildReport } from '../protocol.js';
 import type { ScenarioResult } from '../results.js';
 import { BUSINESS_SCHEMA } from '../sagas/billing.js';
 import { sagaSystem } from '../sagas/index.js';
+import type { SagaShapeId } from '../sagas/types.js';
 import {
   sampleServer,
   serverDelta,
@@ -24,7 +25,8 @@ export interface SagaRunOptions {
 }
 
 export const SAGA_SYSTEMS = ['skiplock-saga', 'dbos'];
-const STEPS_PER_SAGA = 3;
+/** Steps per saga: billing's three; the fan-out's invoice, four branches and receipt. */
+const STEPS_PER_SAGA: Record<SagaShapeId, number> = { billing: 3, fanout: 6 };
 
 /** Rows inserted, updated or deleted in every table of the database (settled statistics). */
 async function rowsWritten(client: pg.Client): Promise<number> {
@@ -38,8 +40,9 @@ async function rowsWritten(client: pg.Client): Promise<number> {
 export async function sagaRun(
   adminUrl: string,
   systemId: string,
-  opts: { mode: 'throughput' | 'paced'; count: number; inflight?: number },
+  opts: { mode: 'throughput' | 'paced'; count: number; inflight?: number; shape?: SagaShapeId },
 ): Promise<Measurement> {
+  const shape = opts.shape ?? 'billing';
   const system = await sagaSystem(systemId);
   const db = await installedDatabase(adminUrl, `saga:${systemId}`, async (url) => {
     await withAdmin(url, (c) => c.query(BUSINESS_SCHEMA));
@@ -53,6 +56,7 @@ export async function sagaRun(
       system: systemId,
       url: db.url,
       mode: opts.mode,
+      shape,
       count: opts.count,
       inflight: opts.inflight ?? 50,
       ratePerSecond: 20,
@@ -74,7 +78,7 @@ export async function sagaRun(
       return {
         value: sagasPerSecond,
         extra: {
-          stepsPerSecond: sagasPerSecond * STEPS_PER_SAGA,
+          stepsPerSecond: sagasPerSecond * STEPS_PER_SAGA[shape],
           p50Ms: quantile(report.latencies, 0.5),
           p95Ms: quantile(report.latencies, 0.95),
           p99Ms: quantile(report.latencies, 0.99),
@@ -104,7 +108,8 @@ export async function runSagas(options: SagaRunOptions): Promise<ScenarioResult>
   const pacedCount = options.quick ? 20 : 200;
   const scenario: ScenarioResult = {
     id: 'sagas',
-    title: 'Sagas: create invoice → charge (every 10th declined and compensated) → receipt',
+    title:
+      'Sagas: create invoice → charge (every 10th declined and compensated) → receipt; and a fan-out of four branches',
     metric: 'sagas/s',
     higherIsBetter: true,
     columns: {
@@ -119,13 +124,15 @@ export async function runSagas(options: SagaRunOptions): Promise<ScenarioResult>
       `throughput: ${count.toLocaleString('en-US')} sagas, 50 in flight; 20 sagas/s: ${pacedCount} sagas started one by one at that rate. Start-to-finish runs from the start call to the commit of the saga's last transaction (skiplock) or to its workflow result (DBOS).`,
       'Both engines run the starter and the step executor in one process and write the same business rows; skiplock runs each step in its own job with the step record and the next job in one transaction (full history kept), DBOS checkpoints each step in its system tables in the same database.',
       'rows written/saga counts inserted, updated and deleted rows of every table (business and engine), so it shows what each engine records per saga; "round trips/job" is per saga here.',
+      "fan-out: create invoice → four branches at once (each writes a row; every tenth saga's branch d is declined, and the other three are undone together, then the invoice) → receipt. skiplock runs each branch as its own job (a one-step child saga; the last branch to end moves the saga on); DBOS runs the four steps concurrently inside the workflow with Promise.allSettled.",
     ],
   };
   const configs = [
     { config: 'throughput', mode: 'throughput' as const, count },
+    { config: 'fan-out, throughput', mode: 'throughput' as const, count, shape: 'fanout' as const },
     { config: '20 sagas/s', mode: 'paced' as const, count: pacedCount },
   ];
-  // Quick runs check that both engines work; the paced latency needs the full run.
+  // Quick runs check that both engines work, in both shapes; the paced latency needs the full run.
   if (options.quick) configs.pop();
   for (const c of configs) {
     const rows = SAGA_SYSTEMS.map((system) => {
