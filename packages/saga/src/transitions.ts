@@ -424,7 +424,8 @@ export async function resumeParent(
     );
     return 'stale';
   }
-  const own = { ...e, handOff: undefined };
+  // `e` hands the parent's next job to the worker that ended the child (its slot is free: the
+  // child's end enqueued nothing), so the parent goes on without a claim in between.
   const why = `child saga "${child.id}" ended ${status}${child.error ? `: ${child.error}` : ''}`;
   const undone = status === 'compensated' || status === 'cancelled';
   const key = { sagaId: parent.id, step: spec.name, kind: 'compensation' as const };
@@ -432,15 +433,15 @@ export async function resumeParent(
   const at = (kind: SagaStepKind, status: SagaStatus) =>
     isCurrent(parent, spec.name, kind, [status]);
   const transition = await inSagaTrace(e.tracer, parent, `child ${spec.name}`, async () => {
-    if (spec.parallel) return joinBranches(own, tx, entry, parent, spec);
+    if (spec.parallel) return joinBranches(e, tx, entry, parent, spec);
     if (at('step', 'waiting')) {
       if (status !== 'completed') {
         const how = parent.cancel_requested ? 'cancelled' : 'failed';
-        return failStep(own, tx, entry, parent, spec.index, why, how);
+        return failStep(e, tx, entry, parent, spec.index, why, how);
       }
       const { rows } = await e.sql<{ step: string; output: unknown }>(tx, selectOutputs(child.id));
       const outputs = Object.fromEntries(rows.map((r) => [r.step, r.output]));
-      return advanceAfter(own, tx, entry, parent, spec.index, outputs);
+      return advanceAfter(e, tx, entry, parent, spec.index, outputs);
     }
     if (at('compensation', 'compensating')) {
       await e.sql(
@@ -448,8 +449,8 @@ export async function resumeParent(
         settleStep({ ...key, status: undone ? 'completed' : 'failed', error: undone ? null : why }),
       );
       return undone
-        ? compensateNext(own, tx, entry, parent, spec.index)
-        : failSaga(own, tx, parent.id, `compensation of "${spec.name}" failed: ${why}`);
+        ? compensateNext(e, tx, entry, parent, spec.index)
+        : failSaga(e, tx, parent.id, `compensation of "${spec.name}" failed: ${why}`);
     }
     if (parent.status === 'failed' && undone) {
       // The parent failed on this child's compensation; an operator's retry of the child has
@@ -468,7 +469,7 @@ export async function resumeParent(
       await e.sql(tx, reopenSaga(reopen));
       await e.sql(tx, settleStep({ ...key, status: 'completed' }));
       const reopened = { ...parent, status: 'compensating' as const, error: null };
-      return compensateNext(own, tx, entry, reopened, spec.index);
+      return compensateNext(e, tx, entry, reopened, spec.index);
     }
     return 'stale' as const;
   });
