@@ -22,6 +22,7 @@ import {
   compensateNext,
   enterStep,
   failSaga,
+  inherited,
   isCurrent,
   park,
   type Transition,
@@ -50,11 +51,11 @@ const needsUndo = (spec: StepSpec, parentId: string, row: BranchRow) =>
 /**
  * Starts every branch of the group at step `index` with `inputJson` (see `BranchInput`), then
  * parks the saga on the step, in one transaction. Every branch's first job is handed to this
- * worker, which starts them in its free slots at once, with no claim in between (with the join's
- * next step handed off too, the bench's fan-out went from 0.51x DBOS in the same run, one
- * repetition, to 0.56x, median of 3); any it has no slot for wait in its buffer,
- * ahead of claimed jobs. A branch id already taken, or a
- * branch's first job key held by another job, rolls it all back and fails the step for good.
+ * worker, which starts them in its free slots at once, with no claim in between; any it has no
+ * slot for waits in its buffer, ahead of claimed jobs. (With the join's next step handed off too,
+ * the bench's fan-out went from 0.51x DBOS in the same run, one repetition, to 0.56x, median of
+ * 3.) A branch id already taken, or a branch's first job key held by another job, rolls it all
+ * back and fails the step for good.
  */
 export async function enterParallel(
   e: Engine,
@@ -66,9 +67,7 @@ export async function enterParallel(
   attempt?: AttemptMark,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
-  const deadlineMs =
-    saga.deadline_left_ms === null ? null : Math.max(1, Math.floor(saga.deadline_left_ms));
-  const trace = saga.trace_parent ? { parent: saga.trace_parent, state: saga.trace_state } : null;
+  const { left: deadlineMs, trace } = inherited(saga);
   for (const branch of spec.parallel!.branches) {
     const id = branchIdOf(saga.id, spec.name, branch.name);
     const { def } = branch;

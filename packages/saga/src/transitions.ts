@@ -341,6 +341,17 @@ export async function endSaga(
   if (ended?.parent_id && ended.parent_step) await resumeParent(e, tx, ended, status);
 }
 
+/**
+ * What a child saga (or a parallel branch) takes from its parent: what is left of the parent's
+ * deadline (at least 1 ms; null without one), and the parent's trace.
+ */
+export function inherited(saga: SagaRow) {
+  const left =
+    saga.deadline_left_ms === null ? null : Math.max(1, Math.floor(saga.deadline_left_ms));
+  const trace = saga.trace_parent ? { parent: saga.trace_parent, state: saga.trace_state } : null;
+  return { left, trace };
+}
+
 /** A child saga's id: its parent's id and the parent's step that starts it. */
 export const childIdOf = (parentId: string, step: string) => `${parentId}/${step}`;
 
@@ -363,11 +374,9 @@ export async function enterChild(
   const child = spec.child!.def;
   const childEntry = e.entries.get(entryKey(child.name, child.version))!;
   const id = childIdOf(saga.id, spec.name);
-  const left =
-    saga.deadline_left_ms === null ? null : Math.max(1, Math.floor(saga.deadline_left_ms));
+  const { left, trace } = inherited(saga);
   const deadlineMs =
     left === null ? child.deadlineMs : Math.min(left, child.deadlineMs ?? Number.MAX_SAFE_INTEGER);
-  const trace = saga.trace_parent ? { parent: saga.trace_parent, state: saga.trace_state } : null;
   const inserted = await e.sql(
     tx,
     insertSaga({

@@ -164,6 +164,37 @@ describe('parallel branches', () => {
     expect(done.filter((e) => e.startsWith('p2:un'))).toEqual(['p2:unstock R-p2', 'p2:unquote']);
   });
 
+  it.each(['stock', 'card', 'fraud'])(
+    'a failure inside branch %s undoes the other completed branches, then the step before',
+    async (failing) => {
+      const id = `pf-${failing}`;
+      const { runtime } = await startSagas(db.pool, [checkout]);
+      await runtime.start(checkout, { id, input: { id, fail: failing } });
+      const saga = await settled(runtime, id);
+      expect(saga.status).toBe('compensated');
+      expect(saga.error).toContain(`branch saga "${id}/prepare/${failing}" ended compensated`);
+      expect(timeline(saga)).toEqual([
+        'quote:completed',
+        'prepare:failed',
+        'undo prepare:completed',
+        'undo quote:completed',
+      ]);
+      // Every other branch ran (none is cut off) and each with a compensation was undone.
+      const undone = { stock: `${id}:unstock R-${id}`, card: `${id}:uncard` } as const;
+      const expected = Object.entries(undone)
+        .filter(([branch]) => branch !== failing)
+        .map(([, effect]) => effect);
+      const done = mine(id);
+      expect(done.filter((e) => e.includes(':un')).sort()).toEqual(
+        [...expected, `${id}:unquote`].sort(),
+      );
+      expect(done.at(-1)).toBe(`${id}:unquote`);
+      const ran = ['stock', 'card', 'fraud'].filter((b) => b !== failing);
+      for (const b of ran) expect(done.some((e) => e.startsWith(`${id}:${b}`))).toBe(true);
+      expect(done.some((e) => e.startsWith(`${id}:${failing}`))).toBe(false);
+    },
+  );
+
   it('a failure after the group undoes every branch with a compensation, then the steps before', async () => {
     const { runtime } = await startSagas(db.pool, [checkout]);
     await runtime.start(checkout, { id: 'p3', input: { id: 'p3', fail: 'confirm' } });
