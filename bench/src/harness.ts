@@ -13,10 +13,19 @@ export interface ChildHandle {
   stop(graceMs?: number): Promise<void>;
 }
 
+/**
+ * With `BENCH_CPU_PROF=<dir>`, every child writes a V8 CPU profile there when it exits (Node's
+ * `--cpu-prof`, which `NODE_OPTIONS` refuses): what `bench/README.md`'s profiles are made from.
+ */
+const profileArgs = (): string[] => {
+  const dir = process.env['BENCH_CPU_PROF'];
+  return dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}`] : [];
+};
+
 /** Starts a benchmark child process (TypeScript through tsx) for one task. */
 export function spawnChild(task: ChildTask): ChildHandle {
   const child: ChildProcess = fork(CHILD, [], {
-    execArgv: ['--import', 'tsx'],
+    execArgv: [...profileArgs(), '--import', 'tsx'],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   let failure: Error | null = null;
