@@ -97,7 +97,9 @@ export async function withTransaction<T>(
   client.on('error', onError);
   let broken = false;
   try {
-    await client.query('BEGIN');
+    // READ COMMITTED whatever the server's or role's default: fencing and the saga's joins
+    // re-read rows after taking their locks, which a fixed snapshot would not show.
+    await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
     const value = await work(client);
     await client.query('COMMIT');
     return value;

@@ -6,6 +6,7 @@ import {
   tryAdvisoryLock,
   withTransaction,
 } from '@skiplock/queue/engine';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, defineJob } from '../src/index.js';
@@ -26,6 +27,31 @@ async function jobIn(status: string, extra = '') {
 }
 
 describe('@skiplock/queue/engine', () => {
+  it("withTransaction begins READ COMMITTED whatever the server's default isolation", async () => {
+    // A role or database set to REPEATABLE READ: skiplock's own transactions re-read rows after
+    // taking their locks (fencing, a saga's join), which a fixed snapshot would not show.
+    const strict = new pg.Pool({
+      connectionString: db.url,
+      max: 1,
+      options: '-c default_transaction_isolation=repeatable\\ read',
+    });
+    try {
+      const plain = await strict.query<{ level: string }>(
+        "SELECT current_setting('transaction_isolation') AS level",
+      );
+      expect(plain.rows[0]?.level).toBe('repeatable read');
+      const level = await withTransaction(strict, async (tx) => {
+        const { rows } = await tx.query<{ level: string }>(
+          "SELECT current_setting('transaction_isolation') AS level",
+        );
+        return rows[0]?.level;
+      });
+      expect(level).toBe('read committed');
+    } finally {
+      await strict.end();
+    }
+  });
+
   it('cancelQueuedJob cancels pending and retry-waiting jobs, and no job that started or ended', async () => {
     const pending = await jobIn('pending');
     const waiting = await jobIn('retryable', `, attempts = 1, last_error = 'flaky'`);
