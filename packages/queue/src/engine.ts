@@ -186,6 +186,7 @@ export async function enqueueHandedOff(
     !insertLeased ||
     options.delayMs !== undefined ||
     slot.depth >= slot.limit ||
+    (slot.pending.length > 0 && slot.pending.length >= slot.room()) ||
     !slot.accepts(definition.type, definition.queue) ||
     // A job with a concurrency key, a rate limit or a singleton key goes through admission or
     // its unique index: inserted already running, it would skip both.

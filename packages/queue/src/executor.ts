@@ -118,6 +118,8 @@ export interface ExecutorDeps {
   handOff: {
     limit: number;
     accepts(jobType: string, queue: string): boolean;
+    /** See `HandOffSlot.room`. */
+    room(): number;
     /** Starts a job this worker inserted leased to itself, once its insert committed. */
     adopt(row: ClaimedRow, depth: number): void;
   } | null;
@@ -293,6 +295,7 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
     depth: job.handOffDepth,
     limit: d.handOff.limit,
     accepts: d.handOff.accepts,
+    room: d.handOff.room,
     open: false,
     pending: [],
   };

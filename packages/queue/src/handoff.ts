@@ -21,6 +21,13 @@ export interface HandOffSlot {
   limit: number;
   /** Whether this worker runs jobs of this type and queue, and still takes work. */
   accepts(jobType: string, queue: string): boolean;
+  /**
+   * How many jobs this worker could start as the running job ends: the slot it frees and the
+   * free ones. A transaction hands off at most that many (its first always); the rest are
+   * enqueued for any worker, so a fan-out never waits in one busy worker's buffer while others
+   * are idle.
+   */
+  room(): number;
   /** Open while the job's completing transaction runs: hand-offs can join only that one. */
   open: boolean;
   /** Rows inserted leased in the open transaction, started once it commits. */

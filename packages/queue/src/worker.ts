@@ -304,6 +304,9 @@ export function createWorker(options: WorkerOptions): Worker {
             // Only a started worker: `runOnce()` runs what one claim took, nothing more.
             accepts: (jobType, queue) =>
               state === 'running' && definitions.has(jobType) && queues.includes(queue),
+            // The running job's slot, and the free ones (free slots mean an empty buffer: pump
+            // starts buffered jobs while any is free).
+            room: () => config.concurrency - active + 1,
             adopt: (row, depth) => {
               metrics.handedOff.inc();
               void accept(row, depth);

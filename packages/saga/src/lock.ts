@@ -62,3 +62,17 @@ export async function lockHolder(
   await takeKeyTurn(tx, name, key);
   return (await runSql<LockHolderRow>(tx, selectLockHolder(name, key))).rows[0] ?? null;
 }
+
+/**
+ * Whether a saga other than `saga` holds its lock key now (false without a key). A failed saga
+ * let go of its key, so it takes it back (an operator's retry, or its child's end after one) only
+ * while this is false, in the same transaction, under the key's turn lock.
+ */
+export async function keyHeldByOther(
+  tx: Queryable,
+  saga: { id: string; name: string; lock_key: string | null },
+): Promise<boolean> {
+  if (saga.lock_key === null) return false;
+  const holder = await lockHolder(tx, saga.name, saga.lock_key);
+  return holder !== null && holder.id !== saga.id;
+}

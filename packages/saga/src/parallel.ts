@@ -3,6 +3,7 @@ import type { Queryable } from '@skiplock/queue/engine';
 import { branchIdOf } from './branch.js';
 import type { StepSpec } from './define.js';
 import { entryKey, type Engine, type SagaEntry } from './engine.js';
+import { keyHeldByOther } from './lock.js';
 import type { SagaStatus, SagaStepKind } from './schema.js';
 import {
   clearCurrentJob,
@@ -50,11 +51,10 @@ const needsUndo = (spec: StepSpec, parentId: string, row: BranchRow) =>
 
 /**
  * Starts every branch of the group at step `index` with `inputJson` (see `BranchInput`), then
- * parks the saga on the step, in one transaction. Every branch's first job is handed to this
- * worker, which starts them in its free slots at once, with no claim in between; any it has no
- * slot for waits in its buffer, ahead of claimed jobs. (With the join's next step handed off too,
- * the bench's fan-out went from 0.51x DBOS in the same run, one repetition, to 0.56x, median of
- * 3.) A branch id already taken, or a branch's first job key held by another job, rolls it all
+ * parks the saga on the step, in one transaction. Branches' first jobs are handed to this
+ * worker as far as it has room (the slot the group's job frees and its free ones: `HandOffSlot
+ * .room`), to start at once with no claim in between; the rest are enqueued for any worker, so a
+ * busy worker never holds branches that idle ones could run. A branch id already taken, or a branch's first job key held by another job, rolls it all
  * back and fails the step for good.
  */
 export async function enterParallel(
@@ -83,10 +83,15 @@ export async function enterParallel(
         parent: { id: saga.id, step: spec.name },
       }),
     );
-    const branchEntry = e.entries.get(entryKey(def.name, def.version))!;
-    if (inserted.rowCount === 0 || (await enterStep(e, tx, branchEntry, id, 0)) !== 'advanced') {
+    if (inserted.rowCount === 0) {
       throw new NonRetryableError(
-        `parallel step "${spec.name}": branch saga id "${id}" is already taken, or its first job's key is held by another job`,
+        `parallel step "${spec.name}": branch saga id "${id}" is already taken by another saga`,
+      );
+    }
+    const branchEntry = e.entries.get(entryKey(def.name, def.version))!;
+    if ((await enterStep(e, tx, branchEntry, id, 0)) !== 'advanced') {
+      throw new NonRetryableError(
+        `parallel step "${spec.name}": the first job key of branch saga "${id}" (saga:${id}:${branch.name}) is held by a job that is not the branch's`,
       );
     }
   }
@@ -128,8 +133,10 @@ export async function joinBranches(
       );
       return advanceAfter(e, tx, entry, parent, spec.index, outputs);
     }
-    const first = ended[0]!;
-    const error = `branch saga "${first.id}" ended ${first.status}${first.error ? `: ${first.error}` : ''}`;
+    // Every branch that did not complete, each with its end (the first one's error in full).
+    const [first, ...others] = ended;
+    const more = others.map((b) => `; branch saga "${b.id}" ended ${b.status}`).join('');
+    const error = `branch saga "${first!.id}" ended ${first!.status}${first!.error ? `: ${first!.error}` : ''}${more}`;
     const status = parent.cancel_requested ? 'cancelled' : 'failed';
     const key = { sagaId: parent.id, step: spec.name, kind: 'step' as const };
     await e.sql(tx, settleStep({ ...key, status, error }));
@@ -147,7 +154,9 @@ export async function joinBranches(
   }
   if (parent.status === 'failed' && !running && !branches.some((b) => b.status === 'failed')) {
     // The saga failed on a branch that could not be undone; an operator's retry of that branch
-    // has undone it since: the group's compensation goes on.
+    // has undone it since: the group's compensation goes on, unless another saga took the key
+    // the failed one let go of (the saga stays failed; `retryFailed` goes on once it is free).
+    if (await keyHeldByOther(tx, parent)) return keyTaken(e, parent, spec);
     const { rows } = await e.sql<HistoryRow>(tx, selectHistory(parent.id));
     const failed = rows.find(
       (r) => r.kind === 'compensation' && r.step === spec.name && r.status === 'failed',
@@ -191,18 +200,34 @@ export async function undoBranches(
       ? enterRow({ ...key, id: parent.id, status: 'compensating', jobId: null })
       : clearCurrentJob(parent.id),
   );
-  if (failed) return failUndo(e, tx, parent, spec, failed);
+  // Every completed branch is undone, even beside one that is failed (say, a cancelled branch
+  // whose own undo failed): the last of them to end fails the saga then (`joinBranches`), so an
+  // operator's retry finds only the failed one left to mend.
   const reason = `parent saga "${parent.id}" compensates: ${parent.error ?? 'compensating'}`;
+  let reopened = 0;
   for (const row of undo) {
     const branch = branchOf(spec, parent.id, row)!;
     const child = (await e.sql<SagaRow>(tx, lockSaga(row.id))).rows[0];
     if (child?.status !== 'completed') continue;
     await e.sql(tx, reopenForCompensation(row.id, reason.slice(0, 2_000)));
     const branchEntry = e.entries.get(entryKey(branch.def.name, branch.def.version))!;
-    const reopened = { ...child, status: 'compensating' as const, cancel_requested: false };
-    await compensateNext(e, tx, branchEntry, reopened, branchEntry.steps.length);
+    const open = { ...child, status: 'compensating' as const, cancel_requested: false };
+    await compensateNext(e, tx, branchEntry, open, branchEntry.steps.length);
+    reopened += 1;
   }
-  return 'compensating';
+  if (reopened > 0) return 'compensating';
+  if (failed) return failUndo(e, tx, parent, spec, failed);
+  await e.sql(tx, settleStep({ ...key, status: 'completed' }));
+  return compensateNext(e, tx, entry, parent, spec.index);
+}
+
+/** Says why a failed saga whose undone branch (or child) would move it on stays failed. */
+export function keyTaken(e: Engine, parent: SagaRow, spec: StepSpec): 'stale' {
+  e.logger.warn(
+    { reason: 'lock_busy', sagaId: parent.id, saga: parent.name, step: spec.name },
+    'failed saga stays failed: another saga holds its lock key; retryFailed goes on once it is free',
+  );
+  return 'stale';
 }
 
 /** A branch of the group could not be undone: the group's compensation fails, and the saga. */

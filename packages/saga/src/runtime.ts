@@ -39,11 +39,12 @@ import {
   UnknownSagaError,
 } from './errors.js';
 import { buildEntry } from './handlers.js';
+import { joinBranches } from './parallel.js';
 import { createSagaMetrics, type SagaMetrics, type SagaMetricsOption } from './metrics.js';
 import { createReconciler, type Reconciler, type ReconcilerOptions } from './reconciler.js';
 import { readSaga, readSagas, type SagaList, type SagaListOptions, type SagaView } from './read.js';
 import type { SagaStatus, SagaStepKind } from './schema.js';
-import { lockHolder, lockKeyOf } from './lock.js';
+import { keyHeldByOther, lockHolder, lockKeyOf } from './lock.js';
 import {
   insertSaga,
   lockSaga,
@@ -586,25 +587,34 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
 
     async retryFailed(sagaId) {
       checkSagaId(sagaId);
-      let retryChild: string | null = null;
+      let retryChildren: string[] = [];
       const result = await ownTransaction(async (tx): Promise<RetryResult> => {
         const saga = await lock(tx, sagaId);
         if (saga.status !== 'failed') return { retried: false, reason: 'not_failed' };
         const entry = entryOf(saga.name, saga.version);
         const { rows } = await engine.sql<HistoryRow>(tx, selectHistory(sagaId));
         const failed = [...rows].reverse().find((r) => r.status === 'failed');
+        // A failed saga let go of its key; it takes the key back only while no other holds it.
+        // Checked before a child's or a branch's retry too: their end takes the key back (and
+        // checks again: a saga may take the key in between).
+        const lockBusy = () => keyHeldByOther(tx, saga);
         const group = entry.steps.find((s) => s.name === failed?.step)?.parallel;
         if (failed?.kind === 'compensation' && group) {
-          // A branch could not be undone: that branch is what an operator retries; its end then
-          // lets this saga go on compensating (see joinBranches).
-          const { rows: branches } = await runSql<BranchRow>(
-            tx,
-            selectBranches(sagaId, failed.step),
-          );
-          const stuck = branches.find((b) => b.status === 'failed');
-          if (!stuck) return { retried: false, reason: 'no_failed_step' };
-          retryChild = stuck.id;
-          return { retried: false, step: failed.step, kind: failed.kind };
+          // Branches that could not be undone: they are what an operator retries, all of them;
+          // the last one's end then lets this saga go on compensating (see joinBranches).
+          const { step, kind } = failed;
+          const { rows: branches } = await runSql<BranchRow>(tx, selectBranches(sagaId, step));
+          const stuck = branches.filter((b) => b.status === 'failed').map((b) => b.id);
+          if (await lockBusy()) return { retried: false, step, kind, reason: 'lock_busy' };
+          if (stuck.length === 0) {
+            // All undone already (the last one's end found the key taken): go on from here.
+            const spec = entry.steps.find((s) => s.name === step)!;
+            const moved = await joinBranches(engine, tx, entry, saga, spec);
+            if (moved === 'stale') return { retried: false, step, kind, reason: 'no_failed_step' };
+            return { retried: true, step, kind };
+          }
+          retryChildren = stuck;
+          return { retried: false, step, kind };
         }
         // A step before the pivot that failed made the saga compensate, not fail: a failed saga
         // with only such a step failed for another reason, which a retry would not mend.
@@ -612,18 +622,16 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           return { retried: false, reason: 'no_failed_step' };
         }
         const { step, kind } = failed;
+        if (await lockBusy()) return { retried: false, step, kind, reason: 'lock_busy' };
         if (kind === 'compensation' && entry.steps.find((s) => s.name === step)?.child) {
           // Its child could not be undone: the child is what an operator retries; its end then
-          // lets this saga go on compensating (see resumeParent).
-          retryChild = childIdOf(sagaId, step);
+          // lets this saga go on compensating (see resumeParent). A child undone already (its end
+          // found the key taken) lets it go on now.
+          const childId = childIdOf(sagaId, step);
+          const moved = await resumeEndedChild(engine, tx, childId);
+          if (moved !== null && moved !== 'stale') return { retried: true, step, kind };
+          retryChildren = [childId];
           return { retried: false, step, kind };
-        }
-        if (saga.lock_key !== null) {
-          // A failed saga let go of its key; it takes the key back only while no other holds it.
-          const holder = await lockHolder(tx, saga.name, saga.lock_key);
-          if (holder && holder.id !== sagaId) {
-            return { retried: false, step, kind, reason: 'lock_busy' };
-          }
         }
         const spec = entry.steps.find((s) => s.name === step);
         if (kind === 'step' && spec?.wait) {
@@ -653,9 +661,18 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         await engine.sql(tx, reopenSaga({ id: sagaId, status, step, kind, jobId: failed.job_id }));
         return { retried: true, step, kind };
       });
-      if (retryChild !== null) {
-        const child = await runtime.retryFailed(retryChild);
-        return { ...child, step: result.step, kind: result.kind };
+      if (retryChildren.length > 0) {
+        // Each in a transaction of its own (lock order child, then parent, as their ends).
+        const children: RetryResult[] = [];
+        for (const childId of retryChildren) children.push(await runtime.retryFailed(childId));
+        const retried = children.some((c) => c.retried);
+        const refusal = children.find((c) => !c.retried)?.reason;
+        return {
+          retried,
+          step: result.step,
+          kind: result.kind,
+          ...(retried || refusal === undefined ? {} : { reason: refusal }),
+        };
       }
       const { reason: refusal, ...done } = result;
       logger.info(

@@ -11,8 +11,8 @@ import {
 import { nextCompensation } from './plan.js';
 import { inSagaTrace } from './tracing.js';
 import type { SagaStepKind, SagaStatus } from './schema.js';
-import { takeKeyTurn } from './lock.js';
-import { joinBranches, undoBranches } from './parallel.js';
+import { keyHeldByOther, takeKeyTurn } from './lock.js';
+import { joinBranches, keyTaken, undoBranches } from './parallel.js';
 import { lockNextQueued } from './sql/locks.js';
 import {
   enterRow,
@@ -20,6 +20,7 @@ import {
   clearCurrentJob,
   insertSaga,
   lockEndedChild,
+  lockParentOf,
   lockSaga,
   reopenForCompensation,
   reopenSaga,
@@ -412,9 +413,9 @@ export async function enterChild(
  * the parent compensates (ending `cancelled` when it was cancelled). When the parent was undoing
  * this child (its compensation reopened the child), the compensation completes, or fails with a
  * child that could not be undone; a parent that failed so goes on compensating once an operator's
- * retry of the child has undone it. Locks the parent after the child: the one path that locks
- * them the other way round, a parent's compensation reopening its completed child, meets no
- * other writer of that child but an operator's retry (a deadlock PostgreSQL breaks).
+ * retry of the child has undone it. Locks the parent after the child, which its end holds; the
+ * paths that lock them the other way round (a parent's compensation reopening its ended children,
+ * `resumeEndedChild`) touch only ended children, which no end holds.
  */
 export async function resumeParent(
   e: Engine,
@@ -463,7 +464,9 @@ export async function resumeParent(
     }
     if (parent.status === 'failed' && undone) {
       // The parent failed on this child's compensation; an operator's retry of the child has
-      // undone it since: the parent goes on compensating what came before.
+      // undone it since: the parent goes on compensating what came before (unless another saga
+      // took the key it let go of, as in joinBranches).
+      if (await keyHeldByOther(tx, parent)) return keyTaken(e, parent, spec);
       const { rows } = await e.sql<HistoryRow>(tx, selectHistory(parent.id));
       const failed = rows.find(
         (r) => r.kind === 'compensation' && r.step === spec.name && r.status === 'failed',
@@ -496,14 +499,20 @@ export async function resumeParent(
 }
 
 /**
- * Moves the parent of a child saga that ended unseen (see `selectStrandedParents`): the child's
- * row is locked first, as its own end would have. Null when it is not an ended child.
+ * Moves the parent of a child saga that ended unseen (see `selectStrandedParents`, and a cancel
+ * that found the child ended). The parent's row is locked before the child's: the order of a
+ * parent's compensation reopening its ended children (`undoBranches`, `compensateChild`), which
+ * may run at the same time (a branch's end moving the parent into the group's compensation, say);
+ * the other order deadlocked with it. A child that is still active holds its own lock through its
+ * end, which locks the parent after it; that end moves the parent itself.
+ * Null when it is not an ended child.
  */
 export async function resumeEndedChild(
   e: Engine,
   tx: Queryable,
   childId: string,
 ): Promise<Transition | null> {
+  await e.sql(tx, lockParentOf(childId));
   const child = (
     await e.sql<FinishedRow & { status: 'completed' | 'compensated' | 'cancelled' | 'failed' }>(
       tx,

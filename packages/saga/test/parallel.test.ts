@@ -32,10 +32,12 @@ const input = z.object({
   fail: z.string().optional(),
   /** Branches that wait at their gate. */
   hold: z.array(z.string()).optional(),
-  /** Branches whose compensation fails while `undoBroken` is set. */
+  /** Branches (comma-separated) whose compensation fails while `undoBroken` is set. */
   brokenUndo: z.string().optional(),
 });
 let undoBroken = true;
+const breaks = (value: { brokenUndo?: string | undefined }, branch: string) =>
+  undoBroken && (value.brokenUndo?.split(',').includes(branch) ?? false);
 
 const held = async (ctx: { sagaId: string; step: string; input: z.output<typeof input> }) => {
   if (ctx.input.hold?.includes(ctx.step)) await gate(`${ctx.sagaId}:${ctx.step}`);
@@ -60,7 +62,11 @@ const checkout = defineSaga({ name: 'checkout', version: 1, input })
         effects.push(`${ctx.sagaId}:stock`);
         return { reservation: `R-${ctx.input.id}` };
       },
-      compensate: (ctx, output) => void effects.push(`${ctx.sagaId}:unstock ${output.reservation}`),
+      compensation: { ...fast, maxAttempts: 1 },
+      compensate: (ctx, output) => {
+        if (breaks(ctx.input, 'stock')) throw new Error('stock service down');
+        effects.push(`${ctx.sagaId}:unstock ${output.reservation}`);
+      },
     }),
     card: branch({
       ...fast,
@@ -73,7 +79,7 @@ const checkout = defineSaga({ name: 'checkout', version: 1, input })
       },
       compensation: { ...fast, maxAttempts: 1 },
       compensate: (ctx) => {
-        if (ctx.input.brokenUndo === 'card' && undoBroken) throw new Error('gateway down');
+        if (breaks(ctx.input, 'card')) throw new Error('gateway down');
         effects.push(`${ctx.sagaId}:uncard`);
       },
     }),
@@ -273,6 +279,186 @@ describe('parallel branches', () => {
         .filter((e) => e.includes(':un'))
         .sort(),
     ).toEqual(['p5:uncard', 'p5:unquote', 'p5:unstock R-p5']);
+  });
+
+  it('one retryFailed retries every branch that could not be undone', async () => {
+    undoBroken = true;
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    await runtime.start(checkout, {
+      id: 'p6',
+      input: { id: 'p6', fail: 'confirm', brokenUndo: 'card,stock' },
+    });
+    const failed = await settled(runtime, 'p6');
+    expect(failed.status).toBe('failed');
+    const branches = await Promise.all(branchIds('p6').map((id) => runtime.getSaga(id)));
+    expect(branches.map((b) => b?.status)).toEqual(['failed', 'completed', 'failed']);
+    undoBroken = false;
+    expect(await runtime.retryFailed('p6')).toMatchObject({ retried: true, step: 'prepare' });
+    const saga = await settled(runtime, 'p6', ['compensated']);
+    expect(timeline(saga).slice(-2)).toEqual(['undo prepare:completed', 'undo quote:completed']);
+    expect(
+      mine('p6')
+        .filter((e) => e.includes(':un'))
+        .sort(),
+    ).toEqual(['p6:uncard', 'p6:unquote', 'p6:unstock R-p6']);
+  });
+
+  it('a cancelled branch whose own undo fails does not keep its completed siblings from being undone', async () => {
+    undoBroken = true;
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    await runtime.start(checkout, {
+      id: 'p7',
+      input: { id: 'p7', hold: ['card'], brokenUndo: 'card' },
+    });
+    await waitFor(() => gates.has('p7:card') || null, { what: 'the card branch to run' });
+    await waitFor(
+      async () => (await runtime.getSaga('p7/prepare/stock'))?.status === 'completed' || null,
+      { what: 'the stock branch to complete' },
+    );
+    expect(await runtime.cancel('p7')).toEqual({ accepted: true, status: 'waiting' });
+    // The card branch finishes its step, then undoes it (the cancel), and that undo fails.
+    await open('p7:card');
+    const failed = await settled(runtime, 'p7');
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toMatch(/branch saga "p7\/prepare\/card" is failed and cannot be undone/);
+    // The stock reservation was undone all the same; what came before waits for the operator.
+    expect(mine('p7')).toContain('p7:unstock R-p7');
+    expect(mine('p7')).not.toContain('p7:unquote');
+    undoBroken = false;
+    expect(await runtime.retryFailed('p7')).toMatchObject({ retried: true });
+    const saga = await settled(runtime, 'p7', ['compensated', 'cancelled']);
+    expect(
+      mine('p7')
+        .filter((e) => e.includes(':un'))
+        .sort(),
+    ).toEqual(['p7:uncard', 'p7:unquote', 'p7:unstock R-p7']);
+    expect(timeline(saga).at(-1)).toBe('undo quote:completed');
+  });
+
+  it('hands a worker only the branches it can start at once; the rest go to other workers', async () => {
+    const spread = defineSaga({ name: 'spread', version: 1, input: z.object({}) }).parallel(
+      'fan',
+      (branch) => ({
+        a: branch({ ...fast, run: (ctx) => gate(`${ctx.sagaId}:a`).then(() => 1) }),
+        b: branch({ ...fast, run: (ctx) => gate(`${ctx.sagaId}:b`).then(() => 2) }),
+        c: branch({ ...fast, run: (ctx) => gate(`${ctx.sagaId}:c`).then(() => 3) }),
+      }),
+    );
+    const worker = (runtime: { jobs: typeof single.jobs }, concurrency: number) =>
+      createWorker({
+        pool: db.pool,
+        jobs: runtime.jobs,
+        logger: silent,
+        concurrency,
+        // No claims ahead: this is about hand-offs, not the prefetch buffer.
+        maxPrefetch: 0,
+        pollIntervalMs: 20,
+        sweeper: false,
+        retention: false,
+      });
+    // One slot: the group's job runs here and frees it for one branch.
+    const single = createSagaRuntime({ pool: db.pool, sagas: [spread], logger: silent });
+    const narrow = worker(single, 1);
+    await narrow.start();
+    const other = createSagaRuntime({ pool: db.pool, sagas: [spread], logger: silent });
+    const wide = worker(other, 4);
+    try {
+      await single.start(spread, { id: 'sp1', input: {} });
+      await waitFor(() => gates.has('sp1:a') || gates.has('sp1:b') || gates.has('sp1:c') || null, {
+        what: 'a branch to run on the one-slot worker',
+      });
+      // Only now a second worker: it can take the two branches the first had no room for
+      // (handed to the first, they would wait in its buffer, leased to it, while this one idles).
+      await wide.start();
+      const all = ['a', 'b', 'c'].map((b) => `sp1:${b}`);
+      await waitFor(() => all.every((k) => gates.has(k)) || null, {
+        what: 'all three branches to run at once',
+      });
+      for (const k of all) await open(k);
+      const saga = await settled(single, 'sp1');
+      expect(saga.status).toBe('completed');
+      expect(saga.history.find((h) => h.step === 'fan')?.output).toEqual({ a: 1, b: 2, c: 3 });
+    } finally {
+      await Promise.all([narrow.stop({ timeoutMs: 1_000 }), wide.stop({ timeoutMs: 1_000 })]);
+      await Promise.all([single.close(), other.close()]);
+    }
+  });
+
+  it('a saga with a lock key goes on undoing its group only while no other saga holds the key', async () => {
+    const keyed = defineSaga({
+      name: 'keyed-group',
+      version: 1,
+      input: z.object({ account: z.string(), fail: z.boolean(), holdUndo: z.boolean() }),
+      lockKey: (input) => input.account,
+      whenLocked: 'refuse',
+    })
+      .parallel('prepare', (branch) => ({
+        hold: branch({
+          ...fast,
+          run: () => 'held',
+          compensation: { ...fast, maxAttempts: 1 },
+          compensate: async (ctx) => {
+            if (undoBroken) throw new Error('ledger down');
+            if (ctx.input.holdUndo) await gate(`${ctx.sagaId}:unhold`);
+            effects.push(`${ctx.sagaId}:unhold`);
+          },
+        }),
+        note: branch({ ...fast, run: () => 'noted' }),
+      }))
+      .step('settle', {
+        ...fast,
+        maxAttempts: 1,
+        run: async (ctx) => {
+          if (ctx.input.fail) throw new Error('settlement refused');
+          await gate(`${ctx.sagaId}:settle`);
+          return null;
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [keyed]);
+    const fail = async (id: string, holdUndo: boolean) => {
+      undoBroken = true;
+      await runtime.start(keyed, { id, input: { account: 'acct-1', fail: true, holdUndo } });
+      expect((await settled(runtime, id)).status).toBe('failed');
+      undoBroken = false;
+    };
+    // A failed saga let go of its key: another takes it and holds it (waiting at its gate).
+    const holder = async (id: string) => {
+      await runtime.start(keyed, {
+        id,
+        input: { account: 'acct-1', fail: false, holdUndo: false },
+      });
+      await waitFor(() => gates.has(`${id}:settle`) || null, { what: `${id} to hold the key` });
+    };
+
+    // The operator's retry is refused while the key is held, and goes on once it is free.
+    await fail('k1', false);
+    await holder('k2');
+    expect(await runtime.retryFailed('k1')).toMatchObject({ retried: false, reason: 'lock_busy' });
+    await open('k2:settle');
+    expect((await settled(runtime, 'k2')).status).toBe('completed');
+    expect(await runtime.retryFailed('k1')).toMatchObject({ retried: true, step: 'prepare' });
+    expect((await settled(runtime, 'k1', ['compensated'])).status).toBe('compensated');
+
+    // The key is taken while the retried branch is being undone: the branch ends undone, the
+    // saga stays failed (no second active saga of the key), and a later retry goes on from there.
+    await fail('k3', true);
+    expect(await runtime.retryFailed('k3')).toMatchObject({ retried: true });
+    await waitFor(() => gates.has('k3:unhold') || null, { what: "k3's branch undo to run" });
+    await holder('k4');
+    await open('k3:unhold');
+    await waitFor(
+      async () => (await runtime.getSaga('k3/prepare/hold'))?.status === 'compensated' || null,
+      { what: "k3's branch to be undone" },
+    );
+    expect((await runtime.getSaga('k3'))?.status).toBe('failed');
+    expect(await runtime.retryFailed('k3')).toMatchObject({ retried: false, reason: 'lock_busy' });
+    await open('k4:settle');
+    expect((await settled(runtime, 'k4')).status).toBe('completed');
+    expect(await runtime.retryFailed('k3')).toMatchObject({ retried: true, step: 'prepare' });
+    const k3 = await settled(runtime, 'k3', ['compensated']);
+    expect(timeline(k3).slice(-1)).toEqual(['undo prepare:completed']);
+    expect(mine('k1')).toEqual(['k1:unhold']);
+    expect(mine('k3')).toEqual(['k3:unhold']);
   });
 
   it('joins exactly once when many branches end at the same instant on several workers', async () => {

@@ -278,6 +278,17 @@ export function clearCurrentJob(id: string) {
 }
 
 /** An ended child saga, locked, with what its end needs to move its parent (`FinishedRow`). */
+/**
+ * Locks the parent of saga `childId` (a child or a branch), if it has one: a child's parent is
+ * fixed when the child is inserted, so reading it unlocked is safe.
+ */
+export function lockParentOf(childId: string) {
+  return sql`
+    SELECT p.id FROM skiplock.sagas p
+    WHERE p.id = (SELECT c.parent_id FROM skiplock.sagas c WHERE c.id = ${childId})
+    FOR UPDATE`;
+}
+
 export function lockEndedChild(id: string) {
   return sql`
     SELECT id, name, error, lock_key, parent_id, parent_step, status FROM skiplock.sagas
