@@ -270,15 +270,16 @@ export interface SagaDefinition<
    * }))
    * ```
    *
-   * Each branch runs as its own job at the same time, with its own retries and compensation; each sees the input and the outputs before
-   * the group. The last branch to end moves the saga on, in its own ending transaction. The
+   * Each branch runs as its own job, all at the same time as far as workers have free slots, with
+   * its own retries and compensation; each sees the input and the outputs before the group. The last branch to end moves the saga on, in its own ending transaction. The
    * group's output is each branch's output by branch name (`ctx.steps.<group>.<branch>`).
    *
    * When a branch fails for good (after it undid nothing, being one step), the other branches
-   * are allowed to finish: a step in flight is never cut off. Then the completed branches
+   * are allowed to finish: a failing sibling never cuts one off. Then the completed branches
    * compensate, all at once, and when the last of them is undone the steps before the group
    * compensate in reverse. A later failure compensates the group the same way: its branches at
-   * once, then what came before. A cancel or the deadline reaches every branch still running.
+   * once, then what came before. A cancel or the deadline reaches every branch still running
+   * (the deadline aborts a running branch's `signal` and fails its step, as it does any step's).
    */
   parallel<K extends string, B extends Record<string, object>>(
     name: StepName<K, O>,

@@ -188,7 +188,8 @@ export interface SagaRuntime {
    * failed for good runs again (its dead job retried with fresh attempts, in one transaction with
    * the saga's return to `running` or `compensating`), and the saga goes on from there. For the
    * compensation of a child step, the child's own failed compensation runs again, as
-   * `retryFailed(child)` would.
+   * `retryFailed(child)` would; for a parallel step's, that of every failed branch. A saga with
+   * a lock key goes on only while no other saga holds the key (`lock_busy` otherwise).
    */
   retryFailed(sagaId: string): Promise<RetryResult>;
   getSaga(id: string): Promise<SagaView | null>;
