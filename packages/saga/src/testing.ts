@@ -13,7 +13,9 @@
  * - `crash-compensation` the last step fails for good and the compensation of this step dies
  *           once after its code ran; the saga must still end `compensated`.
  * Every run must also skip no step: each step before the end is completed, each completed
- * compensatable step compensated.
+ * compensatable step compensated. Each branch of a parallel step is a position of its own
+ * (`<group>.<branch>`), faulted inside the branch's job: a failing branch's group undoes its
+ * completed siblings, then the steps before it.
  */
 import {
   createWorker,
@@ -71,7 +73,10 @@ export interface CrashReport {
 
 interface Plan {
   mode: CrashMode;
+  /** Where the fault goes: a step's name, or `<group>.<branch>` for a parallel branch. */
   step: string;
+  /** The saga's step that fails (the branch's group, for a branch). */
+  at: string;
   /** The step that fails for good in `crash-compensation`. */
   failing: string | null;
   expected: SagaStatus;
@@ -83,39 +88,51 @@ const TERMINAL: ReadonlySet<string> = new Set(['completed', 'compensated', 'canc
 
 function plansFor(saga: AnySagaDefinition, modes: readonly CrashMode[]): Plan[] {
   const plans: Plan[] = [];
-  const steps = saga.steps.filter((s) => !s.wait);
   const last = saga.steps.findLast((s) => s.role !== 'retriable' && !s.wait);
   const blank = () => ({ runs: {}, faulted: 0 });
-  for (const step of steps) {
+  // Every step but waits, and each branch of a parallel step (after the group's own job).
+  const positions = saga.steps
+    .filter((s) => !s.wait)
+    .flatMap((s) => [
+      { name: s.name, at: s.name, role: s.role, index: s.index },
+      ...(s.parallel?.branches ?? []).map((b) => ({
+        name: `${s.name}.${b.name}`,
+        at: s.name,
+        role: b.def.steps[0]!.role,
+        index: s.index,
+      })),
+    ]);
+  for (const { name, at, role, index } of positions) {
+    // A function: each plan counts its own runs.
+    const where = () => ({ step: name, at, ...blank() });
     if (modes.includes('fail')) {
-      const expected = step.role === 'retriable' ? 'completed' : 'compensated';
-      plans.push({ mode: 'fail', step: step.name, failing: null, expected, ...blank() });
+      const expected = role === 'retriable' ? 'completed' : 'compensated';
+      plans.push({ mode: 'fail', failing: null, expected, ...where() });
     }
     if (modes.includes('crash')) {
-      plans.push({
-        mode: 'crash',
-        step: step.name,
-        failing: null,
-        expected: 'completed',
-        ...blank(),
-      });
+      plans.push({ mode: 'crash', failing: null, expected: 'completed', ...where() });
     }
     if (
       modes.includes('crash-compensation') &&
-      step.role === 'compensatable' &&
+      role === 'compensatable' &&
       last &&
-      step.index < last.index
+      index < last.index
     ) {
       plans.push({
         mode: 'crash-compensation',
-        step: step.name,
         failing: last.name,
         expected: 'compensated',
-        ...blank(),
+        ...where(),
       });
     }
   }
   return plans;
+}
+
+/** A branch saga's id, `<parent id>/<group>/<branch>`, split; null for any other id. */
+function branchOfId(sagaId: string): { parent: string; position: string } | null {
+  const match = /^(.*)\/([^/]+)\/([^/]+)$/.exec(sagaId);
+  return match ? { parent: match[1]!, position: `${match[2]}.${match[3]}` } : null;
 }
 
 function inject(plan: Plan, point: FaultPoint): void {
@@ -165,7 +182,7 @@ function problemsOf(saga: AnySagaDefinition, plan: Plan, run: CrashRun): string[
     problems.push(`completed steps ${done.join(', ') || 'none'}; expected ${names.join(', ')}`);
   }
   if (plan.expected === 'compensated') {
-    const failedAt = plan.failing ?? plan.step;
+    const failedAt = plan.failing ?? plan.at;
     const before = names.slice(0, names.indexOf(failedAt));
     if (done.join() !== before.join()) {
       problems.push(
@@ -177,6 +194,14 @@ function problemsOf(saga: AnySagaDefinition, plan: Plan, run: CrashRun): string[
       (s) => s.role === 'compensatable' && before.includes(s.name),
     );
     const expectedUndo = undoable.map((s) => s.name).reverse();
+    // A branch that failed: its group undoes the other branches with a compensation first.
+    const group = plan.failing === null ? saga.steps.find((s) => s.name === plan.at) : undefined;
+    const siblings = group?.parallel?.branches.filter(
+      (b) => `${group.name}.${b.name}` !== plan.step && b.def.steps[0]!.role === 'compensatable',
+    );
+    if (group?.parallel && plan.step !== plan.at && siblings!.length > 0) {
+      expectedUndo.unshift(group.name);
+    }
     const undone = run.history
       .filter((h) => h.kind === 'compensation' && h.status === 'completed')
       .map((h) => h.step);
@@ -210,7 +235,11 @@ export async function checkSagaCrashes<D extends AnySagaDefinition>(
     logger,
     faults: (point) => {
       const plan = byId.get(point.sagaId);
-      if (plan) inject(plan, point);
+      if (plan) return inject(plan, point);
+      // A branch's own step: a position `<group>.<branch>` of its parent's plan.
+      const branch = branchOfId(point.sagaId);
+      const parentPlan = branch && byId.get(branch.parent);
+      if (parentPlan) inject(parentPlan, { ...point, step: branch.position });
     },
   });
   const worker = createWorker({

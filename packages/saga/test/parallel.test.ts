@@ -505,7 +505,7 @@ describe('parallel branches', () => {
     }
   });
 
-  it('survives a failure or a crash injected at every step, the group included (checkSagaCrashes)', async () => {
+  it('survives a failure or a crash injected at every step and inside every branch (checkSagaCrashes)', async () => {
     const sturdy = defineSaga({ name: 'sturdy', version: 1, input: z.object({}) })
       .step('quote', { ...fast, run: () => 1, compensate: () => {} })
       .parallel('prepare', (branch) => ({
@@ -527,8 +527,21 @@ describe('parallel branches', () => {
         'fail prepare compensated',
         'crash prepare completed',
         'crash-compensation prepare compensated',
+        // Inside each branch's own job too.
+        'fail prepare.stock compensated',
+        'fail prepare.fraud compensated',
+        'crash prepare.card completed',
+        'crash prepare.fraud completed',
+        'crash-compensation prepare.stock compensated',
+        'crash-compensation prepare.card compensated',
       ]),
     );
+    // A crashed branch ran twice, the others once.
+    const crashed = report.runs.find((r) => r.mode === 'crash' && r.step === 'prepare.card')!;
+    expect(crashed.runs).toMatchObject({ 'prepare.card': 2, 'prepare.stock': 1 });
+    expect(
+      report.runs.some((r) => r.step === 'prepare.fraud' && r.mode === 'crash-compensation'),
+    ).toBe(false);
     expect(report.ok).toBe(true);
   });
 
