@@ -119,7 +119,10 @@ export interface ExecutorDeps {
     limit: number;
     accepts(jobType: string, queue: string): boolean;
     /** See `HandOffSlot.room`. */
-    room(): number;
+    room(slot: HandOffSlot): number;
+    /** A completing transaction that may hand off began (`opened`) or ended (`closed`). */
+    opened(slot: HandOffSlot): void;
+    closed(slot: HandOffSlot): void;
     /** Starts a job this worker inserted leased to itself, once its insert committed. */
     adopt(row: ClaimedRow, depth: number): void;
   } | null;
@@ -290,12 +293,13 @@ function deadOnArrival(reason: 'unknown_type' | 'invalid_payload', error: Error)
  */
 function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
   let logger: Logger | undefined;
-  const slot: HandOffSlot | null = d.handOff && {
+  const handOff = d.handOff;
+  const slot: HandOffSlot | null = handOff && {
     workerId: d.workerId,
     depth: job.handOffDepth,
-    limit: d.handOff.limit,
-    accepts: d.handOff.accepts,
-    room: d.handOff.room,
+    limit: handOff.limit,
+    accepts: handOff.accepts,
+    room: () => handOff.room(slot!),
     open: false,
     pending: [],
   };
@@ -327,15 +331,17 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
       if (slot) {
         slot.open = true;
         slot.pending = [];
+        handOff!.opened(slot);
       }
       try {
         const value = await completingTransaction(d, job, slot, work);
         job.settledExplicitly = true;
         // Committed: the successors inserted leased to this worker exist now; run them here.
-        for (const row of slot?.pending ?? []) d.handOff!.adopt(row, job.handOffDepth + 1);
+        for (const row of slot?.pending ?? []) handOff!.adopt(row, job.handOffDepth + 1);
         return value;
       } finally {
         if (slot) {
+          handOff!.closed(slot);
           slot.open = false;
           slot.pending = [];
         }

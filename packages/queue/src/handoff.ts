@@ -23,9 +23,10 @@ export interface HandOffSlot {
   accepts(jobType: string, queue: string): boolean;
   /**
    * How many jobs this worker could start as the running job ends: the slot it frees and the
-   * free ones. A transaction hands off at most that many (its first always); the rest are
-   * enqueued for any worker, so a fan-out never waits in one busy worker's buffer while others
-   * are idle.
+   * free ones not yet promised (to buffered jobs, or to other open transactions' hand-offs beyond
+   * their first). A transaction hands off at most that many (its first always); the rest are
+   * enqueued for any worker, so a fan-out does not wait in one busy worker's buffer while others
+   * are idle. Claims in flight are not counted: what they bring waits in the buffer as usual.
    */
   room(): number;
   /** Open while the job's completing transaction runs: hand-offs can join only that one. */

@@ -9,6 +9,7 @@ import type { AnyJobDefinition } from './define.js';
 import { ConfigError, LockLostError, ShutdownError, errorMessage } from './errors.js';
 import { SafeEmitter, type WorkerEvents } from './events.js';
 import { executeJob, RunningJob, type ExecutorDeps } from './executor.js';
+import type { HandOffSlot } from './handoff.js';
 import { Heartbeat, type HeartbeatResult } from './heartbeat.js';
 import { Listener } from './listener.js';
 import { createDefaultLogger, type Logger } from './logger.js';
@@ -249,6 +250,8 @@ export function createWorker(options: WorkerOptions): Worker {
   /** Claimed jobs waiting for a free slot, in claim order. */
   const buffered: RunningJob[] = [];
   const inflight = new Set<Promise<void>>();
+  /** Hand-off slots of completing transactions still open (see `HandOffSlot.room`); at most one per running job. */
+  const handingOff = new Set<HandOffSlot>();
   let active = 0;
   let averageDurationMs: number | null = null;
   /** Running average of the payload JSON size of claimed jobs, for `maxPrefetchBytes`. */
@@ -304,9 +307,18 @@ export function createWorker(options: WorkerOptions): Worker {
             // Only a started worker: `runOnce()` runs what one claim took, nothing more.
             accepts: (jobType, queue) =>
               state === 'running' && definitions.has(jobType) && queues.includes(queue),
-            // The running job's slot, and the free ones (free slots mean an empty buffer: pump
-            // starts buffered jobs while any is free).
-            room: () => config.concurrency - active + 1,
+            // The running job's own slot, and the free ones not yet promised: buffered jobs and
+            // the extra hand-offs of other completing transactions (each one's first takes its
+            // own job's slot) will take those.
+            room: (self) => {
+              let promised = buffered.length;
+              for (const other of handingOff) {
+                if (other !== self) promised += Math.max(0, other.pending.length - 1);
+              }
+              return config.concurrency - active - promised + 1;
+            },
+            opened: (slot) => void handingOff.add(slot),
+            closed: (slot) => void handingOff.delete(slot),
             adopt: (row, depth) => {
               metrics.handedOff.inc();
               void accept(row, depth);

@@ -209,8 +209,9 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
 
   /**
    * Parents still waiting on (or compensating) a child saga that has ended: the child ended where
-   * no runtime knew the parent's version, or an operator's retry came between. Locks each child
-   * before its parent, as the child's own end does.
+   * no runtime knew the parent's version, or an operator's retry came between. Locks each parent
+   * before its ended child (`resumeEndedChild`), as a parent's compensation reopening its ended
+   * children does.
    */
   async function reconcileChildren(tx: Parameters<typeof failSaga>[1]): Promise<string[]> {
     const ended = (await runSql<{ id: string }>(tx, selectStrandedParents(batchSize))).rows;

@@ -56,6 +56,7 @@ import {
   type SagaRow,
   type StartConflictRow,
 } from './sql/sagas.js';
+import { selectSaga } from './sql/read.js';
 import { consumeSignal, insertSignal, selectSignal } from './sql/signals.js';
 import { selectHistory, settleStep, type HistoryRow } from './sql/steps.js';
 import { issuesAt, storedJsonIssues, validate } from './standard.js';
@@ -141,6 +142,9 @@ export interface CancelResult {
   reason?: 'finished' | 'pivoted' | 'compensating' | undefined;
 }
 
+/** A child or branch in these is being retried (or still runs): a retry of its parent waits. */
+const UNDOING: ReadonlySet<SagaStatus> = new Set(['running', 'waiting', 'compensating', 'queued']);
+
 export interface RetryResult {
   /**
    * True when the failed step's (or compensation's) job runs again and the saga goes on; for a
@@ -155,10 +159,19 @@ export interface RetryResult {
    * for another reason: no worker knew its version, or a foreign job held its key), `job_gone`
    * (retention removed the dead job, or it is no longer dead), `invalid_signal` (the wait's stored
    * signal no longer passes its schema: the definition changed without a new version),
-   * `lock_busy` (the saga has a lock key and another saga of its definition holds it now).
+   * `lock_busy` (the saga has a lock key and another saga of its definition holds it now),
+   * `in_progress` (the child saga or a parallel branch whose undo failed is being retried now).
+   * For a parallel step's compensation, `retried` is true only when every failed branch runs
+   * again; `reason` is then the first refusal among them.
    */
   reason?:
-    'not_failed' | 'no_failed_step' | 'job_gone' | 'invalid_signal' | 'lock_busy' | undefined;
+    | 'not_failed'
+    | 'no_failed_step'
+    | 'job_gone'
+    | 'invalid_signal'
+    | 'lock_busy'
+    | 'in_progress'
+    | undefined;
 }
 
 export interface SagaRuntime {
@@ -608,6 +621,10 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           const stuck = branches.filter((b) => b.status === 'failed').map((b) => b.id);
           if (await lockBusy()) return { retried: false, step, kind, reason: 'lock_busy' };
           if (stuck.length === 0) {
+            // A retry of a branch (this call's before, or one of the branch itself) still runs.
+            if (branches.some((b) => UNDOING.has(b.status))) {
+              return { retried: false, step, kind, reason: 'in_progress' };
+            }
             // All undone already (the last one's end found the key taken): go on from here.
             const spec = entry.steps.find((s) => s.name === step)!;
             const moved = await joinBranches(engine, tx, entry, saga, spec);
@@ -629,8 +646,17 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           // lets this saga go on compensating (see resumeParent). A child undone already (its end
           // found the key taken) lets it go on now.
           const childId = childIdOf(sagaId, step);
-          const moved = await resumeEndedChild(engine, tx, childId);
-          if (moved !== null && moved !== 'stale') return { retried: true, step, kind };
+          // Read without a lock: a retry of the child running now holds the child's row and
+          // then wants this saga's, which this transaction holds.
+          const child = (await runSql<{ status: SagaStatus }>(tx, selectSaga(childId))).rows[0];
+          if (child && UNDOING.has(child.status)) {
+            return { retried: false, step, kind, reason: 'in_progress' };
+          }
+          if (child?.status === 'compensated' || child?.status === 'cancelled') {
+            const moved = await resumeEndedChild(engine, tx, childId);
+            if (moved !== null && moved !== 'stale') return { retried: true, step, kind };
+            return { retried: false, step, kind, reason: 'no_failed_step' };
+          }
           retryChildren = [childId];
           return { retried: false, step, kind };
         }
@@ -663,17 +689,16 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         return { retried: true, step, kind };
       });
       if (retryChildren.length > 0) {
-        // Each in a transaction of its own (lock order child, then parent, as their ends).
+        // Each in a transaction of its own (lock order child, then parent, as their ends). The
+        // saga goes on only once every one is undone: retried means all of them run again.
         const children: RetryResult[] = [];
         for (const childId of retryChildren) children.push(await runtime.retryFailed(childId));
-        const retried = children.some((c) => c.retried);
-        const refusal = children.find((c) => !c.retried)?.reason;
-        return {
-          retried,
-          step: result.step,
-          kind: result.kind,
-          ...(retried || refusal === undefined ? {} : { reason: refusal }),
-        };
+        const refused = children.find((c) => !c.retried);
+        Object.assign(
+          result,
+          { retried: refused === undefined },
+          refused?.reason ? { reason: refused.reason } : {},
+        );
       }
       const { reason: refusal, ...done } = result;
       logger.info(

@@ -303,6 +303,32 @@ describe('parallel branches', () => {
     ).toEqual(['p6:uncard', 'p6:unquote', 'p6:unstock R-p6']);
   });
 
+  it('retryFailed is retried only when every failed branch runs again, and names the refusal', async () => {
+    undoBroken = true;
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    await runtime.start(checkout, {
+      id: 'p8',
+      input: { id: 'p8', fail: 'confirm', brokenUndo: 'card,stock' },
+    });
+    expect((await settled(runtime, 'p8')).status).toBe('failed');
+    // Retention removed the card branch's dead compensation job.
+    const card = await runtime.getSaga('p8/prepare/card');
+    const dead = card?.history.find((h) => h.kind === 'compensation' && h.status === 'failed');
+    await db.pool.query('DELETE FROM skiplock.jobs WHERE id = $1', [dead?.jobId]);
+    undoBroken = false;
+    expect(await runtime.retryFailed('p8')).toMatchObject({
+      retried: false,
+      step: 'prepare',
+      reason: 'job_gone',
+    });
+    // The stock branch was retried and undone; the saga stays failed on the card branch.
+    await waitFor(() => mine('p8').includes('p8:unstock R-p8') || null, {
+      what: 'the stock branch to be undone',
+    });
+    expect((await runtime.getSaga('p8'))?.status).toBe('failed');
+    expect(mine('p8')).not.toContain('p8:unquote');
+  });
+
   it('a cancelled branch whose own undo fails does not keep its completed siblings from being undone', async () => {
     undoBroken = true;
     const { runtime } = await startSagas(db.pool, [checkout]);
@@ -444,6 +470,11 @@ describe('parallel branches', () => {
     await fail('k3', true);
     expect(await runtime.retryFailed('k3')).toMatchObject({ retried: true });
     await waitFor(() => gates.has('k3:unhold') || null, { what: "k3's branch undo to run" });
+    // A second retry while the first one's undo runs: nothing to do yet, and it says so.
+    expect(await runtime.retryFailed('k3')).toMatchObject({
+      retried: false,
+      reason: 'in_progress',
+    });
     await holder('k4');
     await open('k3:unhold');
     await waitFor(

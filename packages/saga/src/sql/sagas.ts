@@ -277,7 +277,6 @@ export function clearCurrentJob(id: string) {
   return sql`UPDATE skiplock.sagas SET current_job_id = NULL, updated_at = now() WHERE id = ${id}`;
 }
 
-/** An ended child saga, locked, with what its end needs to move its parent (`FinishedRow`). */
 /**
  * Locks the parent of saga `childId` (a child or a branch), if it has one: a child's parent is
  * fixed when the child is inserted, so reading it unlocked is safe.
@@ -289,6 +288,7 @@ export function lockParentOf(childId: string) {
     FOR UPDATE`;
 }
 
+/** An ended child saga, locked, with what its end needs to move its parent (`FinishedRow`). */
 export function lockEndedChild(id: string) {
   return sql`
     SELECT id, name, error, lock_key, parent_id, parent_step, status FROM skiplock.sagas
