@@ -327,6 +327,70 @@ describe('child sagas', () => {
     expect(mine('cr')).toEqual(['cr:reserve', 'cr/ship:pack', 'cr/ship:unpack', 'cr:release']);
   });
 
+  it('a parent with a lock key goes on after its undone child only while no other saga holds the key', async () => {
+    let undoBroken = true;
+    const fragile = defineSaga({ name: 'fragile_k', version: 1, input: z.object({}) }).step(
+      'pack',
+      {
+        ...fast,
+        run: () => null,
+        compensation: { ...fast, maxAttempts: 1 },
+        compensate: async (ctx) => {
+          await new Promise<void>((resolve) => gates.set(`undo:${ctx.sagaId}`, resolve));
+          if (undoBroken) throw new Error('warehouse offline');
+          effects.push(`${ctx.sagaId}:unpack`);
+        },
+      },
+    );
+    const keyed = defineSaga({
+      name: 'order_keyed',
+      version: 1,
+      input: orderInput,
+      lockKey: () => 'account-7',
+      whenLocked: 'refuse',
+    })
+      .child('ship', fragile, () => ({}))
+      .step('bill', {
+        ...fast,
+        maxAttempts: 1,
+        run: () => {
+          throw new Error('card declined');
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [keyed]);
+    // Holds the key while its child's compensation waits at its gate.
+    const holder = async (id: string) => {
+      await runtime.start(keyed, { id, input: { id } });
+      await waitFor(() => gates.has(`undo:${id}/ship`) || null, { what: `${id} to hold the key` });
+    };
+    await runtime.start(keyed, { id: 'ck1', input: { id: 'ck1' } });
+    await open('undo:ck1/ship');
+    expect((await settled(runtime, 'ck1')).status).toBe('failed');
+    undoBroken = false;
+
+    await holder('ck2');
+    expect(await runtime.retryFailed('ck1')).toMatchObject({ retried: false, reason: 'lock_busy' });
+    await open('undo:ck2/ship');
+    expect((await settled(runtime, 'ck2')).status).toBe('compensated');
+
+    // Retried while the key is free; another saga takes it before the child is undone.
+    expect(await runtime.retryFailed('ck1')).toMatchObject({ retried: true, step: 'ship' });
+    await waitFor(() => gates.has('undo:ck1/ship') || null, { what: "ck1's child to undo" });
+    expect(await runtime.retryFailed('ck1')).toMatchObject({ reason: 'in_progress' });
+    await holder('ck3');
+    await open('undo:ck1/ship');
+    expect((await settled(runtime, 'ck1/ship')).status).toBe('compensated');
+    // The undone child cannot move its parent while ck3 holds the key: it stays failed.
+    expect((await runtime.getSaga('ck1'))?.status).toBe('failed');
+    expect(await runtime.retryFailed('ck1')).toMatchObject({ retried: false, reason: 'lock_busy' });
+    await open('undo:ck3/ship');
+    expect((await settled(runtime, 'ck3')).status).toBe('compensated');
+    // Now the retry moves it on from its undone child, in the retry's transaction.
+    expect(await runtime.retryFailed('ck1')).toMatchObject({ retried: true, step: 'ship' });
+    expect((await settled(runtime, 'ck1', ['compensated'])).status).toBe('compensated');
+    expect(mine('ck1')).toEqual(['ck1/ship:unpack']);
+  });
+
   it('refuses a start whose child saga id would break the id rules, writing nothing', async () => {
     const { runtime } = await startSagas(db.pool, [order]);
     const id = 'x'.repeat(196);
