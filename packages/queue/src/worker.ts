@@ -250,7 +250,7 @@ export function createWorker(options: WorkerOptions): Worker {
   /** Claimed jobs waiting for a free slot, in claim order. */
   const buffered: RunningJob[] = [];
   const inflight = new Set<Promise<void>>();
-  /** Hand-off slots of completing transactions still open (see `HandOffSlot.room`); at most one per running job. */
+  /** Open completing transactions that may hand off (see `HandOffSlot.room`); one per job at most. */
   const handingOff = new Set<HandOffSlot>();
   let active = 0;
   let averageDurationMs: number | null = null;

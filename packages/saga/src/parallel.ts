@@ -54,8 +54,8 @@ const needsUndo = (spec: StepSpec, parentId: string, row: BranchRow) =>
  * parks the saga on the step, in one transaction. Branches' first jobs are handed to this
  * worker as far as it has room (the slot the group's job frees and its free ones: `HandOffSlot
  * .room`), to start at once with no claim in between; the rest are enqueued for any worker, so a
- * busy worker never holds branches that idle ones could run. A branch id already taken, or a branch's first job key held by another job, rolls it all
- * back and fails the step for good.
+ * busy worker never holds branches that idle ones could run. A branch id already taken, or a
+ * branch's first job key held by another job, rolls it all back and fails the step for good.
  */
 export async function enterParallel(
   e: Engine,

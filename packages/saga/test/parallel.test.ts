@@ -17,6 +17,11 @@ const db = await useTestDatabase();
 /** What every step, branch and compensation did, as `<sagaId>:<what>`. */
 const effects: string[] = [];
 const mine = (id: string) => effects.filter((e) => e.startsWith(`${id}:`));
+/** The compensations that ran for saga `id` (its branches' included), sorted. */
+const undone = (id: string) =>
+  mine(id)
+    .filter((e) => e.includes(':un'))
+    .sort();
 /** Branches that wait at their gate (`<sagaId>:<branch>`), so a test can act while they run. */
 const gates = new Map<string, () => void>();
 const open = async (key: string) => {
@@ -106,6 +111,15 @@ const checkout = defineSaga({ name: 'checkout', version: 1, input })
   });
 
 const branchIds = (id: string) => ['card', 'fraud', 'stock'].map((b) => `${id}/prepare/${b}`);
+
+/** A checkout whose `confirm` fails and whose branches in `brokenUndo` cannot be undone: failed. */
+async function failedOnUndo(id: string, brokenUndo: string) {
+  undoBroken = true;
+  const { runtime } = await startSagas(db.pool, [checkout]);
+  await runtime.start(checkout, { id, input: { id, fail: 'confirm', brokenUndo } });
+  expect((await settled(runtime, id)).status).toBe('failed');
+  return runtime;
+}
 
 describe('parallel branches', () => {
   it('runs the branches at the same time and completes the group with their outputs by name', async () => {
@@ -244,11 +258,7 @@ describe('parallel branches', () => {
     ]);
     const statuses = await Promise.all(branchIds('p4').map((id) => runtime.getSaga(id)));
     expect(statuses.map((s) => s?.status)).toEqual(['cancelled', 'completed', 'cancelled']);
-    expect(
-      mine('p4')
-        .filter((e) => e.includes(':un'))
-        .sort(),
-    ).toEqual(['p4:uncard', 'p4:unquote', 'p4:unstock R-p4']);
+    expect(undone('p4')).toEqual(['p4:uncard', 'p4:unquote', 'p4:unstock R-p4']);
   });
 
   it("a branch that cannot be undone fails the saga; the operator's retry of the saga retries that branch", async () => {
@@ -274,43 +284,22 @@ describe('parallel branches', () => {
     });
     const saga = await settled(runtime, 'p5', ['compensated']);
     expect(timeline(saga).slice(-2)).toEqual(['undo prepare:completed', 'undo quote:completed']);
-    expect(
-      mine('p5')
-        .filter((e) => e.includes(':un'))
-        .sort(),
-    ).toEqual(['p5:uncard', 'p5:unquote', 'p5:unstock R-p5']);
+    expect(undone('p5')).toEqual(['p5:uncard', 'p5:unquote', 'p5:unstock R-p5']);
   });
 
   it('one retryFailed retries every branch that could not be undone', async () => {
-    undoBroken = true;
-    const { runtime } = await startSagas(db.pool, [checkout]);
-    await runtime.start(checkout, {
-      id: 'p6',
-      input: { id: 'p6', fail: 'confirm', brokenUndo: 'card,stock' },
-    });
-    const failed = await settled(runtime, 'p6');
-    expect(failed.status).toBe('failed');
+    const runtime = await failedOnUndo('p6', 'card,stock');
     const branches = await Promise.all(branchIds('p6').map((id) => runtime.getSaga(id)));
     expect(branches.map((b) => b?.status)).toEqual(['failed', 'completed', 'failed']);
     undoBroken = false;
     expect(await runtime.retryFailed('p6')).toMatchObject({ retried: true, step: 'prepare' });
     const saga = await settled(runtime, 'p6', ['compensated']);
     expect(timeline(saga).slice(-2)).toEqual(['undo prepare:completed', 'undo quote:completed']);
-    expect(
-      mine('p6')
-        .filter((e) => e.includes(':un'))
-        .sort(),
-    ).toEqual(['p6:uncard', 'p6:unquote', 'p6:unstock R-p6']);
+    expect(undone('p6')).toEqual(['p6:uncard', 'p6:unquote', 'p6:unstock R-p6']);
   });
 
   it('retryFailed is retried only when every failed branch runs again, and names the refusal', async () => {
-    undoBroken = true;
-    const { runtime } = await startSagas(db.pool, [checkout]);
-    await runtime.start(checkout, {
-      id: 'p8',
-      input: { id: 'p8', fail: 'confirm', brokenUndo: 'card,stock' },
-    });
-    expect((await settled(runtime, 'p8')).status).toBe('failed');
+    const runtime = await failedOnUndo('p8', 'card,stock');
     // Retention removed the card branch's dead compensation job.
     const card = await runtime.getSaga('p8/prepare/card');
     const dead = card?.history.find((h) => h.kind === 'compensation' && h.status === 'failed');
@@ -353,11 +342,7 @@ describe('parallel branches', () => {
     undoBroken = false;
     expect(await runtime.retryFailed('p7')).toMatchObject({ retried: true });
     const saga = await settled(runtime, 'p7', ['compensated', 'cancelled']);
-    expect(
-      mine('p7')
-        .filter((e) => e.includes(':un'))
-        .sort(),
-    ).toEqual(['p7:uncard', 'p7:unquote', 'p7:unstock R-p7']);
+    expect(undone('p7')).toEqual(['p7:uncard', 'p7:unquote', 'p7:unstock R-p7']);
     expect(timeline(saga).at(-1)).toBe('undo quote:completed');
   });
 
@@ -625,5 +610,20 @@ describe('parallel branches', () => {
       `its child saga id "${id}/prepare/stock" (step "prepare") must be at most 200 characters, got 201`,
     );
     expect(await runtime.getSaga(id)).toBeNull();
+  });
+
+  it('fails the group for good, naming the branch id, when another saga took that id', async () => {
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    // A saga of its own whose id is what q1's stock branch would be.
+    await runtime.start(checkout, { id: 'q1/prepare/stock', input: { id: 'q1-other' } });
+    await runtime.start(checkout, { id: 'q1', input: { id: 'q1' } });
+    const saga = await settled(runtime, 'q1');
+    expect(saga.status).toBe('compensated');
+    expect(saga.error).toContain(
+      'parallel step "prepare": branch saga id "q1/prepare/stock" is already taken by another saga',
+    );
+    // Nothing of the group was left behind: its other branches rolled back with it.
+    expect(await runtime.getSaga('q1/prepare/card')).toBeNull();
+    expect(mine('q1')).toEqual(['q1:quote', 'q1:unquote']);
   });
 });
