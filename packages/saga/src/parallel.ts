@@ -39,7 +39,13 @@ import {
  * undone, the steps before the group compensate in reverse.
  */
 
-const ACTIVE: ReadonlySet<SagaStatus> = new Set(['queued', 'running', 'waiting', 'compensating']);
+/** A saga (a branch, a child) in one of these has not ended: its end is still to come. */
+export const ACTIVE: ReadonlySet<SagaStatus> = new Set([
+  'queued',
+  'running',
+  'waiting',
+  'compensating',
+]);
 
 const branchOf = (spec: StepSpec, parentId: string, row: BranchRow) =>
   spec.parallel!.branches.find((b) => branchIdOf(parentId, spec.name, b.name) === row.id);

@@ -39,7 +39,7 @@ import {
   UnknownSagaError,
 } from './errors.js';
 import { buildEntry } from './handlers.js';
-import { joinBranches } from './parallel.js';
+import { ACTIVE, joinBranches } from './parallel.js';
 import { createSagaMetrics, type SagaMetrics, type SagaMetricsOption } from './metrics.js';
 import { createReconciler, type Reconciler, type ReconcilerOptions } from './reconciler.js';
 import { readSaga, readSagas, type SagaList, type SagaListOptions, type SagaView } from './read.js';
@@ -141,9 +141,6 @@ export interface CancelResult {
   /** Why a cancel was not accepted: `finished`, `pivoted` or `compensating`. */
   reason?: 'finished' | 'pivoted' | 'compensating' | undefined;
 }
-
-/** A child or branch in these is being retried (or still runs): a retry of its parent waits. */
-const UNDOING: ReadonlySet<SagaStatus> = new Set(['running', 'waiting', 'compensating', 'queued']);
 
 export interface RetryResult {
   /**
@@ -622,7 +619,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           if (await lockBusy()) return { retried: false, step, kind, reason: 'lock_busy' };
           if (stuck.length === 0) {
             // A retry of a branch (this call's before, or one of the branch itself) still runs.
-            if (branches.some((b) => UNDOING.has(b.status))) {
+            if (branches.some((b) => ACTIVE.has(b.status))) {
               return { retried: false, step, kind, reason: 'in_progress' };
             }
             // All undone already (the last one's end found the key taken): go on from here.
@@ -649,7 +646,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           // Read without a lock: a retry of the child running now holds the child's row and
           // then wants this saga's, which this transaction holds.
           const child = (await runSql<{ status: SagaStatus }>(tx, selectSaga(childId))).rows[0];
-          if (child && UNDOING.has(child.status)) {
+          if (child && ACTIVE.has(child.status)) {
             return { retried: false, step, kind, reason: 'in_progress' };
           }
           if (child?.status === 'compensated' || child?.status === 'cancelled') {

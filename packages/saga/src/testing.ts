@@ -195,13 +195,12 @@ function problemsOf(saga: AnySagaDefinition, plan: Plan, run: CrashRun): string[
     );
     const expectedUndo = undoable.map((s) => s.name).reverse();
     // A branch that failed: its group undoes the other branches with a compensation first.
-    const group = plan.failing === null ? saga.steps.find((s) => s.name === plan.at) : undefined;
-    const siblings = group?.parallel?.branches.filter(
-      (b) => `${group.name}.${b.name}` !== plan.step && b.def.steps[0]!.role === 'compensatable',
+    const inBranch = plan.failing === null && plan.step !== plan.at;
+    const group = inBranch ? saga.steps.find((s) => s.name === plan.at)?.parallel : undefined;
+    const undoneSibling = group?.branches.some(
+      (b) => `${plan.at}.${b.name}` !== plan.step && b.def.steps[0]!.role === 'compensatable',
     );
-    if (group?.parallel && plan.step !== plan.at && siblings!.length > 0) {
-      expectedUndo.unshift(group.name);
-    }
+    if (undoneSibling) expectedUndo.unshift(plan.at);
     const undone = run.history
       .filter((h) => h.kind === 'compensation' && h.status === 'completed')
       .map((h) => h.step);
