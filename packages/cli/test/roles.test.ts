@@ -54,6 +54,18 @@ async function admin(sql: string, url = adminUrl) {
 const created: string[] = [];
 afterAll(async () => {
   await Promise.all(pools.splice(0).map((p) => p.end().catch(() => {})));
+  // pool.end() resolves before its clients' sockets have closed: dropping a database then
+  // terminates a backend whose client is still saying goodbye, which surfaced once in CI as an
+  // unhandled 57P01. Wait for this file's roles to have no backends left first.
+  const names = Object.values(roles)
+    .map((r) => `'${r}'`)
+    .join(', ');
+  await waitFor(
+    async () =>
+      (await admin(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE usename IN (${names})`))
+        .rows[0].n === 0 || null,
+    { what: "the roles' connections to close", timeoutMs: 10_000 },
+  ).catch(() => {});
   try {
     for (const name of created) await dropDatabase(adminUrl, name);
   } finally {
