@@ -155,6 +155,36 @@ function toStepRecord(h: HistoryRow, job: JobState | undefined): StepRecord {
 }
 
 /**
+ * The history rows with the step the saga is on: its row is written when it ends (or waits, or an
+ * attempt fails), so until then it is shown from the saga's pointer, as reached and `pending`
+ * (its job, read next, may show it running).
+ */
+function withCurrent<R extends HistoryRow>(
+  saga: SagaReadRow,
+  rows: readonly R[],
+  extra: Omit<R, keyof HistoryRow>,
+): R[] {
+  const step = saga.current_step;
+  const kind = saga.current_kind;
+  if (step === null || kind === null || rows.some((r) => r.step === step && r.kind === kind)) {
+    return [...rows];
+  }
+  const current: HistoryRow = {
+    step,
+    kind,
+    status: 'pending',
+    attempts: 0,
+    job_id: saga.current_job_id,
+    output: null,
+    error: null,
+    created_at: saga.current_since ?? saga.updated_at,
+    started_at: null,
+    finished_at: null,
+  };
+  return [...rows, { ...current, ...extra } as R];
+}
+
+/**
  * The history rows, with the jobs behind those still in progress read in one more statement (none
  * when every step has ended).
  */
@@ -177,7 +207,7 @@ export async function readSaga(pool: pg.Pool, id: string): Promise<SagaView | nu
   return {
     ...toSummary(row),
     input: row.input,
-    history: await toStepRecords(pool, history.rows),
+    history: await toStepRecords(pool, withCurrent(row, history.rows, {})),
     signals: signals.rows.map((s) => ({
       name: s.name,
       payload: s.payload,
@@ -269,9 +299,18 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
   }
   const sagas = page.map(toSummary);
   if (options.history && sagas.length > 0) {
-    const { rows: steps } = await runSql<HistoryRow & { saga_id: string }>(
+    const { rows: found } = await runSql<HistoryRow & { saga_id: string }>(
       pool,
       selectHistories(sagas.map((s) => s.id)),
+    );
+    const rowsOf = new Map<string, (HistoryRow & { saga_id: string })[]>();
+    for (const r of found) {
+      const list = rowsOf.get(r.saga_id);
+      if (list) list.push(r);
+      else rowsOf.set(r.saga_id, [r]);
+    }
+    const steps = page.flatMap((saga) =>
+      withCurrent(saga, rowsOf.get(saga.id) ?? [], { saga_id: saga.id }),
     );
     const records = await toStepRecords(pool, steps);
     const bySaga = new Map<string, StepRecord[]>(sagas.map((s) => [s.id, []]));

@@ -633,7 +633,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         }
         // A step before the pivot that failed made the saga compensate, not fail: a failed saga
         // with only such a step failed for another reason, which a retry would not mend.
-        if (!failed || failed.job_id === null || (failed.kind === 'step' && !saga.pivoted)) {
+        if (!failed || (failed.kind === 'step' && !saga.pivoted)) {
           return { retried: false, reason: 'no_failed_step' };
         }
         const { step, kind } = failed;
@@ -657,6 +657,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           retryChildren = [childId];
           return { retried: false, step, kind };
         }
+        // A child's compensation has no job of its own (the parent waits on the child, pointing
+        // at no job); every other failed step or compensation names the job a retry reruns.
+        if (failed.job_id === null) return { retried: false, reason: 'no_failed_step' };
         const spec = entry.steps.find((s) => s.name === step);
         if (kind === 'step' && spec?.wait) {
           // A wait after the pivot that timed out: back to waiting (with no timeout now), and

@@ -52,9 +52,11 @@ export const sagaStepKind = skiplock.enum('saga_step_kind', ['step', 'compensati
 
 /**
  * Step (and compensation) lifecycle:
- * - `pending`   its job is queued and no attempt has ended (nothing is written when an attempt
- *               starts: `getSaga` reports a step whose job is being worked on as `running`,
- *               with the job's attempt and claim time)
+ * - `pending`   its job is queued and no attempt has ended. Such a step has no row unless a
+ *               compensation was re-entered or an operator's retry reopened it: a row is
+ *               written when the step ends, starts waiting or an attempt fails, and `getSaga`
+ *               shows the step the saga is on from its pointer (`current_since`, the job), as
+ *               `running` while its job is worked on, with the job's attempt and claim time
  * - `running`   an attempt failed and another is due; `attempts` counts the attempts that
  *               ended, `error` holds the last failed one
  * - `waiting`   a wait step found no signal yet and waits for it
@@ -89,6 +91,13 @@ export const sagas = skiplock.table(
     currentKind: sagaStepKind('current_kind'),
     /** The queue job of the current step or compensation; the reconciler watches it. */
     currentJobId: bigint('current_job_id', { mode: 'bigint' }),
+    /**
+     * When the saga reached its current step or compensation. A step's history row is written
+     * when the step ends (or waits, or an attempt fails), not when it is reached: until then
+     * `getSaga` shows the step from this pointer and its job, and the row takes its `created_at`
+     * from here. Set by the same HOT update that moves the pointer.
+     */
+    currentSince: timestamp('current_since', { withTimezone: true }),
     /** Set once the pivot step completed: from then on the saga can no longer compensate. */
     pivoted: boolean('pivoted').notNull().default(false),
     /** `cancel()` arrived while a step was running; acted on when that step settles. */
@@ -148,7 +157,7 @@ export const sagas = skiplock.table(
 export const sagaSteps = skiplock.table(
   'saga_steps',
   {
-    /** Orders the history: rows are created in the order the saga reached them. */
+    /** Orders the history: a row is created when its step ends (or waits, or an attempt fails), which for the steps of one saga is the order it reached them. */
     id: bigserial('id', { mode: 'bigint' }).primaryKey(),
     sagaId: text('saga_id')
       .notNull()

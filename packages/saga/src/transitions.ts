@@ -476,7 +476,7 @@ export async function resumeParent(
         ...key,
         id: parent.id,
         status: 'compensating' as const,
-        jobId: failed.job_id!,
+        jobId: failed.job_id,
       };
       await e.sql(tx, reopenSaga(reopen));
       await e.sql(tx, settleStep({ ...key, status: 'completed' }));

@@ -44,6 +44,7 @@ describe('saga migrations', () => {
         'saga/0002_sagas_trace_context',
         'saga/0003_saga_lock_key',
         'saga/0004_saga_children',
+        'saga/0005_sagas_current_since',
       ]);
       expect(await sagaTables(url)).toEqual([
         'saga_migrations',
@@ -78,6 +79,7 @@ describe('saga migrations', () => {
         'saga/0002_sagas_trace_context',
         'saga/0003_saga_lock_key',
         'saga/0004_saga_children',
+        'saga/0005_sagas_current_since',
       ]);
       const check = new pg.Client({ connectionString: url });
       await check.connect();

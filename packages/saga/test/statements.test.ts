@@ -84,6 +84,17 @@ describe('the cost of a saga step', () => {
     expect(during.history[1]).toMatchObject({ step: 'wait-here', status: 'running', attempts: 1 });
     expect(during.history[1]!.startedAt).not.toBeNull();
     expect(during.history[1]!.finishedAt).toBeNull();
+    expect(during.history[1]!.jobId).toBe(during.currentJobId);
+    expect(during.history[1]!.startedAt!.getTime()).toBeGreaterThanOrEqual(
+      during.history[1]!.createdAt.getTime(),
+    );
+    // Shown from the saga's pointer and its job: the step's row is written only at its end.
+    const rows = await db.pool.query(
+      `SELECT step FROM skiplock.saga_steps WHERE saga_id = 'slow-1' ORDER BY id`,
+    );
+    expect(rows.rows).toEqual([{ step: 'first' }]);
+    const listed = await runtime.listSagas({ name: 'slow', history: true });
+    expect(listed.sagas[0]!.history).toEqual(during.history);
     release();
     const done = await settled(runtime, 'slow-1');
     expect(done.history[1]).toMatchObject({ status: 'completed', output: { done: true } });
@@ -96,17 +107,19 @@ describe('the cost of a saga step', () => {
     );
   });
 
-  it("moves the saga row's pointer with HOT updates, and updates each history row once", async () => {
+  it("moves the saga row's pointer with HOT updates, and writes each history row once", async () => {
     const hot = defineSaga({ name: 'hot', version: 1, input: z.object({}) })
       .step('a', { ...fast, run: () => 1 })
       .step('b', { ...fast, run: () => 2 })
       .step('c', { ...fast, run: () => 3 });
     const counters = async () =>
       (
-        await db.pool.query<{ upd: number; hot: number; steps: number }>(
+        await db.pool.query<{ upd: number; hot: number; steps: number; stepIns: number }>(
           `SELECT n_tup_upd::int AS upd, n_tup_hot_upd::int AS hot,
                   (SELECT n_tup_upd::int FROM pg_stat_user_tables
-                   WHERE relid = 'skiplock.saga_steps'::regclass) AS steps
+                   WHERE relid = 'skiplock.saga_steps'::regclass) AS steps,
+                  (SELECT n_tup_ins::int FROM pg_stat_user_tables
+                   WHERE relid = 'skiplock.saga_steps'::regclass) AS "stepIns"
            FROM pg_stat_user_tables WHERE relid = 'skiplock.sagas'::regclass`,
         )
       ).rows[0]!;
@@ -131,8 +144,10 @@ describe('the cost of a saga step', () => {
       { what: 'the saga row updates to reach pg_stat_user_tables', timeoutMs: 10_000 },
     );
     expect(after.hot - before.hot).toBeGreaterThanOrEqual(3 * ids.length);
-    // Each step's history row is written when it opens and once when it ends; nothing marks an
-    // attempt started (the job row shows that), which was one more update per step.
-    expect(after.steps - before.steps).toBe(3 * ids.length);
+    // Each step's history row is written once, when the step ends: not when the saga reaches it
+    // (an insert, then an update at its end) and not when an attempt starts (the job row shows
+    // that; one more update per step).
+    expect(after.stepIns - before.stepIns).toBe(3 * ids.length);
+    expect(after.steps - before.steps).toBe(0);
   });
 });

@@ -10,6 +10,8 @@ export interface SagaReadRow {
   current_step: string | null;
   current_kind: 'step' | 'compensation' | null;
   current_job_id: string | null;
+  /** When the saga reached its current step (see the schema's `currentSince`). */
+  current_since: Date | null;
   pivoted: boolean;
   cancel_requested: boolean;
   deadline: Date | null;
@@ -26,7 +28,7 @@ export interface SagaReadRow {
 
 const readColumns = sql`
   id, name, version, status, input, current_step, current_kind, current_job_id::text AS current_job_id,
-  pivoted, cancel_requested, deadline, error, created_at, updated_at, finished_at, lock_key,
+  current_since, pivoted, cancel_requested, deadline, error, created_at, updated_at, finished_at, lock_key,
   parent_id, parent_step, created_at::text AS created_key`;
 
 export function selectSaga(id: string) {

@@ -1,6 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { SagaStatus, SagaStepKind } from '../schema.js';
-import { settleSet, type AttemptMark } from './steps.js';
+import { settleStep, stepRow, type AttemptMark } from './steps.js';
 
 /** A saga row as the runtime needs it under its row lock. */
 export interface SagaRow {
@@ -131,9 +131,10 @@ export function lockSagaOfJob(sagaId: string | null, jobId: string) {
  * saga on, or calls the job stale; a saga that moved on has its history left untouched.
  *
  * The settle's snapshot is taken before the lock wait, which is safe: the attempt-error record
- * can change the same history row without the saga lock, but READ COMMITTED
- * re-evaluates a row updated since the snapshot against its newest version, and the conditions
- * on the saga row (held locked here) cannot change meanwhile.
+ * can insert or change the same history row without the saga lock, but the insert's conflict
+ * check sees a row inserted since the snapshot (it waits for an insert in progress), READ
+ * COMMITTED updates the newest version of a row changed since, and the conditions on the saga
+ * row (held locked here) cannot change meanwhile.
  */
 export function lockAndComplete(p: {
   sagaId: string;
@@ -143,26 +144,28 @@ export function lockAndComplete(p: {
   outputJson?: string | null | undefined;
   attempt: AttemptMark;
 }) {
+  const settle = settleStep(
+    { ...p, status: 'completed', outputJson: p.outputJson, attempt: p.attempt },
+    {
+      source: sql`${stepRow(p)} CROSS JOIN s`,
+      where: sql`s.status = ${p.status}::skiplock.saga_status AND s.current_step = ${p.step}
+                 AND s.current_kind = ${p.kind}::skiplock.saga_step_kind`,
+    },
+  );
   return sql`
     WITH s AS (
-      SELECT ${sagaRowColumns} FROM skiplock.sagas WHERE id = ${p.sagaId} FOR UPDATE
+      SELECT ${sagaRowColumns}, current_since FROM skiplock.sagas WHERE id = ${p.sagaId} FOR UPDATE
     ),
-    settled AS (
-      UPDATE skiplock.saga_steps st
-      SET ${settleSet({ status: 'completed', outputJson: p.outputJson, attempt: p.attempt })}
-      FROM s
-      WHERE st.saga_id = ${p.sagaId} AND st.step = ${p.step}
-        AND st.kind = ${p.kind}::skiplock.saga_step_kind
-        AND s.status = ${p.status}::skiplock.saga_status AND s.current_step = ${p.step}
-        AND s.current_kind = ${p.kind}::skiplock.saga_step_kind
-    )
+    settled AS (${settle})
     SELECT * FROM s`;
 }
 
 /**
- * Opens the history row of the next step or compensation (`pending`, with its job) and points
- * the saga at it, in one round trip. A row left by an earlier pass (a compensation re-entered)
- * is reset to `pending` with the new job.
+ * Points the saga at its next step or compensation (with its job) in one HOT update. No history
+ * row is written here: the step's row is written when it ends (see `upsertHistory` in
+ * `sql/steps.ts`; 3-step saga: 21.3 -> 18.3 rows written per saga); until then `getSaga` shows it
+ * from this pointer. A row left by an earlier pass (a compensation re-entered) is reset to
+ * `pending` with the new job, in the same round trip.
  */
 export function enterRow(p: {
   id: string;
@@ -174,15 +177,14 @@ export function enterRow(p: {
 }) {
   return sql`
     WITH history AS (
-      INSERT INTO skiplock.saga_steps (saga_id, step, kind, status, job_id)
-      VALUES (${p.id}, ${p.step}, ${p.kind}::skiplock.saga_step_kind, 'pending', ${p.jobId}::bigint)
-      ON CONFLICT (saga_id, kind, step) DO UPDATE
-      SET status = 'pending', job_id = excluded.job_id, updated_at = now()
+      UPDATE skiplock.saga_steps
+      SET status = 'pending', job_id = ${p.jobId}::bigint, updated_at = now()
+      WHERE saga_id = ${p.id} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
     )
     UPDATE skiplock.sagas
     SET status = ${p.status}::skiplock.saga_status, current_step = ${p.step},
         current_kind = ${p.kind}::skiplock.saga_step_kind, current_job_id = ${p.jobId}::bigint,
-        updated_at = now()
+        current_since = now(), updated_at = now()
     WHERE id = ${p.id}`;
 }
 
@@ -223,7 +225,7 @@ export function finishSaga(id: string, status: SagaStatus, error: string | null 
   return sql`
     UPDATE skiplock.sagas
     SET status = ${status}::skiplock.saga_status, current_step = NULL, current_kind = NULL,
-        current_job_id = NULL, error = CASE WHEN ${error === undefined} THEN error ELSE ${error ?? null} END,
+        current_job_id = NULL, current_since = NULL, error = CASE WHEN ${error === undefined} THEN error ELSE ${error ?? null} END,
         finished_at = now(), updated_at = now()
     WHERE id = ${id}
     RETURNING id, name, error, lock_key, parent_id, parent_step`;
@@ -253,7 +255,7 @@ export function reopenSaga(p: {
     UPDATE skiplock.sagas
     SET status = ${p.status}::skiplock.saga_status, current_step = ${p.step},
         current_kind = ${p.kind}::skiplock.saga_step_kind, current_job_id = ${p.jobId}::bigint,
-        error = NULL, finished_at = NULL, updated_at = now()
+        current_since = now(), error = NULL, finished_at = NULL, updated_at = now()
     WHERE id = ${p.id} AND status = 'failed'`;
 }
 

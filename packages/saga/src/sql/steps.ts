@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import type { SagaStepKind, SagaStepStatus } from '../schema.js';
 
 /** Longest error message kept on a saga or step row. */
@@ -20,36 +20,94 @@ export type AttemptMark =
   /** When only the job knows (its last claim, read through the queue's engine): a dead job. */
   | { attempt: number; startedAt: Date | null };
 
-const attemptSet = (a: AttemptMark) => {
-  // Never after the transaction's start, which is what `finished_at` records: a wait for the saga
-  // row's lock would otherwise put the start after the finish.
-  const start =
-    'startedAgoMs' in a
-      ? sql`least(clock_timestamp() - ${a.startedAgoMs}::float8 * interval '1 millisecond', now())`
-      : sql`${a.startedAt}::timestamptz`;
-  return sql`
-    attempts = greatest(attempts, ${a.attempt}), started_at = coalesce(started_at, ${start}),`;
-};
+// Never after the transaction's start, which is what `finished_at` records: a wait for the saga
+// row's lock would otherwise put the start after the finish.
+const attemptStart = (a: AttemptMark) =>
+  'startedAgoMs' in a
+    ? sql`least(clock_timestamp() - ${a.startedAgoMs}::float8 * interval '1 millisecond', now())`
+    : sql`${a.startedAt}::timestamptz`;
 
-/** Keeps the last failed attempt's error on a step still in progress (history only). */
-export function recordAttemptError(p: {
+const attemptSet = (a: AttemptMark) => sql`
+  attempts = greatest(st.attempts, ${a.attempt}), started_at = coalesce(st.started_at, ${attemptStart(a)}),`;
+
+/** A step's history row: one per saga, kind and step. */
+export interface StepKey {
   sagaId: string;
   step: string;
   kind: SagaStepKind;
-  message: string;
-  attempt: AttemptMark;
-}) {
-  return sql`
-    UPDATE skiplock.saga_steps
-    SET status = 'running', ${attemptSet(p.attempt)} error = ${clip(p.message)}, updated_at = now()
-    WHERE saga_id = ${p.sagaId} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
-      AND status IN ('pending', 'running')`;
 }
 
-export interface SettleParams {
-  sagaId: string;
-  step: string;
-  kind: SagaStepKind;
+/** The step as a one-row relation `k`, the row a new history row is made of. */
+export const stepRow = (k: StepKey) => sql`
+  (SELECT ${k.sagaId}::text AS saga_id, ${k.step}::text AS step,
+          ${k.kind}::skiplock.saga_step_kind AS kind) AS k`;
+
+/**
+ * The step with its saga as `s` while the saga is still on it (its pointer names it), where a new
+ * history row takes its job and creation time from; else `s` is all NULL (no job, created now).
+ */
+const pointerAt = (k: StepKey) => sql`
+  ${stepRow(k)} LEFT JOIN skiplock.sagas s
+    ON s.id = k.saga_id AND s.current_step = k.step AND s.current_kind = k.kind`;
+
+/**
+ * Writes a step's history row: inserts it when the step has none yet, else updates it with
+ * `update`. A step's row is written when the step ends, starts waiting or an attempt fails, not
+ * when the saga reaches it: until then `getSaga` shows the step from the saga's pointer and its
+ * job (as it already showed an attempt in progress), so a step costs one row write where it cost
+ * an insert and an update. `source` is a FROM list with the step as `k` and its saga row as `s`
+ * (see `pointerAt`); `where` filters it.
+ */
+function upsertHistory(p: {
+  source: SQL;
+  where?: SQL | undefined;
+  insert: {
+    status: SQL;
+    attempts: SQL;
+    output: SQL;
+    error: SQL;
+    startedAt: SQL;
+    finishedAt: SQL;
+  };
+  update: SQL;
+  /** Only rows this condition holds for are updated on conflict. */
+  updateWhere?: SQL | undefined;
+}) {
+  const i = p.insert;
+  return sql`
+    INSERT INTO skiplock.saga_steps AS st (saga_id, step, kind, status, attempts, job_id, output,
+                                           error, created_at, started_at, finished_at)
+    SELECT k.saga_id, k.step, k.kind, ${i.status}, ${i.attempts}, s.current_job_id::bigint,
+           ${i.output},
+           ${i.error}, coalesce(s.current_since, now()), ${i.startedAt}, ${i.finishedAt}
+    FROM ${p.source} ${p.where ? sql`WHERE ${p.where}` : sql``}
+    ON CONFLICT (saga_id, kind, step) DO UPDATE SET ${p.update}
+    ${p.updateWhere ? sql`WHERE ${p.updateWhere}` : sql``}`;
+}
+
+/**
+ * Keeps the last failed attempt's error on a step still in progress (history only). Written
+ * without the saga's lock, so a new row is written only while the saga is still on the step,
+ * and an ended row is left as it is.
+ */
+export function recordAttemptError(p: StepKey & { message: string; attempt: AttemptMark }) {
+  return upsertHistory({
+    source: pointerAt(p),
+    where: sql`s.status IN ('running', 'compensating')`,
+    insert: {
+      status: sql`'running'::skiplock.saga_step_status`,
+      attempts: sql`${p.attempt.attempt}::int`,
+      output: sql`NULL::jsonb`,
+      error: sql`${clip(p.message)}::text`,
+      startedAt: attemptStart(p.attempt),
+      finishedAt: sql`NULL::timestamptz`,
+    },
+    update: sql`status = 'running', ${attemptSet(p.attempt)} error = ${clip(p.message)}, updated_at = now()`,
+    updateWhere: sql`st.status IN ('pending', 'running')`,
+  });
+}
+
+export interface SettleParams extends StepKey {
   status: SagaStepStatus;
   outputJson?: string | null | undefined;
   error?: string | null | undefined;
@@ -57,21 +115,37 @@ export interface SettleParams {
   attempt?: AttemptMark | undefined;
 }
 
-/** The SET list that settles a step row; shared with the fenced completion in `sql/sagas.ts`. */
-export function settleSet(p: Omit<SettleParams, 'sagaId' | 'step' | 'kind'>) {
+/** The SET list that settles an existing step row. */
+function settleSet(p: Omit<SettleParams, keyof StepKey>) {
   return sql`
     status = ${p.status}::skiplock.saga_step_status, ${p.attempt ? attemptSet(p.attempt) : sql``}
-    output = coalesce(${p.outputJson ?? null}::jsonb, output),
+    output = coalesce(${p.outputJson ?? null}::jsonb, st.output),
     error = ${p.error === undefined || p.error === null ? null : clip(p.error)},
     finished_at = CASE WHEN ${p.status} IN ('completed', 'failed', 'cancelled')
-                       THEN now() ELSE finished_at END,
+                       THEN now() ELSE st.finished_at END,
     updated_at = now()`;
 }
 
-export function settleStep(p: SettleParams) {
-  return sql`
-    UPDATE skiplock.saga_steps SET ${settleSet(p)}
-    WHERE saga_id = ${p.sagaId} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind`;
+/**
+ * Settles a step's history row, inserting it when the step has none (see `upsertHistory`). `from`
+ * replaces the step's saga found by its pointer: the fenced completion in `sql/sagas.ts` passes
+ * its locked saga row, with the condition that it is still on the step.
+ */
+export function settleStep(p: SettleParams, from?: { source: SQL; where: SQL }) {
+  const terminal = ['completed', 'failed', 'cancelled'].includes(p.status);
+  return upsertHistory({
+    source: from?.source ?? pointerAt(p),
+    where: from?.where,
+    insert: {
+      status: sql`${p.status}::skiplock.saga_step_status`,
+      attempts: sql`${p.attempt?.attempt ?? 0}::int`,
+      output: sql`${p.outputJson ?? null}::jsonb`,
+      error: sql`${p.error === undefined || p.error === null ? null : clip(p.error)}::text`,
+      startedAt: p.attempt ? attemptStart(p.attempt) : sql`NULL::timestamptz`,
+      finishedAt: terminal ? sql`now()` : sql`NULL::timestamptz`,
+    },
+    update: settleSet(p),
+  });
 }
 
 /** Outputs of a saga's completed steps, for the context of later steps and compensations. */
