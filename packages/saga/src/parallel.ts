@@ -199,13 +199,15 @@ export async function undoBranches(
     if (from === 'compensation') await e.sql(tx, settleStep({ ...key, status: 'completed' }));
     return compensateNext(e, tx, entry, parent, spec.index);
   }
-  // First: a branch's end may move the saga on within this very transaction.
-  await e.sql(
-    tx,
-    from === 'step'
-      ? enterRow({ ...key, id: parent.id, status: 'compensating', jobId: null })
-      : clearCurrentJob(parent.id),
-  );
+  // First: a branch's end may move the saga on within this very transaction. Undoing from a
+  // compensation job, its row keeps the job (the pointer lets go of it); the last undone branch
+  // settles it.
+  if (from === 'step') {
+    await e.sql(tx, enterRow({ ...key, id: parent.id, status: 'compensating', jobId: null }));
+  } else {
+    await e.sql(tx, settleStep({ ...key, status: 'pending' }));
+    await e.sql(tx, clearCurrentJob(parent.id));
+  }
   // Every completed branch is undone, even beside one that is failed (say, a cancelled branch
   // whose own undo failed): the last of them to end fails the saga then (`joinBranches`), so an
   // operator's retry finds only the failed one left to mend.

@@ -89,6 +89,12 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     const attempt = job && { attempt: job.attempts, startedAt: job.lockedAt };
     let transition: Transition;
     if (!entry) {
+      // The step it was on ends failed too, so the history keeps it (and its job).
+      const kind = saga.current_kind ?? 'step';
+      await runSql(
+        tx,
+        settleStep({ sagaId: saga.id, step, kind, status: 'failed', error: why, attempt }),
+      );
       transition = await failSaga(
         e,
         tx,

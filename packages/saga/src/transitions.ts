@@ -552,6 +552,9 @@ export async function compensateChild(
   const childEntry = e.entries.get(entryKey(child.name, child.version))!;
   const reason = `parent saga "${parent.id}" compensates: ${parent.error ?? 'compensating'}`;
   // First: the child's end may move the parent on within this very transaction.
+  // The compensation's row keeps its job (the pointer lets go of it next); the child's end
+  // settles it.
+  await e.sql(tx, settleStep({ ...key, status: 'pending' }));
   await e.sql(tx, clearCurrentJob(parent.id));
   await e.sql(tx, reopenForCompensation(id, reason.slice(0, 2_000)));
   const reopened = { ...child, status: 'compensating' as const, cancel_requested: false };

@@ -313,6 +313,15 @@ describe('child sagas', () => {
     expect(failed.error).toMatch(
       /compensation of "ship" failed: child saga "cr\/ship" ended failed/,
     );
+    // Its compensation's record keeps the job that started the child's undo.
+    expect(failed.history).toContainEqual(
+      expect.objectContaining({
+        step: 'ship',
+        kind: 'compensation',
+        status: 'failed',
+        jobId: expect.stringMatching(/^\d+$/),
+      }),
+    );
     // The operator mends the warehouse and retries the parent: the child's compensation runs again.
     undoBroken = false;
     expect(await runtime.retryFailed('cr')).toMatchObject({

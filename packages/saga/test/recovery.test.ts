@@ -74,6 +74,10 @@ describe('versions', () => {
     expect(saga?.error).toMatch(
       /^job \d+ is dead: unknown_type: .*; no runtime here knows saga "ver" version 1$/,
     );
+    // The step it was on stays in the history, failed, with its job.
+    expect(saga?.history).toEqual([
+      expect.objectContaining({ step: 'a', kind: 'step', status: 'failed', jobId }),
+    ]);
     expect((await runtime.reconciler.runOnce()).reconciled).toBe(0);
     await starter.close();
   });

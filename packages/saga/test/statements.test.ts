@@ -1,10 +1,13 @@
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineSaga } from '../src/index.js';
+import { runSql } from '@skiplock/queue/engine';
+import { createSagaRuntime, defineSaga } from '../src/index.js';
+import { lockSaga } from '../src/sql/sagas.js';
+import { recordAttemptError, settleStep } from '../src/sql/steps.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { fast, settled, startSagas } from './fixtures.js';
+import { fast, settled, silent, startSagas } from './fixtures.js';
 
 const db = await useTestDatabase();
 
@@ -149,5 +152,54 @@ describe('the cost of a saga step', () => {
     // that; one more update per step).
     expect(after.stepIns - before.stepIns).toBe(3 * ids.length);
     expect(after.steps - before.steps).toBe(0);
+  });
+
+  it("records an attempt's error beside a transaction that holds the saga and writes the same row, without a deadlock", async () => {
+    const one = defineSaga({ name: 'one', version: 1, input: z.object({}) }).step('x', {
+      ...fast,
+      run: () => 1,
+    });
+    // No worker: the saga stays on step x, whose history row does not exist yet.
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [one], logger: silent });
+    await runtime.start(one, { id: 'race-1', input: {} });
+    const holder = await db.pool.connect();
+    try {
+      // The dead job's hook: holds the saga, and ends the step failed (inserting its row).
+      await holder.query('BEGIN');
+      await runSql(holder, lockSaga('race-1'));
+      // Meanwhile the attempt's own error record, on the pool, without the saga's lock.
+      const attempt = { attempt: 1, startedAgoMs: 5 };
+      const recorded = runSql(
+        db.pool,
+        recordAttemptError({ sagaId: 'race-1', step: 'x', kind: 'step', message: 'boom', attempt }),
+      );
+      // Let the record reach the database and block there, as it does in the race.
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT 1 FROM pg_stat_activity
+               WHERE wait_event_type = 'Lock' AND query LIKE '%saga_steps%'`,
+            )
+          ).rowCount === 1 || null,
+        { what: 'the attempt error record to wait for the saga row' },
+      );
+      await runSql(
+        holder,
+        settleStep({ sagaId: 'race-1', step: 'x', kind: 'step', status: 'failed', error: 'dead' }),
+      );
+      await holder.query('COMMIT');
+      // Before, the record inserted the row first and its foreign key check then waited for the
+      // holder, whose insert of the same row waited for it: PostgreSQL aborted one (40P01).
+      await recorded;
+    } finally {
+      holder.release();
+    }
+    const rows = await db.pool.query(
+      `SELECT status::text, error FROM skiplock.saga_steps WHERE saga_id = 'race-1'`,
+    );
+    // The ended row stays as its end wrote it.
+    expect(rows.rows).toEqual([{ status: 'failed', error: 'dead' }]);
+    await runtime.close();
   });
 });

@@ -72,6 +72,8 @@ function upsertHistory(p: {
   update: SQL;
   /** Only rows this condition holds for are updated on conflict. */
   updateWhere?: SQL | undefined;
+  /** A locking clause for `source`'s rows. */
+  lock?: SQL | undefined;
 }) {
   const i = p.insert;
   return sql`
@@ -80,7 +82,7 @@ function upsertHistory(p: {
     SELECT k.saga_id, k.step, k.kind, ${i.status}, ${i.attempts}, s.current_job_id::bigint,
            ${i.output},
            ${i.error}, coalesce(s.current_since, now()), ${i.startedAt}, ${i.finishedAt}
-    FROM ${p.source} ${p.where ? sql`WHERE ${p.where}` : sql``}
+    FROM ${p.source} ${p.where ? sql`WHERE ${p.where}` : sql``} ${p.lock ?? sql``}
     ON CONFLICT (saga_id, kind, step) DO UPDATE SET ${p.update}
     ${p.updateWhere ? sql`WHERE ${p.updateWhere}` : sql``}`;
 }
@@ -88,12 +90,17 @@ function upsertHistory(p: {
 /**
  * Keeps the last failed attempt's error on a step still in progress (history only). Written
  * without the saga's lock, so a new row is written only while the saga is still on the step,
- * and an ended row is left as it is.
+ * and an ended row is left as it is. It first takes a key-share lock on the saga row, which the
+ * new row's foreign key check would take anyway, but after the insert: holding the row while it
+ * waited for a transaction that holds the saga's lock and settles this same row (a dead job's
+ * hook, a completion) deadlocked the two. Now it waits for that one and sees what it wrote.
  */
 export function recordAttemptError(p: StepKey & { message: string; attempt: AttemptMark }) {
   return upsertHistory({
-    source: pointerAt(p),
+    source: sql`${stepRow(p)} JOIN skiplock.sagas s
+      ON s.id = k.saga_id AND s.current_step = k.step AND s.current_kind = k.kind`,
     where: sql`s.status IN ('running', 'compensating')`,
+    lock: sql`FOR KEY SHARE OF s`,
     insert: {
       status: sql`'running'::skiplock.saga_step_status`,
       attempts: sql`${p.attempt.attempt}::int`,
