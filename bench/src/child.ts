@@ -9,7 +9,7 @@ import { runRelayTask } from './relay-child.js';
 import { billingInput } from './sagas/billing.js';
 import { sagaSystem } from './sagas/index.js';
 import { queueSystem } from './systems/index.js';
-import { chunks, wallClockMs, type Payload } from './systems/types.js';
+import { chunks, sharedClockMs, type Payload } from './systems/types.js';
 
 /**
  * One benchmark process: a worker or a producer of one queue system, driven by the parent over
@@ -111,7 +111,7 @@ async function main(task: ChildTask): Promise<void> {
     onJob: (payload) => {
       handled += 1;
       if (task.latency && latencies.length < MAX_LATENCY_SAMPLES) {
-        latencies.push(wallClockMs() - payload.t);
+        latencies.push(sharedClockMs() - payload.t);
       }
     },
   });

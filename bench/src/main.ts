@@ -177,7 +177,7 @@ async function main(): Promise<void> {
         columns: { p95Ms: 'p95 ms', p99Ms: 'p99 ms' },
         rows: [],
         notes: [
-          `${plan.latencyJobs} measured jobs after ${plan.latencyWarmup} warm-up jobs; enqueue-to-handler-start across processes on one clock (performance.timeOrigin + now()).`,
+          `${plan.latencyJobs} measured jobs after ${plan.latencyWarmup} warm-up jobs; enqueue-to-handler-start across processes on one clock (the system's monotonic clock, process.hrtime).`,
           'pg-boss has no wake-up on enqueue; its workers poll at the 0.5 s minimum.',
           'skiplock (listen: false) is the setting for PgBouncer in transaction mode: no LISTEN connection, the worker polls every 1 s ± 25% (its default pollIntervalMs), so a job waits about half a poll interval.',
         ],

@@ -13,7 +13,7 @@ import {
 import { quantile } from '../stats.js';
 import { installedDatabase } from '../templates.js';
 import { queueSystem } from '../systems/index.js';
-import { wallClockMs, type Payload, type QueueSystem } from '../systems/types.js';
+import { sharedClockMs, type Payload, type QueueSystem } from '../systems/types.js';
 
 export interface RunContext {
   adminUrl: string;
@@ -246,7 +246,7 @@ export async function latencyRun(
         const due = start + i * interval;
         const wait = due - performance.now();
         if (wait > 0) await sleep(wait);
-        await producer.enqueue({ i, t: wallClockMs() });
+        await producer.enqueue({ i, t: sharedClockMs() });
       }
       const deadline = performance.now() + 10_000;
       while (child!.handled < total && performance.now() < deadline) await sleep(10);

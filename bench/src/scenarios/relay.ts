@@ -20,7 +20,7 @@ import {
 } from '../server.js';
 import { quantile } from '../stats.js';
 import { labelOf } from '../systems/labels.js';
-import { wallClockMs } from '../systems/types.js';
+import { sharedClockMs } from '../systems/types.js';
 import { installedDatabase } from '../templates.js';
 
 export interface RelayOptions {
@@ -270,7 +270,7 @@ async function latencyRun(
       producer = client;
       await client.connect();
       send = async (i) => {
-        const e = benchEvent(i, keys, wallClockMs());
+        const e = benchEvent(i, keys, sharedClockMs());
         await client.query('BEGIN');
         await publish(client, { topic: e.topic, key: e.key, payload: e.payload });
         sentAt[i] = performance.now();
@@ -281,7 +281,7 @@ async function latencyRun(
       direct = publisher;
       await publisher.publish([{ ...benchEvent(0, 1), topic: WARMUP_TOPIC }]).catch(() => {});
       send = async (i) => {
-        const e = benchEvent(i, keys, wallClockMs());
+        const e = benchEvent(i, keys, sharedClockMs());
         sentAt[i] = performance.now();
         await publisher.publish([e]);
       };
