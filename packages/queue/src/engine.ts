@@ -10,7 +10,7 @@
  */
 import type { Client } from './client.js';
 import { runSql, type Queryable } from './db.js';
-import type { AnyJobDefinition, JobContext } from './define.js';
+import type { AnyJobDefinition, DeadJobInfo, JobContext } from './define.js';
 import { ENQUEUE_LEASED, handOffSlotOf, type LeasedInsert } from './handoff.js';
 import type { JobStatus } from './schema.js';
 import {
@@ -163,7 +163,8 @@ export interface HandOffResult {
 
 /**
  * Enqueues the successor of the running job `ctx` in the transaction `tx` of its
- * `ctx.completeWith`. When the job's worker can take it (it runs that type and queue, is started,
+ * `ctx.completeWith`, or of a dead job in its `onDead` hook's transaction (`ctx` is then the
+ * hook's `DeadJobInfo`; only the worker that ran the job can hand off, not the sweeper). When the job's worker can take it (it runs that type and queue, is started,
  * and the chain of hand-offs is shorter than its `maxHandOffs`), the job is inserted already
  * claimed by that worker, which starts it as soon as `tx` commits, without a NOTIFY, a poll or a
  * claim; otherwise, or with `delayMs`, or for a type with a concurrency, rate or singleton key,
@@ -174,7 +175,7 @@ export interface HandOffResult {
 export async function enqueueHandedOff(
   client: Client,
   tx: Queryable,
-  ctx: JobContext,
+  ctx: JobContext | DeadJobInfo,
   definition: AnyJobDefinition,
   payload: unknown,
   options: { idempotencyKey?: string | undefined; delayMs?: number | undefined } = {},

@@ -8,7 +8,7 @@ import {
 import type pg from 'pg';
 import { runSql, withTransaction } from './db.js';
 import { namedStatement, withOwnTransaction, type StatementRunner } from './prepared.js';
-import type { AnyJobDefinition, JobContext, JobInfo } from './define.js';
+import type { AnyJobDefinition, DeadJobInfo, JobContext, JobInfo } from './define.js';
 import {
   InvalidPayloadError,
   JobTimeoutError,
@@ -481,16 +481,58 @@ async function settleFailure(
     return;
   }
   const definition = d.definitions.get(job.info.type);
-  const owned = await withRetry(d, async () => {
-    if (!definition?.onDead) return (await runSql(d.pool, write)).rowCount === 1;
-    return withTransaction(d.pool, (tx) =>
-      markDead(tx, write, definition, { ...job.info, reason: decision.reason, error: message }),
-    );
-  });
+  // The hook's transaction may hand its successor (a saga's compensation) to this worker, as a
+  // completing transaction does: it starts when the dead state commits, with no NOTIFY or claim.
+  const slot = definition?.onDead ? deadSlot(d, job) : null;
+  const info: DeadJobInfo & { [HAND_OFF]?: HandOffSlot } = {
+    ...job.info,
+    reason: decision.reason,
+    error: message,
+  };
+  if (slot) info[HAND_OFF] = slot;
+  let owned: boolean;
+  if (slot) d.handOff!.opened(slot);
+  try {
+    owned = await withRetry(d, async () => {
+      if (!definition?.onDead) return (await runSql(d.pool, write)).rowCount === 1;
+      return withTransaction(d.pool, (tx) => {
+        // Hand-offs inserted by a rolled-back try do not exist.
+        if (slot) slot.pending = [];
+        return markDead(tx, write, definition, info);
+      });
+    });
+    if (slot && owned) for (const row of slot.pending) d.handOff!.adopt(row, job.handOffDepth + 1);
+  } finally {
+    if (slot) {
+      d.handOff!.closed(slot);
+      slot.open = false;
+      slot.pending = [];
+    }
+  }
   if (!owned) return lockLost(d, job, durationMs);
   record(d, job, durationMs, 'dead', decision.reason);
   d.logger.warn({ ...fields, reason: decision.reason, err: message }, 'job is dead');
   d.events.emit('job:dead', { ...event, reason: decision.reason });
+}
+
+/**
+ * The hand-off slot of a dead job's hook transaction. Its handler is over and its slot already
+ * counted free (`handlerDone`), so its room is the worker's free slots not yet promised; its first
+ * hand-off is taken even without room and waits at the front of the buffer.
+ */
+function deadSlot(d: ExecutorDeps, job: RunningJob): HandOffSlot | null {
+  const handOff = d.handOff;
+  if (!handOff) return null;
+  const slot: HandOffSlot = {
+    workerId: d.workerId,
+    depth: job.handOffDepth,
+    limit: handOff.limit,
+    accepts: handOff.accepts,
+    room: () => handOff.room(slot) - 1,
+    open: true,
+    pending: [],
+  };
+  return slot;
 }
 
 /** Retries a settle write through connection faults, a bounded number of times. */

@@ -7,7 +7,8 @@ import type { ClaimedRow } from './sql/claim.js';
  * inserts the next job already leased to itself inside the job's completing transaction
  * (`ctx.completeWith`) and starts it as soon as that commits, with no NOTIFY, poll or claim in
  * between. Used by `@skiplock/saga` for the next step of a saga, through
- * `enqueueHandedOff` in `@skiplock/queue/engine`.
+ * `enqueueHandedOff` in `@skiplock/queue/engine`. A dead job's `onDead` hook, run by the worker
+ * that ran the job, hands off the same way in its transaction (a saga's first compensation).
  *
  * Fairness: a chain of hand-offs keeps one slot of its worker for at most `limit` jobs in a row
  * (the worker's `maxHandOffs`, default 16); the next job after that is enqueued like any other,

@@ -1,7 +1,7 @@
 import { enqueueHandedOff, type HandOffResult } from '@skiplock/queue/engine';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createClient, defineJob, type Worker } from '../src/index.js';
+import { createClient, defineJob, type DeadJobInfo, type Worker } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { quiet, testWorker } from './fixtures.js';
@@ -158,5 +158,67 @@ describe('hand-off of a successor job to the worker that finished its predecesso
     await waitFor(() => off.ran.length === 2, { timeoutMs: 10_000 });
     await stop(noHandOff);
     expect(off.decisions.get(1)).toMatchObject({ inserted: true, handedOff: false });
+  });
+
+  it("hands a dead job's successor, enqueued by its onDead hook, to the worker that ran it", async () => {
+    const ran: string[] = [];
+    const decisions: HandOffResult[] = [];
+    const after = defineJob({
+      type: 'handoff-undo',
+      queue: 'handoff-dead',
+      payload: z.object({ of: z.string() }),
+      handler: ({ of }) => {
+        ran.push(`undo ${of}`);
+      },
+    });
+    const failing = defineJob({
+      type: 'handoff-dying',
+      queue: 'handoff-dead',
+      payload: z.object({ name: z.string() }),
+      maxAttempts: 1,
+      handler: ({ name }) => {
+        ran.push(name);
+        throw new Error(`${name} fails`);
+      },
+      onDead: async (tx, info) => {
+        decisions.push(await enqueueHandedOff(client, tx, info, after, { of: info.id }));
+      },
+    });
+    const worker = await slowPolling([failing, after]);
+    const { id } = await client.enqueue(failing, { name: 'first' });
+    await waitFor(() => ran.length === 2, { timeoutMs: 10_000 });
+    await stop(worker);
+    expect(ran).toEqual(['first', `undo ${id}`]);
+    expect(decisions).toEqual([expect.objectContaining({ inserted: true, handedOff: true })]);
+    // One claim took the failing job; the successor went in leased and ran without one.
+    expect(await metricValue(worker.metrics, 'skiplock_claim_batch_size_sum')).toBe(1);
+    expect(await metricValue(worker.metrics, 'skiplock_jobs_handed_off_total')).toBe(1);
+    const states = (await rows('handoff-dead')).map((r) => [r.status, r.locked_by]);
+    expect(states).toEqual([
+      ['dead', worker.id],
+      ['completed', worker.id],
+    ]);
+
+    // The same hook with no worker behind it (a sweeper's dead job has no slot): enqueued as usual.
+    const plain = await db.pool.connect();
+    try {
+      await plain.query('BEGIN');
+      const info: DeadJobInfo = {
+        id,
+        type: failing.type,
+        queue: failing.queue,
+        attempt: 1,
+        maxAttempts: 1,
+        priority: 0,
+        idempotencyKey: null,
+        reason: 'max_attempts',
+        error: 'lease expired',
+      };
+      const result = await enqueueHandedOff(client, plain, info, after, { of: 'swept' });
+      await plain.query('COMMIT');
+      expect(result).toMatchObject({ inserted: true, handedOff: false });
+    } finally {
+      plain.release();
+    }
   });
 });

@@ -1,4 +1,4 @@
-import type { AnyJobDefinition, Client, JobContext, Logger } from '@skiplock/queue';
+import type { AnyJobDefinition, Client, DeadJobInfo, JobContext, Logger } from '@skiplock/queue';
 import type { QueryOutcome, Queryable } from '@skiplock/queue/engine';
 import type { Tracer } from '@opentelemetry/api';
 import type { SQL } from 'drizzle-orm';
@@ -48,17 +48,20 @@ export interface Engine {
   entries: ReadonlyMap<string, SagaEntry>;
   faults: FaultHook | null;
   /**
-   * Inside a step's completing transaction, that step's job: the next job the saga enqueues there
-   * is handed to the same worker (see `enqueueHandedOff`), which runs it without a round trip
-   * through the queue's wake-up path.
+   * Inside a step's completing transaction, that step's job (or, in a dead step's hook, its
+   * `DeadJobInfo`): the next job the saga enqueues there is handed to the same worker (see
+   * `enqueueHandedOff`), which runs it without a round trip through the queue's wake-up path.
    */
-  handOff?: JobContext | undefined;
+  handOff?: JobContext | DeadJobInfo | undefined;
   /** The saga's OpenTelemetry tracer (see tracing.ts); null with `tracing: false`. */
   tracer: Tracer | null;
 }
 
 /** The engine for the completing transaction of `job`: its successors are handed to its worker. */
-export const handingOff = (e: Engine, job: JobContext): Engine => ({ ...e, handOff: job });
+export const handingOff = (e: Engine, job: JobContext | DeadJobInfo): Engine => ({
+  ...e,
+  handOff: job,
+});
 
 export const entryKey = (name: string, version: number) => `${name}@${version}`;
 

@@ -586,8 +586,19 @@ async function stepDead(
     .rows[0];
   if (!isCurrent(saga, spec.name, 'step', ['running'])) return;
   const attempt = await deadAttempt(tx, info);
+  // On the worker that ran the step, the first compensation is handed to it (not the sweeper's).
+  const ended = handingOff(e, info);
   const transition = await inSagaTrace(e.tracer, saga, `dead ${spec.name}`, () =>
-    failStep(e, tx, entry, saga, spec.index, `${info.reason}: ${info.error}`, 'failed', attempt),
+    failStep(
+      ended,
+      tx,
+      entry,
+      saga,
+      spec.index,
+      `${info.reason}: ${info.error}`,
+      'failed',
+      attempt,
+    ),
   );
   report(e, saga, spec.name, transition);
 }
