@@ -61,7 +61,11 @@ export interface CpuUse {
 }
 
 export interface ChildReport {
+  /** Units of work done, warm-up included: what the accounting divides by. */
   handled: number;
+  /** Of `handled`, those measured for rate and latency (a saga run's warm-up is not); default all. */
+  measured?: number;
+  /** The measured part's duration. */
   elapsedMs: number;
   cpu: CpuUse;
   counts: QueryCounts;
