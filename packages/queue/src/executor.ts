@@ -21,6 +21,7 @@ import type { LockLostEvent, SafeEmitter, WorkerEvents } from './events.js';
 import type { LeaseHolder } from './heartbeat.js';
 import type { Logger } from './logger.js';
 import type { JobOutcome, QueueMetrics } from './metrics.js';
+import type { JobSeriesCache } from './job-series.js';
 import type { Completer } from './completer.js';
 import { failureRecord, markDead } from './dead.js';
 import { HAND_OFF, type HandOffSlot } from './handoff.js';
@@ -101,6 +102,8 @@ export interface ExecutorDeps {
   completer: Completer;
   logger: Logger;
   metrics: QueueMetrics;
+  /** The job metrics bound to each queue and job type (see job-series.ts). */
+  series: JobSeriesCache;
   events: SafeEmitter<WorkerEvents>;
   /** Attempts at writing a settle before leaving the job to the sweeper. */
   settleAttempts: number;
@@ -159,10 +162,9 @@ async function execute(d: ExecutorDeps, job: RunningJob): Promise<void> {
   const started = performance.now();
   job.state = 'running';
   // The database's part (run_at to the claim, in its clock) and the time in the local buffer.
-  d.metrics.jobLag.observe(
-    { queue: job.info.queue, job_type: job.info.type },
-    (job.row.lag_seconds ?? 0) + (started - job.takenAt) / 1000,
-  );
+  d.series
+    .of(job.info.queue, job.info.type)
+    .lag.observe((job.row.lag_seconds ?? 0) + (started - job.takenAt) / 1000);
   const outcome = await run(d, job);
   if (outcome.kind === 'failure' && job.span) failSpan(job.span, outcome.error);
   job.state = 'settling';
@@ -393,12 +395,10 @@ function record(
   outcome: JobOutcome,
   reason: string,
 ): void {
-  const labels = { queue: job.info.queue, job_type: job.info.type, outcome };
-  d.metrics.jobOutcomes.inc({ ...labels, reason });
+  d.series.of(job.info.queue, job.info.type).settled(outcome, reason, durationMs / 1000);
   if (job.span?.isRecording()) {
     job.span.setAttributes({ 'skiplock.job.outcome': outcome, 'skiplock.job.reason': reason });
   }
-  d.metrics.jobDuration.observe(labels, durationMs / 1000);
 }
 
 async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durationMs: number) {

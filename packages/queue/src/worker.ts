@@ -14,6 +14,7 @@ import { Heartbeat, type HeartbeatResult } from './heartbeat.js';
 import { Listener } from './listener.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { createJobGauges, type JobGauges, type JobGaugesOptions } from './gauges.js';
+import { JobSeriesCache } from './job-series.js';
 import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import { resolveTracer, type TracingOption } from './tracing.js';
 import { resolvePool, type PoolSource } from './pool.js';
@@ -279,6 +280,7 @@ export function createWorker(options: WorkerOptions): Worker {
             },
           },
         });
+  const series = new JobSeriesCache(metrics);
   const deps: ExecutorDeps = {
     pool,
     workerId: id,
@@ -286,6 +288,7 @@ export function createWorker(options: WorkerOptions): Worker {
     completer,
     logger,
     metrics,
+    series,
     events,
     settleAttempts: config.settleAttempts,
     asyncCommit: config.asyncCommit,
@@ -579,14 +582,7 @@ export function createWorker(options: WorkerOptions): Worker {
     const tokens = jobs.map((j) => j.token);
     try {
       await runSql(pool, releaseJobs(id, tokens, config.asyncCommit));
-      for (const job of jobs) {
-        metrics.jobOutcomes.inc({
-          queue: job.info.queue,
-          job_type: job.info.type,
-          outcome: 'released',
-          reason: 'not_started',
-        });
-      }
+      for (const job of jobs) series.of(job.info.queue, job.info.type).released('not_started');
     } catch (error) {
       logger.warn(
         { reason: 'db_error', err: errorMessage(error) },

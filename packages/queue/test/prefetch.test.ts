@@ -83,6 +83,20 @@ describe('claiming ahead into the local buffer', () => {
     expect(rows.find((r) => r.status === 'completed')).toMatchObject({ attempts: 1, n: 2 });
     expect(rows.find((r) => r.status === 'pending')).toMatchObject({ attempts: 0, n: 18 });
     expect(started).toBe(2);
+    // Counted as released, unstarted, under the job's own labels.
+    const released = { queue: 'buffered', job_type: 'mixed', outcome: 'released' };
+    expect(
+      await metricValue(worker.metrics, 'skiplock_job_outcomes_total', {
+        ...released,
+        reason: 'not_started',
+      }),
+    ).toBe(18);
+    expect(
+      await metricValue(worker.metrics, 'skiplock_job_outcomes_total', {
+        job_type: 'mixed',
+        outcome: 'completed',
+      }),
+    ).toBe(52);
   });
 
   it('holds at most maxPrefetchBytes of stored payload in the buffer', async () => {
