@@ -11,7 +11,7 @@
 import type { Client } from './client.js';
 import { runSql, type Queryable } from './db.js';
 import type { AnyJobDefinition, DeadJobInfo, JobContext } from './define.js';
-import { ENQUEUE_LEASED, handOffSlotOf, type LeasedInsert } from './handoff.js';
+import { CARRIED, ENQUEUE_LEASED, handOffSlotOf, type LeasedInsert } from './handoff.js';
 import type { JobStatus } from './schema.js';
 import {
   cancelUnlockedJob,
@@ -152,6 +152,14 @@ export async function tryAdvisoryLock(tx: Queryable, key: LockKey): Promise<bool
   return rows[0]?.locked === true;
 }
 
+/**
+ * What the transaction that handed this job off passed along (`carry` of `enqueueHandedOff`), in
+ * the run that hand-off started; undefined in any other run of the job.
+ */
+export function handedOffCarry(ctx: JobContext): unknown {
+  return (ctx as { [CARRIED]?: unknown })[CARRIED];
+}
+
 /** What `enqueueHandedOff` did. */
 export interface HandOffResult {
   id: string;
@@ -178,14 +186,24 @@ export async function enqueueHandedOff(
   ctx: JobContext | DeadJobInfo,
   definition: AnyJobDefinition,
   payload: unknown,
-  options: { idempotencyKey?: string | undefined; delayMs?: number | undefined } = {},
+  options: {
+    idempotencyKey?: string | undefined;
+    delayMs?: number | undefined;
+    /**
+     * A value the successor's run finds through `handedOffCarry` when it was handed off (and not
+     * otherwise: a run after a claim, a retry or a crash has none), such as what the successor
+     * would read first, known here already. Kept in this worker's memory until the run starts.
+     */
+    carry?: unknown;
+  } = {},
 ): Promise<HandOffResult> {
+  const { carry, ...insert } = options;
   const slot = handOffSlotOf(ctx);
   const insertLeased = (client as { [ENQUEUE_LEASED]?: LeasedInsert })[ENQUEUE_LEASED];
   if (
     !slot?.open ||
     !insertLeased ||
-    options.delayMs !== undefined ||
+    insert.delayMs !== undefined ||
     slot.depth >= slot.limit ||
     (slot.pending.length > 0 && slot.pending.length >= slot.room()) ||
     !slot.accepts(definition.type, definition.queue) ||
@@ -194,11 +212,11 @@ export async function enqueueHandedOff(
     definition.concurrencyKey !== null ||
     definition.singletonKey !== null
   ) {
-    const { id, inserted } = await client.enqueue(definition, payload, { ...options, tx });
+    const { id, inserted } = await client.enqueue(definition, payload, { ...insert, tx });
     return { id, inserted, handedOff: false };
   }
-  const result = await insertLeased(definition, payload, options, tx, slot.workerId);
+  const result = await insertLeased(definition, payload, insert, tx, slot.workerId);
   if (!result.claimed) return { id: result.id, inserted: result.inserted, handedOff: false };
-  slot.pending.push(result.claimed);
+  slot.pending.push({ row: result.claimed, carry });
   return { id: result.id, inserted: true, handedOff: true };
 }

@@ -24,7 +24,7 @@ import type { JobOutcome, QueueMetrics } from './metrics.js';
 import type { JobSeriesCache } from './job-series.js';
 import type { Completer } from './completer.js';
 import { failureRecord, markDead } from './dead.js';
-import { HAND_OFF, type HandOffSlot } from './handoff.js';
+import { CARRIED, HAND_OFF, type HandedOff, type HandOffSlot } from './handoff.js';
 import { decideFailure, type FailureDecision } from './retry/policy.js';
 import { defaultBackoff } from './retry/backoff.js';
 import type { ClaimedRow } from './sql/claim.js';
@@ -48,6 +48,8 @@ export class RunningJob implements LeaseHolder {
   handlerSettled: Promise<void> = Promise.resolve();
   /** How many hand-offs in a row led to this job; 0 for a job the worker claimed. */
   handOffDepth = 0;
+  /** What the transaction that handed this job off left it (see `HandedOff`); else undefined. */
+  carry: unknown = undefined;
   /** When the worker took the row (a claim, an admission's lease, a hand-off). */
   readonly takenAt = performance.now();
   /** Why the job was aborted (lock lost, timeout, shutdown); null while it may run on. */
@@ -127,7 +129,7 @@ export interface ExecutorDeps {
     opened(slot: HandOffSlot): void;
     closed(slot: HandOffSlot): void;
     /** Starts a job this worker inserted leased to itself, once its insert committed. */
-    adopt(row: ClaimedRow, depth: number): void;
+    adopt(handed: HandedOff, depth: number): void;
   } | null;
 }
 
@@ -305,7 +307,7 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
     open: false,
     pending: [],
   };
-  const ctx: JobContext & { [HAND_OFF]?: HandOffSlot } = {
+  const ctx: JobContext & { [HAND_OFF]?: HandOffSlot; [CARRIED]?: unknown } = {
     job: job.info,
     get signal() {
       return job.signal;
@@ -339,7 +341,7 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
         const value = await completingTransaction(d, job, slot, work);
         job.settledExplicitly = true;
         // Committed: the successors inserted leased to this worker exist now; run them here.
-        for (const row of slot?.pending ?? []) handOff!.adopt(row, job.handOffDepth + 1);
+        for (const handed of slot?.pending ?? []) handOff!.adopt(handed, job.handOffDepth + 1);
         return value;
       } finally {
         if (slot) {
@@ -351,6 +353,7 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
     },
   };
   if (slot) ctx[HAND_OFF] = slot;
+  if (job.carry !== undefined) ctx[CARRIED] = job.carry;
   return ctx;
 }
 
@@ -501,7 +504,9 @@ async function settleFailure(
         return markDead(tx, write, definition, info);
       });
     });
-    if (slot && owned) for (const row of slot.pending) d.handOff!.adopt(row, job.handOffDepth + 1);
+    if (slot && owned) {
+      for (const handed of slot.pending) d.handOff!.adopt(handed, job.handOffDepth + 1);
+    }
   } finally {
     if (slot) {
       d.handOff!.closed(slot);

@@ -33,7 +33,16 @@ export interface HandOffSlot {
   /** Open while the job's completing transaction runs: hand-offs can join only that one. */
   open: boolean;
   /** Rows inserted leased in the open transaction, started once it commits. */
-  pending: ClaimedRow[];
+  pending: HandedOff[];
+}
+
+/**
+ * A successor inserted leased to the worker, with what its predecessor's transaction left it
+ * (`carry` of `enqueueHandedOff`): the run it starts sees that value through `handedOffCarry`.
+ */
+export interface HandedOff {
+  row: ClaimedRow;
+  carry: unknown;
 }
 
 /** Where a job's context keeps its slot; a symbol keeps it out of the public `JobContext`. */
@@ -42,6 +51,9 @@ export const HAND_OFF = Symbol('skiplock.handOff');
 export function handOffSlotOf(ctx: object): HandOffSlot | undefined {
   return (ctx as { [HAND_OFF]?: HandOffSlot })[HAND_OFF];
 }
+
+/** Where a handed-off job's context keeps its predecessor's `carry`; absent for any other run. */
+export const CARRIED = Symbol('skiplock.carried');
 
 /**
  * The client's insert of one job already claimed by `workerId`, validated and serialized like any

@@ -3,8 +3,9 @@ import type { QueryOutcome, Queryable } from '@skiplock/queue/engine';
 import type { Tracer } from '@opentelemetry/api';
 import type { SQL } from 'drizzle-orm';
 import type pg from 'pg';
-import type { AnySagaDefinition, StepSpec } from './define.js';
+import type { AnySagaDefinition, StepOutputs, StepSpec } from './define.js';
 import type { SagaMetrics } from './metrics.js';
+import type { SagaRow } from './sql/sagas.js';
 
 /** Where a crash-injection hook is called; see `@skiplock/saga/testing`. */
 export interface FaultPoint {
@@ -53,15 +54,68 @@ export interface Engine {
    * `enqueueHandedOff`), which runs it without a round trip through the queue's wake-up path.
    */
   handOff?: JobContext | DeadJobInfo | undefined;
+  /**
+   * In a step's completing transaction, the saga as its locked completion left it, with every
+   * completed step's output: what the next step's run would read first. Carried to that run
+   * when its job is handed off (see `SagaSnapshot`).
+   */
+  onward?: SagaSnapshot | undefined;
   /** The saga's OpenTelemetry tracer (see tracing.ts); null with `tracing: false`. */
   tracer: Tracer | null;
 }
 
 /** The engine for the completing transaction of `job`: its successors are handed to its worker. */
-export const handingOff = (e: Engine, job: JobContext | DeadJobInfo): Engine => ({
-  ...e,
-  handOff: job,
-});
+export const handingOff = (
+  e: Engine,
+  job: JobContext | DeadJobInfo,
+  onward?: SagaSnapshot,
+): Engine => ({ ...e, handOff: job, onward });
+
+/**
+ * The saga as a handed-off step's run finds it, carried from the transaction that enqueued that
+ * step (`carry` of the queue's `enqueueHandedOff`) in place of the read each run starts with: one
+ * statement and one pooled connection's round trip less per handed-off step. It holds what that
+ * transaction saw under the saga's row lock and wrote; its outputs are as jsonb returned them (key
+ * order included), as a read would return them. What may change after that commit is checked
+ * again under the lock by the step's completion, as for a read: a cancel or an operator's move
+ * meanwhile ends the run as stale or compensates, as one that came while the step ran.
+ */
+export class SagaSnapshot {
+  constructor(
+    readonly saga: SagaRow,
+    readonly outputs: StepOutputs,
+    /** `performance.now()` when `saga.deadline_left_ms` was read. */
+    readonly at: number,
+  ) {}
+
+  /** This snapshot pointed at its next step, `step`, whose job is `jobId` (set once inserted). */
+  next(step: string, pivoted: boolean): SagaSnapshot {
+    return new SagaSnapshot(
+      {
+        ...this.saga,
+        status: 'running',
+        current_step: step,
+        current_kind: 'step',
+        current_job_id: null,
+        pivoted,
+        cancel_requested: false,
+      },
+      this.outputs,
+      this.at,
+    );
+  }
+
+  /** The row and outputs as a read of saga `sagaId` now would return them, or null if not its. */
+  rowOf(sagaId: string): (SagaRow & { outputs: StepOutputs }) | null {
+    if (this.saga.id !== sagaId) return null;
+    const left = this.saga.deadline_left_ms;
+    return {
+      ...this.saga,
+      outputs: this.outputs,
+      deadline_left_ms: left === null ? null : left - (performance.now() - this.at),
+    };
+  }
+}
 
 export const entryKey = (name: string, version: number) => `${name}@${version}`;
 

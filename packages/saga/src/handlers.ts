@@ -5,7 +5,7 @@ import {
   type DeadJobInfo,
   type JobContext,
 } from '@skiplock/queue';
-import { errorMessage, jobStates } from '@skiplock/queue/engine';
+import { errorMessage, handedOffCarry, jobStates } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { z } from 'zod';
 import type { BranchInput } from './branch.js';
@@ -23,6 +23,7 @@ import {
   compensationKey,
   handingOff,
   jobType,
+  SagaSnapshot,
   sagaIdOfKey,
   stepKey,
   type Engine,
@@ -79,6 +80,19 @@ async function loadSaga(e: Engine, sagaId: string): Promise<SagaRow & { outputs:
   const { rows } = await e.sql<SagaRow & { outputs: StepOutputs }>(e.pool, loadAttempt({ sagaId }));
   if (!rows[0]) throw new NonRetryableError(`saga "${sagaId}" does not exist`);
   return rows[0];
+}
+
+/**
+ * The saga for a step's attempt: carried from the transaction that handed its job to this worker
+ * (see `SagaSnapshot`), else read.
+ */
+async function sagaForAttempt(
+  e: Engine,
+  sagaId: string,
+  job: JobContext,
+): Promise<SagaRow & { outputs: StepOutputs }> {
+  const carried = handedOffCarry(job);
+  return (carried instanceof SagaSnapshot && carried.rowOf(sagaId)) || loadSaga(e, sagaId);
 }
 
 /** Outputs of the steps defined before `index` only: later ones are not in the step's type. */
@@ -202,7 +216,7 @@ async function runStep(
 ) {
   const began = performance.now();
   const attempt = () => ({ attempt: job.job.attempt, startedAgoMs: performance.now() - began });
-  const saga = await loadSaga(e, data.sagaId);
+  const saga = await sagaForAttempt(e, data.sagaId, job);
   if (!isCurrent(saga, spec.name, 'step', ['running'])) return report(e, saga, spec.name, 'stale');
   // Cancel and deadline end the step before it runs: its job completes and the saga compensates.
   const deadlinePassed = saga.deadline_left_ms !== null && saga.deadline_left_ms <= 0;
@@ -215,21 +229,26 @@ async function runStep(
   if (spec.child || spec.parallel) return runChild(e, entry, spec, saga, job, attempt);
 
   const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
+  // A next step may be handed to this worker: the completion returns the outputs it would read.
+  const onward = spec.index + 1 < entry.steps.length;
   const completion = new Completion(job, async (tx, output) => {
     // Locks the saga and records the output in one statement, only if the saga is still here.
     const locked = (
-      await e.sql<SagaRow>(
+      await e.sql<SagaRow & { outputs?: StepOutputs }>(
         tx,
         lockAndComplete({
           ...key,
           status: 'running',
           outputJson: JSON.stringify(output ?? null),
           attempt: attempt(),
+          outputs: onward,
         }),
       )
     ).rows[0];
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale';
-    return moveOnAfter(handingOff(e, job), tx, entry, locked, spec.index);
+    const { outputs, ...row } = locked;
+    const snapshot = outputs && new SagaSnapshot(row, outputs, performance.now());
+    return moveOnAfter(handingOff(e, job, snapshot), tx, entry, row, spec.index);
   });
   const deadline = withDeadline(saga, job.signal);
   const ctx = contextFor(e, entry, spec, 'step', prepared, job, deadline.signal, completion);

@@ -7,6 +7,7 @@ import {
   timeoutKey,
   type Engine,
   type SagaEntry,
+  type SagaSnapshot,
 } from './engine.js';
 import { nextCompensation } from './plan.js';
 import { inSagaTrace } from './tracing.js';
@@ -80,10 +81,11 @@ async function enqueue(
   sagaId: string,
   idempotencyKey: string,
   delayMs?: number,
+  carry?: SagaSnapshot,
 ): Promise<string | ForeignJob> {
   const options = delayMs === undefined ? { idempotencyKey } : { idempotencyKey, delayMs };
   const { id, inserted } = e.handOff
-    ? await enqueueHandedOff(e.client, tx, e.handOff, job, { sagaId }, options)
+    ? await enqueueHandedOff(e.client, tx, e.handOff, job, { sagaId }, { ...options, carry })
     : await e.client.enqueue(job, { sagaId }, { ...options, tx });
   if (!inserted) {
     // The key was taken, so the queue returned the job that holds it. Ours (the same job type
@@ -120,17 +122,23 @@ async function failForeign(
   return failSaga(e, tx, sagaId, error);
 }
 
-/** Enqueues step `index`'s job and points the saga at it. */
+/**
+ * Enqueues step `index`'s job and points the saga at it. `carry`: the saga as the step's run will
+ * find it, handed to that run when the job is handed off (see `SagaSnapshot`).
+ */
 export async function enterStep(
   e: Engine,
   tx: Queryable,
   entry: SagaEntry,
   sagaId: string,
   index: number,
+  carry?: SagaSnapshot,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
-  const jobId = await enqueue(e, tx, entry.runJobs[index]!, sagaId, stepKey(sagaId, spec.name));
+  const key = stepKey(sagaId, spec.name);
+  const jobId = await enqueue(e, tx, entry.runJobs[index]!, sagaId, key, undefined, carry);
   if (typeof jobId !== 'string') return failForeign(e, tx, sagaId, spec.name, jobId);
+  if (carry) carry.saga.current_job_id = jobId;
   await e.sql(
     tx,
     enterRow({ id: sagaId, status: 'running', step: spec.name, kind: 'step', jobId }),
@@ -189,7 +197,10 @@ export async function moveOnAfter(
     await e.sql(tx, setSagaFlags(saga.id, { cancelRequested: false }));
     e.logger.warn({ reason: 'cancel_too_late', sagaId: saga.id }, 'cancel ignored after the pivot');
   }
-  if (index + 1 < entry.steps.length) return enterStep(e, tx, entry, saga.id, index + 1);
+  if (index + 1 < entry.steps.length) {
+    const next = entry.steps[index + 1]!.name;
+    return enterStep(e, tx, entry, saga.id, index + 1, e.onward?.next(next, pivoted));
+  }
   await endSaga(e, tx, saga.id, 'completed', null);
   return 'completed';
 }

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { createWorker } from '@skiplock/queue';
 import { runSql } from '@skiplock/queue/engine';
 import { createSagaRuntime, defineSaga } from '../src/index.js';
 import { lockSaga } from '../src/sql/sagas.js';
@@ -29,8 +30,11 @@ function countingPool(): { pool: pg.Pool; sent: string[] } {
   return { pool, sent };
 }
 
+/** The read a step's attempt starts with when nothing carried the saga to it (`loadAttempt`). */
+const isLoad = (statement: string) => /AS outputs FROM skiplock\.sagas WHERE id =/.test(statement);
+
 describe('the cost of a saga step', () => {
-  it('takes three statements on the saga tables per step, and keeps each step in the history', async () => {
+  it('takes two statements on the saga tables per handed-off step, and keeps each step in the history', async () => {
     const three = defineSaga({ name: 'three', version: 1, input: z.object({ n: z.number() }) })
       .step('a', { ...fast, run: (_ctx, input) => ({ a: input.n }) })
       .step('b', { ...fast, run: (ctx) => ({ b: ctx.steps.a.a + 1 }) })
@@ -49,10 +53,13 @@ describe('the cost of a saga step', () => {
       { what: 'saga count-1 to complete' },
     );
     const onSagaTables = sent.filter((s) => /skiplock\.saga/.test(s));
-    // Start: the saga row, then its first step's history row and pointer (2). Each step: its
-    // load, a read (1), the locked completion with its output and attempt (1), then the next
-    // step's history row and pointer, or the saga's end (1). Before this was 20.
-    expect(onSagaTables).toHaveLength(2 + 3 * 3);
+    // Start: the saga row, then its first step's history row and pointer (2). The first step
+    // (claimed): its load, a read (1). Each step: the locked completion with its output and
+    // attempt (1), then the next step's history row and pointer, or the saga's end (1). Steps b
+    // and c are handed off with the saga as a and b left it, so they read nothing. Before this
+    // was 20, then 11 while every step read the saga.
+    expect(onSagaTables).toHaveLength(2 + 1 + 3 * 2);
+    expect(onSagaTables.filter(isLoad)).toHaveLength(1);
     const saga = await settled(runtime, 'count-1');
     expect(saga.history.map((h) => [h.step, h.status, h.attempts])).toEqual([
       ['a', 'completed', 1],
@@ -64,6 +71,79 @@ describe('the cost of a saga step', () => {
       expect(h.finishedAt!.getTime()).toBeGreaterThanOrEqual(h.startedAt!.getTime());
       expect(h.startedAt!.getTime()).toBeGreaterThanOrEqual(h.createdAt.getTime());
     }
+  });
+
+  it('gives a handed-off step the saga and outputs a read would have: the same values and key order', async () => {
+    // jsonb orders an object's keys (shorter first), so a step's output reads back in another
+    // order than the step returned it: what the handed-off step sees must be that read's order.
+    const seen: { id: string; step: string; view: string }[] = [];
+    const seenBy = (ctx: {
+      input: unknown;
+      steps: unknown;
+      attempt: number;
+      idempotencyKey: string;
+    }) =>
+      JSON.stringify({
+        input: ctx.input,
+        steps: ctx.steps,
+        attempt: ctx.attempt,
+        key: ctx.idempotencyKey,
+      });
+    const view = defineSaga({
+      name: 'view',
+      version: 1,
+      input: z.object({ name: z.string(), nested: z.object({ zz: z.number(), a: z.number() }) }),
+      deadlineMs: 60_000,
+    })
+      .step('first', { ...fast, run: () => ({ zebra: 1, ant: { yy: 2, x: [1, 2.5, 'é'] } }) })
+      .step('second', {
+        ...fast,
+        run: (ctx) => {
+          seen.push({ id: ctx.sagaId, step: 'second', view: seenBy(ctx) });
+          return { bee: ctx.steps.first.zebra + 1, aa: null };
+        },
+      })
+      .step('third', {
+        ...fast,
+        run: (ctx) => {
+          seen.push({ id: ctx.sagaId, step: 'third', view: seenBy(ctx) });
+          return 'done';
+        },
+      });
+    const input = { name: 'n', nested: { zz: 1, a: 2 } };
+    const run = async (id: string, maxHandOffs: number) => {
+      const { pool, sent } = countingPool();
+      const runtime = createSagaRuntime({ pool, sagas: [view], logger: silent });
+      const worker = createWorker({
+        pool,
+        jobs: runtime.jobs,
+        logger: silent,
+        pollIntervalMs: 20,
+        sweeper: false,
+        retention: false,
+        maxHandOffs,
+      });
+      await worker.start();
+      await runtime.start(view, { id, input });
+      const ended = await settled(runtime, id);
+      await worker.stop();
+      await runtime.close();
+      await pool.end();
+      expect(ended.status, ended.error ?? '').toBe('completed');
+      return sent.filter(isLoad).length;
+    };
+    // Handed off: only the first step reads the saga. Not handed off: every step does.
+    expect(await run('carried', 16)).toBe(1);
+    expect(await run('read', 0)).toBe(3);
+    const of = (id: string) =>
+      seen
+        .filter((s) => s.id === id)
+        .map((s) => ({ ...s, id: undefined, view: s.view.replaceAll(id, '<id>') }));
+    expect(of('carried')).toHaveLength(2);
+    expect(of('carried')).toEqual(of('read'));
+    const third = JSON.parse(of('carried')[1]!.view) as { steps: Record<string, unknown> };
+    expect(Object.keys(third.steps.first as object)).toEqual(['ant', 'zebra']);
+    expect(Object.keys(third.steps.second as object)).toEqual(['aa', 'bee']);
   });
 
   it('shows a step running, with its attempt and start time, while it runs', async () => {

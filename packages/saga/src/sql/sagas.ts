@@ -14,7 +14,11 @@ export interface SagaRow {
   current_job_id: string | null;
   pivoted: boolean;
   cancel_requested: boolean;
-  /** Milliseconds left until the deadline in the database clock; negative once passed. */
+  /**
+   * Milliseconds left until the deadline in the database clock when the row was read (the
+   * statement's clock, not its transaction's start: a step's transaction may have been open while
+   * the step ran); negative once passed.
+   */
   deadline_left_ms: number | null;
   error: string | null;
   /** The saga's trace: its start span's context (see tracing.ts); null when untraced. */
@@ -27,7 +31,7 @@ export interface SagaRow {
 export const sagaRowColumns = sql`
   id, name, version, status, input, current_step, current_kind, current_job_id::text AS current_job_id,
   pivoted, cancel_requested,
-  (extract(epoch FROM deadline - now()) * 1000)::float8 AS deadline_left_ms, error, trace_parent,
+  (extract(epoch FROM deadline - clock_timestamp()) * 1000)::float8 AS deadline_left_ms, error, trace_parent,
   trace_state, lock_key`;
 
 export function insertSaga(p: {
@@ -88,6 +92,12 @@ export function selectStartConflict(id: string, inputJson: string) {
     FROM skiplock.sagas WHERE id = ${id}`;
 }
 
+/** The outputs of saga `sagaId`'s completed steps as one jsonb object by step name. */
+const completedOutputs = (sagaId: SQL) => sql`
+  (SELECT coalesce(jsonb_object_agg(st.step, st.output), '{}'::jsonb)
+   FROM skiplock.saga_steps st
+   WHERE st.saga_id = ${sagaId} AND st.kind = 'step' AND st.status = 'completed')`;
+
 /**
  * Before an attempt runs: the saga row and the outputs of its completed steps, in one round trip.
  * A read only: the caller decides from the returned row whether the attempt may start, and the
@@ -97,10 +107,7 @@ export function selectStartConflict(id: string, inputJson: string) {
  */
 export function loadAttempt(p: { sagaId: string }) {
   return sql`
-    SELECT ${sagaRowColumns},
-           (SELECT coalesce(jsonb_object_agg(st.step, st.output), '{}'::jsonb)
-            FROM skiplock.saga_steps st
-            WHERE st.saga_id = sagas.id AND st.kind = 'step' AND st.status = 'completed') AS outputs
+    SELECT ${sagaRowColumns}, ${completedOutputs(sql`sagas.id`)} AS outputs
     FROM skiplock.sagas WHERE id = ${p.sagaId}`;
 }
 
@@ -143,6 +150,12 @@ export function lockAndComplete(p: {
   status: SagaStatus;
   outputJson?: string | null | undefined;
   attempt: AttemptMark;
+  /**
+   * Also return `outputs`: every completed step's output, this one's included, as a read after
+   * the commit would return them (see `SagaSnapshot`). The statement's snapshot does not see its
+   * own settle, so this step's output comes from the settle's RETURNING.
+   */
+  outputs?: boolean;
 }) {
   const settle = settleStep(
     { ...p, status: 'completed', outputJson: p.outputJson, attempt: p.attempt },
@@ -150,14 +163,19 @@ export function lockAndComplete(p: {
       source: sql`${stepRow(p)} CROSS JOIN s`,
       where: sql`s.status = ${p.status}::skiplock.saga_status AND s.current_step = ${p.step}
                  AND s.current_kind = ${p.kind}::skiplock.saga_step_kind`,
+      returning: p.outputs ? sql`st.step, st.output` : undefined,
     },
   );
+  const outputs = p.outputs
+    ? sql`, ${completedOutputs(sql`s.id`)}
+            || coalesce((SELECT jsonb_object_agg(step, output) FROM settled), '{}'::jsonb) AS outputs`
+    : sql``;
   return sql`
     WITH s AS (
       SELECT ${sagaRowColumns}, current_since FROM skiplock.sagas WHERE id = ${p.sagaId} FOR UPDATE
     ),
     settled AS (${settle})
-    SELECT * FROM s`;
+    SELECT *${outputs} FROM s`;
 }
 
 /**

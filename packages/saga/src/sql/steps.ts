@@ -74,6 +74,8 @@ function upsertHistory(p: {
   updateWhere?: SQL | undefined;
   /** A locking clause for `source`'s rows. */
   lock?: SQL | undefined;
+  /** A RETURNING list of the written row `st`. */
+  returning?: SQL | undefined;
 }) {
   const i = p.insert;
   return sql`
@@ -84,7 +86,8 @@ function upsertHistory(p: {
            ${i.error}, coalesce(s.current_since, now()), ${i.startedAt}, ${i.finishedAt}
     FROM ${p.source} ${p.where ? sql`WHERE ${p.where}` : sql``} ${p.lock ?? sql``}
     ON CONFLICT (saga_id, kind, step) DO UPDATE SET ${p.update}
-    ${p.updateWhere ? sql`WHERE ${p.updateWhere}` : sql``}`;
+    ${p.updateWhere ? sql`WHERE ${p.updateWhere}` : sql``}
+    ${p.returning ? sql`RETURNING ${p.returning}` : sql``}`;
 }
 
 /**
@@ -138,7 +141,10 @@ function settleSet(p: Omit<SettleParams, keyof StepKey>) {
  * replaces the step's saga found by its pointer: the fenced completion in `sql/sagas.ts` passes
  * its locked saga row, with the condition that it is still on the step.
  */
-export function settleStep(p: SettleParams, from?: { source: SQL; where: SQL }) {
+export function settleStep(
+  p: SettleParams,
+  from?: { source: SQL; where: SQL; returning?: SQL | undefined },
+) {
   const terminal = ['completed', 'failed', 'cancelled'].includes(p.status);
   return upsertHistory({
     source: from?.source ?? pointerAt(p),
@@ -152,6 +158,7 @@ export function settleStep(p: SettleParams, from?: { source: SQL; where: SQL }) 
       finishedAt: terminal ? sql`now()` : sql`NULL::timestamptz`,
     },
     update: settleSet(p),
+    returning: from?.returning,
   });
 }
 
