@@ -11,7 +11,17 @@
 import type { Client } from './client.js';
 import { runSql, type Queryable } from './db.js';
 import type { AnyJobDefinition, DeadJobInfo, JobContext } from './define.js';
-import { CARRIED, ENQUEUE_LEASED, handOffSlotOf, type LeasedInsert } from './handoff.js';
+import {
+  CARRIED,
+  ENQUEUE_LEASED,
+  HAND_OFF,
+  handOffSlotOf,
+  LOCAL_HAND_OFF,
+  type HandOffSlot,
+  type LeasedInsert,
+  type LocalSlot,
+} from './handoff.js';
+import type { Worker } from './worker.js';
 import type { JobStatus } from './schema.js';
 import {
   cancelUnlockedJob,
@@ -160,6 +170,37 @@ export function handedOffCarry(ctx: JobContext): unknown {
   return (ctx as { [CARRIED]?: unknown })[CARRIED];
 }
 
+/**
+ * A hand-off into `worker` for a transaction of the same process that is not one of its jobs':
+ * pass it to `enqueueHandedOff` as the context, call `committed()` once the transaction committed
+ * (the jobs it handed off start then) and `close()` when it ended either way (after a rollback;
+ * `committed()` closes too). A job goes to the worker only into a free slot that buffered jobs
+ * and other hand-offs have not been promised, so a busy worker does not gather work other
+ * workers could start; otherwise it is enqueued like any job.
+ */
+export interface LocalHandOff {
+  readonly [HAND_OFF]: HandOffSlot;
+  /** Forget what an earlier try of the transaction handed off: its rows were rolled back. */
+  retry(): void;
+  committed(): void;
+  close(): void;
+}
+
+/** See `LocalHandOff`; null when `worker` is not running or hands off nothing (`maxHandOffs: 0`). */
+export function openLocalHandOff(worker: Worker): LocalHandOff | null {
+  const lend = (worker as { [LOCAL_HAND_OFF]?: () => LocalSlot | null })[LOCAL_HAND_OFF];
+  const lent = lend?.();
+  if (!lent) return null;
+  return {
+    [HAND_OFF]: lent.slot,
+    retry: () => {
+      lent.slot.pending = [];
+    },
+    committed: lent.committed,
+    close: lent.close,
+  };
+}
+
 /** What `enqueueHandedOff` did. */
 export interface HandOffResult {
   id: string;
@@ -172,18 +213,19 @@ export interface HandOffResult {
 /**
  * Enqueues the successor of the running job `ctx` in the transaction `tx` of its
  * `ctx.completeWith`, or of a dead job in its `onDead` hook's transaction (`ctx` is then the
- * hook's `DeadJobInfo`; only the worker that ran the job can hand off, not the sweeper). When the job's worker can take it (it runs that type and queue, is started,
- * and the chain of hand-offs is shorter than its `maxHandOffs`), the job is inserted already
- * claimed by that worker, which starts it as soon as `tx` commits, without a NOTIFY, a poll or a
- * claim; otherwise, or with `delayMs`, or for a type with a concurrency, rate or singleton key,
- * it is enqueued like any job. Either way it is one row with
- * its key, its lease and its fencing: a worker that dies before it ran leaves an ordinary expired
- * lease for the sweeper.
+ * hook's `DeadJobInfo`; only the worker that ran the job can hand off, not the sweeper), or a job
+ * of a transaction a local worker lent a slot to (`ctx` is then its `LocalHandOff`). When the
+ * worker can take it (it runs that type and queue, is started, has room, and the chain of
+ * hand-offs is shorter than its `maxHandOffs`), the job is inserted already claimed by that
+ * worker, which starts it as soon as `tx` commits, without a NOTIFY, a poll or a claim;
+ * otherwise, or with `delayMs`, or for a type with a concurrency, rate or singleton key, it is
+ * enqueued like any job. Either way it is one row with its key, its lease and its fencing: a
+ * worker that dies before it ran leaves an ordinary expired lease for the sweeper.
  */
 export async function enqueueHandedOff(
   client: Client,
   tx: Queryable,
-  ctx: JobContext | DeadJobInfo,
+  ctx: JobContext | DeadJobInfo | LocalHandOff,
   definition: AnyJobDefinition,
   payload: unknown,
   options: {
@@ -205,7 +247,8 @@ export async function enqueueHandedOff(
     !insertLeased ||
     insert.delayMs !== undefined ||
     slot.depth >= slot.limit ||
-    (slot.pending.length > 0 && slot.pending.length >= slot.room()) ||
+    ((slot.pending.length > 0 || slot.firstNeedsRoom === true) &&
+      slot.pending.length >= slot.room()) ||
     !slot.accepts(definition.type, definition.queue) ||
     // A job with a concurrency key, a rate limit or a singleton key goes through admission or
     // its unique index: inserted already running, it would skip both.

@@ -30,6 +30,11 @@ export interface HandOffSlot {
    * are idle. Claims in flight are not counted: what they bring waits in the buffer as usual.
    */
   room(): number;
+  /**
+   * Whether even the first hand-off needs `room()`: a slot lent to a transaction that is not a
+   * job's (see `LOCAL_HAND_OFF`) frees no slot of its own as it commits.
+   */
+  firstNeedsRoom?: boolean;
   /** Open while the job's completing transaction runs: hand-offs can join only that one. */
   open: boolean;
   /** Rows inserted leased in the open transaction, started once it commits. */
@@ -54,6 +59,23 @@ export function handOffSlotOf(ctx: object): HandOffSlot | undefined {
 
 /** Where a handed-off job's context keeps its predecessor's `carry`; absent for any other run. */
 export const CARRIED = Symbol('skiplock.carried');
+
+/**
+ * A worker's hand-off slot lent to a transaction of its own process that is not one of its jobs'
+ * (a saga's start): jobs enqueued there through `enqueueHandedOff` go to this worker when it has
+ * a free slot, and start once the transaction commits. Reached through `openLocalHandOff` in
+ * `@skiplock/queue/engine`; null while the worker is not running or hands off nothing.
+ */
+export const LOCAL_HAND_OFF = Symbol('skiplock.localHandOff');
+
+/** What a worker lends under `LOCAL_HAND_OFF`. */
+export interface LocalSlot {
+  slot: HandOffSlot;
+  /** The transaction committed: start what it inserted leased to the worker. */
+  committed(): void;
+  /** The transaction ended either way; the slot is no longer open. Idempotent. */
+  close(): void;
+}
 
 /**
  * The client's insert of one job already claimed by `workerId`, validated and serialized like any

@@ -9,7 +9,7 @@ import type { AnyJobDefinition } from './define.js';
 import { ConfigError, LockLostError, ShutdownError, errorMessage } from './errors.js';
 import { SafeEmitter, type WorkerEvents } from './events.js';
 import { executeJob, RunningJob, type ExecutorDeps } from './executor.js';
-import type { HandOffSlot } from './handoff.js';
+import { LOCAL_HAND_OFF, type HandOffSlot, type LocalSlot } from './handoff.js';
 import { Heartbeat, type HeartbeatResult } from './heartbeat.js';
 import { Listener } from './listener.js';
 import { createDefaultLogger, type Logger } from './logger.js';
@@ -316,7 +316,9 @@ export function createWorker(options: WorkerOptions): Worker {
             room: (self) => {
               let promised = buffered.length;
               for (const other of handingOff) {
-                if (other !== self) promised += Math.max(0, other.pending.length - 1);
+                // Each one's first hand-off takes its own job's slot; a lent slot has no job.
+                const own = other.firstNeedsRoom === true ? 0 : 1;
+                if (other !== self) promised += Math.max(0, other.pending.length - own);
               }
               return config.concurrency - active - promised + 1;
             },
@@ -645,7 +647,42 @@ export function createWorker(options: WorkerOptions): Worker {
     logger.info({ reason: 'stopped' }, 'worker stopped');
   }
 
-  return {
+  /** See `LOCAL_HAND_OFF`: a slot for a transaction of this process that is not a job's. */
+  function lendSlot(): LocalSlot | null {
+    const handOff = deps.handOff;
+    if (!handOff || state !== 'running') return null;
+    const slot: HandOffSlot = {
+      workerId: id,
+      depth: 0,
+      limit: handOff.limit,
+      accepts: handOff.accepts,
+      // No job of this worker ends with the transaction: only free slots not yet promised.
+      room: () => handOff.room(slot) - 1,
+      firstNeedsRoom: true,
+      open: true,
+      pending: [],
+    };
+    handOff.opened(slot);
+    let closed = false;
+    const close = () => {
+      if (closed) return;
+      closed = true;
+      handOff.closed(slot);
+      slot.open = false;
+      slot.pending = [];
+    };
+    return {
+      slot,
+      committed: () => {
+        for (const handed of slot.pending) handOff.adopt(handed, 1);
+        close();
+      },
+      close,
+    };
+  }
+
+  const worker: Worker & { [LOCAL_HAND_OFF]: () => LocalSlot | null } = {
+    [LOCAL_HAND_OFF]: lendSlot,
     id,
     metrics,
     sweeper,
@@ -689,4 +726,5 @@ export function createWorker(options: WorkerOptions): Worker {
     on: (event, listener) => events.on(event, listener),
     once: (event) => events.once(event),
   };
+  return worker;
 }

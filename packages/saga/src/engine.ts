@@ -1,5 +1,5 @@
 import type { AnyJobDefinition, Client, DeadJobInfo, JobContext, Logger } from '@skiplock/queue';
-import type { QueryOutcome, Queryable } from '@skiplock/queue/engine';
+import type { LocalHandOff, QueryOutcome, Queryable } from '@skiplock/queue/engine';
 import type { Tracer } from '@opentelemetry/api';
 import type { SQL } from 'drizzle-orm';
 import type pg from 'pg';
@@ -53,7 +53,7 @@ export interface Engine {
    * `DeadJobInfo`): the next job the saga enqueues there is handed to the same worker (see
    * `enqueueHandedOff`), which runs it without a round trip through the queue's wake-up path.
    */
-  handOff?: JobContext | DeadJobInfo | undefined;
+  handOff?: JobContext | DeadJobInfo | LocalHandOff | undefined;
   /**
    * In a step's completing transaction, the saga as its locked completion left it, with every
    * completed step's output: what the next step's run would read first. Carried to that run

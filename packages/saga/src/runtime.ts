@@ -4,12 +4,14 @@ import {
   type Client,
   type Logger,
   type TracingOption,
+  type Worker,
 } from '@skiplock/queue';
 import {
   cancelQueuedJob,
   createDefaultLogger,
   inSpan,
   namedStatement,
+  openLocalHandOff,
   preparedRunner,
   resolvePool,
   resolveTracer,
@@ -26,6 +28,7 @@ import {
   entryKey,
   keyId,
   MAX_KEY_ID_LENGTH,
+  SagaSnapshot,
   type Engine,
   type FaultHook,
   type SagaEntry,
@@ -177,6 +180,16 @@ export interface SagaRuntime {
   readonly reconciler: Reconciler;
   /** `skiplock_saga_outcomes_total{saga,step,outcome}` and `skiplock_sagas_reconciled_total`. */
   readonly metrics: SagaMetrics;
+  /**
+   * Hands the first step of each saga this runtime starts without your `tx` to `worker`, a worker
+   * of this process given this runtime's `jobs`, when it has a free slot: the step's job is
+   * inserted already leased to it and starts as soon as the start commits (no NOTIFY, poll or
+   * claim), with the saga as the start wrote it (no read). Otherwise, and for starts in your
+   * transaction (whose commit the runtime does not see), the step is enqueued for any worker. A
+   * crash before it ran leaves an ordinary expired lease for the sweeper. Call it after
+   * `createWorker({ jobs: runtime.jobs })`; a later call replaces the worker.
+   */
+  attachWorker(worker: Worker): void;
   start<S extends StandardSchemaV1, O extends StepOutputs>(
     definition: SagaDefinition<string, S, O>,
     options: StartOptions<StandardSchemaV1.InferInput<S>>,
@@ -372,10 +385,16 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     return saga;
   }
 
+  let localWorker: Worker | null = null;
+
   const runtime: SagaRuntime = {
     jobs,
     reconciler,
     metrics: engine.metrics,
+
+    attachWorker(worker) {
+      localWorker = worker;
+    },
 
     async start(definition, startOptions) {
       const id = checkSagaId(startOptions?.id);
@@ -449,19 +468,41 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           }
           if (holder) status = 'queued';
         }
-        const inserted = await engine.sql(
+        // Rows inserted leased by an earlier try of this transaction were rolled back with it.
+        lent?.retry();
+        const inserted = await engine.sql<SagaRow>(
           tx,
-          insertSaga(lockKey === null ? fields : { ...fields, lock: { key: lockKey, status } }),
+          insertSaga({
+            ...(lockKey === null ? fields : { ...fields, lock: { key: lockKey, status } }),
+            returnRow: lent !== null,
+          }),
         );
         if (inserted.rowCount === 0) return repeated(await conflict(tx));
-        if (status === 'running') await enterStep(engine, tx, entry, id, 0);
+        if (status === 'running') {
+          const row = inserted.rows[0];
+          // Handed to the local worker, the first step gets the saga as inserted, with no output.
+          const carry =
+            lent &&
+            row &&
+            new SagaSnapshot(row, {}, performance.now()).next(entry.steps[0]!.name, false);
+          const handing = lent ? { ...engine, handOff: lent } : engine;
+          await enterStep(handing, tx, entry, id, 0, carry ?? undefined);
+        }
         return { id, started: true, status };
       };
-      const result = await inSpan(
-        span,
-        () => (startOptions.tx ? work(startOptions.tx) : ownTransaction(work)),
-        (done, value) => done.setAttribute('skiplock.saga.started', value.started),
-      );
+      // Only a transaction of the runtime's own: it sees the commit, after which the step starts.
+      const lent = !startOptions.tx && localWorker ? openLocalHandOff(localWorker) : null;
+      let result: StartResult;
+      try {
+        result = await inSpan(
+          span,
+          () => (startOptions.tx ? work(startOptions.tx) : ownTransaction(work)),
+          (done, value) => done.setAttribute('skiplock.saga.started', value.started),
+        );
+        lent?.committed();
+      } finally {
+        lent?.close();
+      }
       if (result.started) {
         logger.info(
           {

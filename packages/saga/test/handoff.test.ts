@@ -1,10 +1,11 @@
-import { createWorker } from '@skiplock/queue';
+import { createClient, createWorker, defineJob } from '@skiplock/queue';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createSagaRuntime, defineSaga } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { fast, settled, silent, timeline } from './fixtures.js';
 import { metricValue } from '../../../test/support/metrics.js';
+import { waitFor } from '../../../test/support/wait.js';
 
 const db = await useTestDatabase();
 
@@ -56,5 +57,94 @@ describe('saga advance by hand-off', () => {
       'SELECT DISTINCT locked_by FROM skiplock.jobs',
     );
     expect(rows).toEqual([{ locked_by: worker.id }]);
+  });
+});
+
+describe('a start handed to a local worker', () => {
+  const three = defineSaga({ name: 'local', version: 1, input: z.object({ n: z.number() }) })
+    .step('a', { ...fast, run: (_ctx, input) => ({ a: input.n }) })
+    .step('b', { ...fast, run: (ctx) => ({ b: ctx.steps.a.a + 1 }) })
+    .step('c', { ...fast, run: (ctx) => ({ c: ctx.steps.b.b + 1, input: ctx.input }) });
+
+  /** A runtime and a worker of one process; the worker polls once a minute (no poll helps). */
+  async function local(concurrency = 4) {
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [three], logger: silent });
+    const worker = createWorker({
+      pool: db.pool,
+      jobs: [...runtime.jobs, blocker],
+      logger: silent,
+      concurrency,
+      pollIntervalMs: 60_000,
+      sweeper: false,
+      retention: false,
+    });
+    await worker.start();
+    runtime.attachWorker(worker);
+    return { runtime, worker };
+  }
+
+  let release: () => void = () => {};
+  let blocked = false;
+  const blocker = defineJob({
+    type: 'local-blocker',
+    payload: z.object({}),
+    handler: async () => {
+      blocked = true;
+      await new Promise<void>((resolve) => (release = resolve));
+    },
+  });
+
+  it('runs every step of a saga on the starting process, with no claim', async () => {
+    const { runtime, worker } = await local();
+    await runtime.start(three, { id: 'local-1', input: { n: 1 } });
+    const done = await settled(runtime, 'local-1');
+    await worker.stop();
+    await runtime.close();
+    expect(done.status).toBe('completed');
+    expect(done.history.map((h) => h.output)).toEqual([
+      { a: 1 },
+      { b: 2 },
+      { c: 3, input: { n: 1 } },
+    ]);
+    expect(await metricValue(worker.metrics, 'skiplock_claim_batch_size_sum')).toBe(0);
+    expect(await metricValue(worker.metrics, 'skiplock_jobs_handed_off_total')).toBe(3);
+  });
+
+  it("enqueues the first step for any worker when the start is in the caller's transaction", async () => {
+    const { runtime, worker } = await local();
+    const tx = await db.pool.connect();
+    try {
+      await tx.query('BEGIN');
+      await runtime.start(three, { id: 'local-tx', input: { n: 1 }, tx });
+      await tx.query('COMMIT');
+    } finally {
+      tx.release();
+    }
+    expect((await settled(runtime, 'local-tx')).status).toBe('completed');
+    await worker.stop();
+    await runtime.close();
+    // The first step came through LISTEN and a claim; b and c were handed off.
+    expect(await metricValue(worker.metrics, 'skiplock_claim_batch_size_sum')).toBe(1);
+    expect(await metricValue(worker.metrics, 'skiplock_jobs_handed_off_total')).toBe(2);
+  });
+
+  it('enqueues the first step for any worker when the local worker has no free slot', async () => {
+    const { runtime, worker } = await local(1);
+    const client = createClient({ pool: db.pool, logger: silent });
+    blocked = false;
+    await client.enqueue(blocker, {});
+    await waitFor(() => blocked, { what: 'the blocker to take the only slot' });
+    await runtime.start(three, { id: 'local-busy', input: { n: 1 } });
+    const { rows } = await db.pool.query<{ status: string; locked_by: string | null }>(
+      `SELECT status::text, locked_by FROM skiplock.jobs WHERE idempotency_key = 'saga:local-busy:a'`,
+    );
+    // Not leased to the busy worker: pending for whichever worker claims it first.
+    expect(rows).toEqual([{ status: 'pending', locked_by: null }]);
+    release();
+    expect((await settled(runtime, 'local-busy')).status).toBe('completed');
+    await worker.stop();
+    await runtime.close();
+    await client.close();
+    expect(await metricValue(worker.metrics, 'skiplock_jobs_handed_off_total')).toBe(2);
   });
 });

@@ -49,6 +49,8 @@ export function insertSaga(p: {
    * is the order the starts took the key.
    */
   lock?: { key: string; status: 'running' | 'queued' } | undefined;
+  /** Return the inserted saga as `SagaRow` (for a first step handed off with it), not its id. */
+  returnRow?: boolean | undefined;
 }) {
   const extra = [
     ...(p.parent
@@ -73,7 +75,7 @@ export function insertSaga(p: {
             ${p.inputJson}::jsonb, now() + ${p.deadlineMs}::float8 * interval '1 millisecond',
             ${p.trace?.parent ?? null}::text, ${p.trace?.state ?? null}::text${sql.join(values)})
     ON CONFLICT (id) DO NOTHING
-    RETURNING id`;
+    RETURNING ${p.returnRow ? sagaRowColumns : sql`id`}`;
 }
 
 /**
