@@ -85,7 +85,8 @@ const definitions: Record<SagaShapeId, AnySagaDefinition> = { billing, fanout };
 /**
  * skiplock's saga with default settings: one job per step, each step's writes, its record and the
  * next step's job in one fenced transaction, the full history kept. The starter and a worker
- * (concurrency 10) share the process, as the DBOS run does.
+ * (concurrency 10) share the process, as the DBOS run does, and the runtime hands its starts'
+ * first steps to that worker (`attachWorker`).
  */
 export const skiplockSaga: SagaSystem = {
   id: 'skiplock-saga',
@@ -97,6 +98,8 @@ export const skiplockSaga: SagaSystem = {
     const runtime = createSagaRuntime({ connectionString: url, sagas: [definition], logger });
     const worker = createWorker({ connectionString: url, jobs: runtime.jobs, logger });
     await worker.start();
+    // Starter and worker share the process: a start hands its first step to this worker.
+    runtime.attachWorker(worker);
     return {
       async start(input) {
         const finished = new Promise<void>((resolve) => finishers.set(input.n, resolve));
