@@ -38,6 +38,7 @@ import {
   insertSingletonKeep,
   insertSingletonReplace,
   insertLeasedJob,
+  insertLeasedJobThen,
   insertUniformJobs,
   insertUnkeyedJobs,
   type InsertedRow,
@@ -611,6 +612,7 @@ export function createClient(options: ClientOptions = {}): Client {
     row: JobRow,
     target: Queryable,
     leasedTo: string | null = null,
+    then: readonly { text: string; values: unknown[] }[] = [],
   ): Promise<EnqueueResult & { claimed?: ClaimedRow }> {
     // Without a conflict this is the only statement. With one, the id is read in a fresh statement,
     // whose snapshot sees the conflicting job even when its transaction committed while the insert
@@ -619,7 +621,12 @@ export function createClient(options: ClientOptions = {}): Client {
     if (row.singleton && leasedTo === null) return insertSingleton(row, target);
     for (let attempt = 1; ; attempt++) {
       if (leasedTo !== null) {
-        const { rows } = await run<ClaimedRow>(target, insertLeasedJob(row, leasedTo));
+        const { rows } = await run<ClaimedRow>(
+          target,
+          then.length > 0
+            ? insertLeasedJobThen(row, leasedTo, then)
+            : insertLeasedJob(row, leasedTo),
+        );
         if (rows[0]) return { id: rows[0].id, inserted: true, claimed: rows[0] };
       } else {
         const { rows } = await run<{ id: string }>(target, insertJob(row));
@@ -823,11 +830,13 @@ export function createClient(options: ClientOptions = {}): Client {
     },
     close: owned.release,
   };
-  const leased: LeasedInsert = async (definition, payload, opts, tx, workerId) => {
+  const leased: LeasedInsert = async (definition, payload, opts, tx, workerId, then) => {
     const { tx: _ignored, ...rest } = opts;
     const made = toRow(definition, payload, rest, '');
     const row = isThenable(made) ? await made : made;
-    return sending(row.queue, row.jobType, 1, stampRow(row), () => insertOne(row, tx, workerId));
+    return sending(row.queue, row.jobType, 1, stampRow(row), () =>
+      insertOne(row, tx, workerId, then),
+    );
   };
   Object.defineProperty(client, ENQUEUE_LEASED, { value: leased });
   return client;

@@ -9,7 +9,9 @@
  * its own. Applications use the package's main entry.
  */
 import type { Client } from './client.js';
-import { runSql, type Queryable } from './db.js';
+import { sql, type SQL } from 'drizzle-orm';
+import { renderSql, runSql, type Queryable } from './db.js';
+import { HANDED_OFF_JOB_ID } from './sql/enqueue.js';
 import type { AnyJobDefinition, DeadJobInfo, JobContext } from './define.js';
 import {
   CARRIED,
@@ -208,6 +210,8 @@ export interface HandOffResult {
   inserted: boolean;
   /** True when the job was inserted leased to the running job's worker, which runs it next. */
   handedOff: boolean;
+  /** True when `then` ran with the new job's id, in the insert's statement. */
+  followed: boolean;
 }
 
 /**
@@ -237,9 +241,17 @@ export async function enqueueHandedOff(
      * would read first, known here already. Kept in this worker's memory until the run starts.
      */
     carry?: unknown;
+    /**
+     * Statements of the caller's to run in the insert's own statement when the job is handed
+     * off, given the new job's id as an SQL expression (NULL when the key was taken: each must
+     * then change nothing), each a data-modifying statement with no `$` in its text but its
+     * parameters: one round trip where the caller would send another with the id it got back.
+     * `followed` in the result says whether they ran with the id; if not, send them yourself.
+     */
+    then?: (jobId: SQL) => SQL[];
   } = {},
 ): Promise<HandOffResult> {
-  const { carry, ...insert } = options;
+  const { carry, then, ...insert } = options;
   const slot = handOffSlotOf(ctx);
   const insertLeased = (client as { [ENQUEUE_LEASED]?: LeasedInsert })[ENQUEUE_LEASED];
   if (
@@ -256,10 +268,13 @@ export async function enqueueHandedOff(
     definition.singletonKey !== null
   ) {
     const { id, inserted } = await client.enqueue(definition, payload, { ...insert, tx });
-    return { id, inserted, handedOff: false };
+    return { id, inserted, handedOff: false, followed: false };
   }
-  const result = await insertLeased(definition, payload, insert, tx, slot.workerId);
-  if (!result.claimed) return { id: result.id, inserted: result.inserted, handedOff: false };
+  const parts = then?.(sql.raw(HANDED_OFF_JOB_ID)).map(renderSql) ?? [];
+  const result = await insertLeased(definition, payload, insert, tx, slot.workerId, parts);
+  if (!result.claimed) {
+    return { id: result.id, inserted: result.inserted, handedOff: false, followed: false };
+  }
   slot.pending.push({ row: result.claimed, carry });
-  return { id: result.id, inserted: true, handedOff: true };
+  return { id: result.id, inserted: true, handedOff: true, followed: parts.length > 0 };
 }

@@ -88,6 +88,8 @@ export type LeasedInsert = (
   options: { idempotencyKey?: string | undefined; priority?: number | undefined; tx?: unknown },
   tx: Queryable,
   workerId: string,
+  /** Statements run with the insert, in its round trip (see `insertLeasedJobThen`). */
+  then?: readonly { text: string; values: unknown[] }[],
 ) => Promise<{ id: string; inserted: boolean; claimed?: ClaimedRow }>;
 
 export const ENQUEUE_LEASED = Symbol('skiplock.enqueueLeased');

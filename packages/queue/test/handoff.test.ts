@@ -1,4 +1,5 @@
 import { enqueueHandedOff, type HandOffResult } from '@skiplock/queue/engine';
+import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, defineJob, type DeadJobInfo, type Worker } from '../src/index.js';
@@ -220,5 +221,61 @@ describe('hand-off of a successor job to the worker that finished its predecesso
     } finally {
       plain.release();
     }
+  });
+});
+
+describe('statements run with a hand-off insert (`then`)', () => {
+  it('runs them in the insert statement with the new id, and changes nothing when the key was taken', async () => {
+    await db.pool.query('CREATE TABLE IF NOT EXISTS handoff_then_marks (job_id bigint NOT NULL)');
+    const results: HandOffResult[] = [];
+    const def = defineJob({
+      type: 'handoff-then',
+      queue: 'handoff-then',
+      payload: z.object({ n: z.number() }),
+      handler: async ({ n }, ctx) => {
+        await ctx.completeWith(async (tx) => {
+          if (n > 0) return;
+          // Twice the same key: the second insert finds it taken.
+          for (let i = 0; i < 2; i++) {
+            const result = await enqueueHandedOff(
+              client,
+              tx,
+              ctx,
+              def,
+              { n: 1 },
+              {
+                idempotencyKey: 'handoff-then:1',
+                then: (jobId) => [
+                  sql`INSERT INTO handoff_then_marks (job_id)
+                      SELECT ${jobId} WHERE ${jobId} IS NOT NULL`,
+                ],
+              },
+            );
+            results.push(result);
+          }
+        });
+      },
+    });
+    const worker = await slowPolling([def]);
+    await client.enqueue(def, { n: 0 });
+    await waitFor(
+      async () =>
+        (await rows('handoff-then')).every((r) => r.status === 'completed') &&
+        (await rows('handoff-then')).length === 2,
+      {
+        what: 'both jobs to complete',
+      },
+    );
+    await stop(worker);
+    const marks = await db.pool.query<{ job_id: string }>(
+      'SELECT job_id::text FROM handoff_then_marks',
+    );
+    expect(results.map((r) => [r.inserted, r.handedOff, r.followed])).toEqual([
+      [true, true, true],
+      [false, false, false],
+    ]);
+    expect(results[1]!.id).toBe(results[0]!.id);
+    // Written once, with the id of the job the first insert made.
+    expect(marks.rows).toEqual([{ job_id: results[0]!.id }]);
   });
 });

@@ -1,5 +1,6 @@
 import type { AnyJobDefinition } from '@skiplock/queue';
 import { enqueueHandedOff, runSql, type Queryable } from '@skiplock/queue/engine';
+import type { SQL } from 'drizzle-orm';
 import {
   compensationKey,
   entryKey,
@@ -17,6 +18,8 @@ import { joinBranches, keyTaken, undoBranches } from './parallel.js';
 import { lockNextQueued } from './sql/locks.js';
 import {
   enterRow,
+  enterRowParts,
+  type EnterRow,
   finishSaga,
   clearCurrentJob,
   insertSaga,
@@ -74,6 +77,24 @@ export function isCurrent(
   );
 }
 
+function enqueue(
+  e: Engine,
+  tx: Queryable,
+  job: AnyJobDefinition,
+  sagaId: string,
+  idempotencyKey: string,
+  delayMs?: number,
+): Promise<string | ForeignJob>;
+function enqueue(
+  e: Engine,
+  tx: Queryable,
+  job: AnyJobDefinition,
+  sagaId: string,
+  idempotencyKey: string,
+  delayMs: undefined,
+  carry: SagaSnapshot | undefined,
+  pointAt: Omit<EnterRow, 'jobId'>,
+): Promise<string | ForeignJob | Pointed>;
 async function enqueue(
   e: Engine,
   tx: Queryable,
@@ -82,11 +103,15 @@ async function enqueue(
   idempotencyKey: string,
   delayMs?: number,
   carry?: SagaSnapshot,
-): Promise<string | ForeignJob> {
+  pointAt?: Omit<EnterRow, 'jobId'>,
+): Promise<string | ForeignJob | Pointed> {
   const options = delayMs === undefined ? { idempotencyKey } : { idempotencyKey, delayMs };
-  const { id, inserted } = e.handOff
-    ? await enqueueHandedOff(e.client, tx, e.handOff, job, { sagaId }, { ...options, carry })
-    : await e.client.enqueue(job, { sagaId }, { ...options, tx });
+  // Handed off, the saga's pointer moves in the insert's own statement (see `enterRowParts`).
+  const then = pointAt && ((jobId: SQL) => enterRowParts(pointAt, jobId, true));
+  const { id, inserted, followed } = e.handOff
+    ? await enqueueHandedOff(e.client, tx, e.handOff, job, { sagaId }, { ...options, carry, then })
+    : { ...(await e.client.enqueue(job, { sagaId }, { ...options, tx })), followed: false };
+  if (followed) return { pointed: id };
   if (!inserted) {
     // The key was taken, so the queue returned the job that holds it. Ours (the same job type
     // for this saga) is what a repeated move finds; any other is not, and waiting on it would
@@ -98,6 +123,11 @@ async function enqueue(
     }
   }
   return id;
+}
+
+/** The job was inserted and the saga already points at it (`pointAt` of `enqueue`). */
+interface Pointed {
+  pointed: string;
 }
 
 /** The job an enqueue got back for its key belongs to something else (see `enqueue`). */
@@ -136,13 +166,14 @@ export async function enterStep(
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
   const key = stepKey(sagaId, spec.name);
-  const jobId = await enqueue(e, tx, entry.runJobs[index]!, sagaId, key, undefined, carry);
-  if (typeof jobId !== 'string') return failForeign(e, tx, sagaId, spec.name, jobId);
-  if (carry) carry.saga.current_job_id = jobId;
-  await e.sql(
-    tx,
-    enterRow({ id: sagaId, status: 'running', step: spec.name, kind: 'step', jobId }),
-  );
+  const at = { id: sagaId, status: 'running' as const, step: spec.name, kind: 'step' as const };
+  const jobId = await enqueue(e, tx, entry.runJobs[index]!, sagaId, key, undefined, carry, at);
+  if (typeof jobId === 'object' && 'foreign' in jobId) {
+    return failForeign(e, tx, sagaId, spec.name, jobId);
+  }
+  const id = typeof jobId === 'string' ? jobId : jobId.pointed;
+  if (carry) carry.saga.current_job_id = id;
+  if (typeof jobId === 'string') await e.sql(tx, enterRow({ ...at, jobId: id }));
   return 'advanced';
 }
 

@@ -60,6 +60,10 @@ describe('the cost of a saga step', () => {
     // was 20, then 11 while every step read the saga.
     expect(onSagaTables).toHaveLength(2 + 1 + 3 * 2);
     expect(onSagaTables.filter(isLoad)).toHaveLength(1);
+    // The saga's pointer moves to b and to c in the statement that inserts their handed-off jobs;
+    // only the start (its first job was not handed off) sends it on its own.
+    expect(sent.filter((s) => s.startsWith('WITH handed_off_job AS'))).toHaveLength(2);
+    expect(sent.filter((s) => s.startsWith('WITH history AS'))).toHaveLength(1);
     const saga = await settled(runtime, 'count-1');
     expect(saga.history.map((h) => [h.step, h.status, h.attempts])).toEqual([
       ['a', 'completed', 1],

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Statement } from '../db.js';
 
 export interface JobRow {
@@ -303,6 +304,38 @@ export function insertLeasedJob(row: JobRow, workerId: string): Statement {
       row.traceState,
     ],
   };
+}
+
+/** The new job's id inside `insertLeasedJobThen`'s statement; NULL when nothing was inserted. */
+export const HANDED_OFF_JOB_ID = '(SELECT id::bigint FROM handed_off_job)';
+
+/**
+ * `insertLeasedJob` and, in the same statement, the caller's data-modifying statements `then`
+ * (rendered, each with `$1`-based parameters and no other `$` in its text), which see the new
+ * job's id as `HANDED_OFF_JOB_ID`: one round trip where the caller would send a second statement
+ * with the id it got back (a saga pointing at its next step's job). They run whether or not the
+ * key was taken, so each must do nothing when that id is NULL. Named by its text's hash: the
+ * caller's statements are few and fixed, so each connection still prepares each text once.
+ */
+export function insertLeasedJobThen(
+  row: JobRow,
+  workerId: string,
+  then: readonly { text: string; values: unknown[] }[],
+): Statement {
+  const base = insertLeasedJob(row, workerId);
+  let offset = base.values.length;
+  const values = [...base.values];
+  const ctes = then.map((part, i) => {
+    const shift = offset;
+    offset += part.values.length;
+    values.push(...part.values);
+    const text = part.text.replace(/\$(\d+)/g, (_, n: string) => `$${Number(n) + shift}`);
+    return `then_${i} AS (${text})`;
+  });
+  const text = `WITH handed_off_job AS (${INSERT_LEASED}), ${ctes.join(', ')}
+SELECT * FROM handed_off_job`;
+  const hash = createHash('sha1').update(text).digest('hex').slice(0, 16);
+  return { name: `skiplock_insert_leased_then_${hash}`, text, values };
 }
 
 type SingletonRow = JobRow & { singleton: NonNullable<JobRow['singleton']> };

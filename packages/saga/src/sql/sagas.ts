@@ -187,25 +187,39 @@ export function lockAndComplete(p: {
  * from this pointer. A row left by an earlier pass (a compensation re-entered) is reset to
  * `pending` with the new job, in the same round trip.
  */
-export function enterRow(p: {
+export function enterRow(p: EnterRow & { jobId: string | null }) {
+  const [history, pointer] = enterRowParts(p, sql`${p.jobId}::bigint`);
+  return sql`WITH history AS (${history}) ${pointer}`;
+}
+
+export interface EnterRow {
   id: string;
   status: 'running' | 'compensating';
   step: string;
   kind: SagaStepKind;
   /** Null for a parallel group's step that its branches move, not a job (see `undoBranches`). */
   jobId: string | null;
-}) {
-  return sql`
-    WITH history AS (
+}
+
+/**
+ * `enterRow`'s two updates with the job's id as an SQL expression: run by the queue in the
+ * statement that inserts a handed-off job (`then` of `enqueueHandedOff`; the id is NULL there
+ * when the key was taken, and then they change nothing), saving the pointer's own round trip.
+ */
+export function enterRowParts(p: Omit<EnterRow, 'jobId'>, jobId: SQL, guard = false): [SQL, SQL] {
+  const given = guard ? sql` AND ${jobId} IS NOT NULL` : sql``;
+  return [
+    sql`
       UPDATE skiplock.saga_steps
-      SET status = 'pending', job_id = ${p.jobId}::bigint, updated_at = now()
-      WHERE saga_id = ${p.id} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind
-    )
-    UPDATE skiplock.sagas
-    SET status = ${p.status}::skiplock.saga_status, current_step = ${p.step},
-        current_kind = ${p.kind}::skiplock.saga_step_kind, current_job_id = ${p.jobId}::bigint,
-        current_since = now(), updated_at = now()
-    WHERE id = ${p.id}`;
+      SET status = 'pending', job_id = ${jobId}, updated_at = now()
+      WHERE saga_id = ${p.id} AND step = ${p.step} AND kind = ${p.kind}::skiplock.saga_step_kind${given}`,
+    sql`
+      UPDATE skiplock.sagas
+      SET status = ${p.status}::skiplock.saga_status, current_step = ${p.step},
+          current_kind = ${p.kind}::skiplock.saga_step_kind, current_job_id = ${jobId},
+          current_since = now(), updated_at = now()
+      WHERE id = ${p.id}${given}`,
+  ];
 }
 
 export function setSagaStatus(id: string, status: SagaStatus) {
