@@ -522,8 +522,10 @@ async function settleFailure(
 
 /**
  * The hand-off slot of a dead job's hook transaction. Its handler is over and its slot already
- * counted free (`handlerDone`), so its room is the worker's free slots not yet promised; its first
- * hand-off is taken even without room and waits at the front of the buffer.
+ * counted free (`handlerDone`), where a buffered job may already have started: so its room is the
+ * worker's free slots not yet promised, and even its first hand-off needs one. Taken without room,
+ * it waited at the front of the buffer behind whatever held the slots (a 3 s job held a saga's
+ * compensation 3,007 ms while another worker idled); now it is enqueued for any worker instead.
  */
 function deadSlot(d: ExecutorDeps, job: RunningJob): HandOffSlot | null {
   const handOff = d.handOff;
@@ -534,6 +536,7 @@ function deadSlot(d: ExecutorDeps, job: RunningJob): HandOffSlot | null {
     limit: handOff.limit,
     accepts: handOff.accepts,
     room: () => handOff.room(slot) - 1,
+    firstNeedsRoom: true,
     open: true,
     pending: [],
   };

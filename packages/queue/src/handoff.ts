@@ -31,8 +31,9 @@ export interface HandOffSlot {
    */
   room(): number;
   /**
-   * Whether even the first hand-off needs `room()`: a slot lent to a transaction that is not a
-   * job's (see `LOCAL_HAND_OFF`) frees no slot of its own as it commits.
+   * Whether even the first hand-off needs `room()`: a dead job's hook (its job's slot was freed
+   * before the hook, and a buffered job may have taken it) and a slot lent to a transaction that
+   * is not a job's (see `LOCAL_HAND_OFF`) free no slot as they commit.
    */
   firstNeedsRoom?: boolean;
   /** Open while the job's completing transaction runs: hand-offs can join only that one. */

@@ -279,3 +279,63 @@ describe('statements run with a hand-off insert (`then`)', () => {
     expect(marks.rows).toEqual([{ job_id: results[0]!.id }]);
   });
 });
+
+describe("a dead job's hand-off when its worker has no free slot", () => {
+  it('enqueues the successor for any worker instead of parking it behind a buffered job', async () => {
+    const at: { undo?: number; longEnd?: number } = {};
+    const decisions: HandOffResult[] = [];
+    const undo = defineJob({
+      type: 'dead-full-undo',
+      queue: 'dead-full-undo',
+      payload: z.object({}),
+      handler: () => {
+        at.undo = performance.now();
+      },
+    });
+    const long = defineJob({
+      type: 'dead-full-long',
+      queue: 'dead-full',
+      payload: z.object({}),
+      handler: async () => {
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+        at.longEnd = performance.now();
+      },
+    });
+    const failing = defineJob({
+      type: 'dead-full-fail',
+      queue: 'dead-full',
+      payload: z.object({}),
+      maxAttempts: 1,
+      priority: 10,
+      handler: () => {
+        throw new Error('fails for good');
+      },
+      onDead: async (tx, info) => {
+        decisions.push(await enqueueHandedOff(client, tx, info, undo, {}));
+      },
+    });
+    await client.enqueue(long, {});
+    await client.enqueue(failing, {});
+    const idle = testWorker(db.pool, [undo], { listen: true, concurrency: 4 });
+    await idle.start();
+    // One slot, both jobs claimed: the long one waits in the buffer and takes the slot the
+    // failing one frees, before the failing one's dead hook runs.
+    const busy = testWorker(db.pool, [failing, long, undo], {
+      pollIntervalMs: 60_000,
+      concurrency: 1,
+    });
+    await busy.start();
+    await waitFor(() => at.undo !== undefined && at.longEnd !== undefined, {
+      what: 'the undo job and the long job to run',
+    });
+    await stop(busy);
+    await stop(idle);
+    expect(decisions.map((d) => [d.inserted, d.handedOff])).toEqual([[true, false]]);
+    // The idle worker ran it while the busy one's only slot was still held.
+    expect(at.undo).toBeLessThan(at.longEnd!);
+    const { rows: ran } = await db.pool.query<{ locked_by: string }>(
+      `SELECT locked_by FROM skiplock.jobs WHERE job_type = 'dead-full-undo'`,
+    );
+    expect(ran).toEqual([{ locked_by: idle.id }]);
+  });
+});
