@@ -19,6 +19,7 @@ import {
   HAND_OFF,
   handOffSlotOf,
   LOCAL_HAND_OFF,
+  promisedBy,
   type HandOffSlot,
   type LeasedInsert,
   type LocalSlot,
@@ -259,8 +260,7 @@ export async function enqueueHandedOff(
     !insertLeased ||
     insert.delayMs !== undefined ||
     slot.depth >= slot.limit ||
-    ((slot.pending.length > 0 || slot.firstNeedsRoom === true) &&
-      slot.pending.length >= slot.room()) ||
+    ((promisedBy(slot) > 0 || slot.firstNeedsRoom === true) && promisedBy(slot) >= slot.room()) ||
     !slot.accepts(definition.type, definition.queue) ||
     // A job with a concurrency key, a rate limit or a singleton key goes through admission or
     // its unique index: inserted already running, it would skip both.
@@ -271,7 +271,15 @@ export async function enqueueHandedOff(
     return { id, inserted, handedOff: false, followed: false };
   }
   const parts = then?.(sql.raw(HANDED_OFF_JOB_ID)).map(renderSql) ?? [];
-  const result = await insertLeased(definition, payload, insert, tx, slot.workerId, parts);
+  // Held from the room check on, through the insert's round trip: concurrent transactions
+  // (parallel starts) must not all be promised the same free slot.
+  slot.inserting += 1;
+  let result: Awaited<ReturnType<LeasedInsert>>;
+  try {
+    result = await insertLeased(definition, payload, insert, tx, slot.workerId, parts);
+  } finally {
+    slot.inserting -= 1;
+  }
   if (!result.claimed) {
     return { id: result.id, inserted: result.inserted, handedOff: false, followed: false };
   }

@@ -306,6 +306,7 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
     room: () => handOff.room(slot!),
     open: false,
     pending: [],
+    inserting: 0,
   };
   const ctx: JobContext & { [HAND_OFF]?: HandOffSlot; [CARRIED]?: unknown } = {
     job: job.info,
@@ -539,6 +540,7 @@ function deadSlot(d: ExecutorDeps, job: RunningJob): HandOffSlot | null {
     firstNeedsRoom: true,
     open: true,
     pending: [],
+    inserting: 0,
   };
   return slot;
 }

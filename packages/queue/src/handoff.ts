@@ -40,6 +40,8 @@ export interface HandOffSlot {
   open: boolean;
   /** Rows inserted leased in the open transaction, started once it commits. */
   pending: HandedOff[];
+  /** Leased inserts in flight (see `promisedBy`): counted as pending. */
+  inserting: number;
 }
 
 /**
@@ -50,6 +52,9 @@ export interface HandedOff {
   row: ClaimedRow;
   carry: unknown;
 }
+
+/** The hand-offs `slot` holds or is inserting: slots of the worker promised to it. */
+export const promisedBy = (slot: HandOffSlot): number => slot.pending.length + slot.inserting;
 
 /** Where a job's context keeps its slot; a symbol keeps it out of the public `JobContext`. */
 export const HAND_OFF = Symbol('skiplock.handOff');

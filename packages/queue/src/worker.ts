@@ -9,7 +9,7 @@ import type { AnyJobDefinition } from './define.js';
 import { ConfigError, LockLostError, ShutdownError, errorMessage } from './errors.js';
 import { SafeEmitter, type WorkerEvents } from './events.js';
 import { executeJob, RunningJob, type ExecutorDeps } from './executor.js';
-import { LOCAL_HAND_OFF, type HandOffSlot, type LocalSlot } from './handoff.js';
+import { LOCAL_HAND_OFF, promisedBy, type HandOffSlot, type LocalSlot } from './handoff.js';
 import { Heartbeat, type HeartbeatResult } from './heartbeat.js';
 import { Listener } from './listener.js';
 import { createDefaultLogger, type Logger } from './logger.js';
@@ -318,7 +318,7 @@ export function createWorker(options: WorkerOptions): Worker {
               for (const other of handingOff) {
                 // Each one's first hand-off takes its own job's slot; a lent slot has no job.
                 const own = other.firstNeedsRoom === true ? 0 : 1;
-                if (other !== self) promised += Math.max(0, other.pending.length - own);
+                if (other !== self) promised += Math.max(0, promisedBy(other) - own);
               }
               return config.concurrency - active - promised + 1;
             },
@@ -661,6 +661,7 @@ export function createWorker(options: WorkerOptions): Worker {
       firstNeedsRoom: true,
       open: true,
       pending: [],
+      inserting: 0,
     };
     handOff.opened(slot);
     let closed = false;

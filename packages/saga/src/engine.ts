@@ -72,6 +72,13 @@ export const handingOff = (
 ): Engine => ({ ...e, handOff: job, onward });
 
 /**
+ * How old a carried snapshot may be when its run starts. A handed-off job starts in the slot its
+ * predecessor frees or a free one, so it is normally milliseconds old; one that waited longer
+ * (a stop, a full buffer) reads the saga instead.
+ */
+export const MAX_SNAPSHOT_AGE_MS = 1_000;
+
+/**
  * The saga as a handed-off step's run finds it, carried from the transaction that enqueued that
  * step (`carry` of the queue's `enqueueHandedOff`) in place of the read each run starts with: one
  * statement and one pooled connection's round trip less per handed-off step. It holds what that
@@ -105,14 +112,21 @@ export class SagaSnapshot {
     );
   }
 
-  /** The row and outputs as a read of saga `sagaId` now would return them, or null if not its. */
+  /**
+   * The row and outputs as a read of saga `sagaId` now would return them, or null if not its or
+   * older than `MAX_SNAPSHOT_AGE_MS` (then the run reads the saga: a cancel that came meanwhile
+   * stops the step before it runs, as it does after a read). `deadline_left_ms` counts from the
+   * completing transaction's start, as a read's counts from its own (timeout jobs are scheduled
+   * from that clock); the step's deadline timer and its completion's checks bound the difference.
+   */
   rowOf(sagaId: string): (SagaRow & { outputs: StepOutputs }) | null {
-    if (this.saga.id !== sagaId) return null;
+    const age = performance.now() - this.at;
+    if (this.saga.id !== sagaId || age > MAX_SNAPSHOT_AGE_MS) return null;
     const left = this.saga.deadline_left_ms;
     return {
       ...this.saga,
       outputs: this.outputs,
-      deadline_left_ms: left === null ? null : left - (performance.now() - this.at),
+      deadline_left_ms: left === null ? null : left - age,
     };
   }
 }

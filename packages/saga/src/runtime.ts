@@ -457,6 +457,8 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         return { id, started: false, status: existing.status };
       };
       const work = async (tx: Queryable): Promise<StartResult> => {
+        // Rows inserted leased by an earlier try of this transaction were rolled back with it.
+        lent?.retry();
         const fields = { ...saga, inputJson, deadlineMs, trace: stored };
         let status: 'running' | 'queued' = 'running';
         if (lockKey !== null) {
@@ -468,8 +470,6 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           }
           if (holder) status = 'queued';
         }
-        // Rows inserted leased by an earlier try of this transaction were rolled back with it.
-        lent?.retry();
         const inserted = await engine.sql<SagaRow>(
           tx,
           insertSaga({

@@ -148,3 +148,47 @@ describe('a start handed to a local worker', () => {
     expect(await metricValue(worker.metrics, 'skiplock_jobs_handed_off_total')).toBe(2);
   });
 });
+
+describe('parallel starts handed to a local worker', () => {
+  it('promise each free slot once: the rest are queued, not leased to the busy worker', async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let running = 0;
+    const gated = defineSaga({ name: 'gated', version: 1, input: z.object({}) }).step('wait', {
+      ...fast,
+      run: async () => {
+        running += 1;
+        await gate;
+        return 1;
+      },
+    });
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [gated], logger: silent });
+    const worker = createWorker({
+      pool: db.pool,
+      jobs: runtime.jobs,
+      logger: silent,
+      concurrency: 2,
+      pollIntervalMs: 60_000,
+      listen: false,
+      sweeper: false,
+      retention: false,
+    });
+    await worker.start();
+    runtime.attachWorker(worker);
+    const ids = Array.from({ length: 8 }, (_, i) => `gated-${i}`);
+    await Promise.all(ids.map((id) => runtime.start(gated, { id, input: {} })));
+    await waitFor(() => running === 2, { what: 'the two free slots to run a step each' });
+    const { rows } = await db.pool.query<{ leased: number; pending: number }>(
+      `SELECT count(*) FILTER (WHERE locked_by IS NOT NULL)::int AS leased,
+              count(*) FILTER (WHERE status = 'pending')::int AS pending
+       FROM skiplock.jobs WHERE idempotency_key LIKE 'saga:gated-%'`,
+    );
+    // Two slots: two first steps handed off; with no LISTEN and a one-minute poll, the other six
+    // wait in the queue for any worker instead of in this worker's buffer.
+    expect(rows).toEqual([{ leased: 2, pending: 6 }]);
+    expect(await metricValue(worker.metrics, 'skiplock_jobs_handed_off_total')).toBe(2);
+    open();
+    await worker.stop();
+    await runtime.close();
+  });
+});

@@ -15,9 +15,8 @@ export interface SagaRow {
   pivoted: boolean;
   cancel_requested: boolean;
   /**
-   * Milliseconds left until the deadline in the database clock when the row was read (the
-   * statement's clock, not its transaction's start: a step's transaction may have been open while
-   * the step ran); negative once passed.
+   * Milliseconds left until the deadline in the database clock at its transaction's start (as
+   * timeout jobs are scheduled from `now()`); negative once passed.
    */
   deadline_left_ms: number | null;
   error: string | null;
@@ -31,7 +30,7 @@ export interface SagaRow {
 export const sagaRowColumns = sql`
   id, name, version, status, input, current_step, current_kind, current_job_id::text AS current_job_id,
   pivoted, cancel_requested,
-  (extract(epoch FROM deadline - clock_timestamp()) * 1000)::float8 AS deadline_left_ms, error, trace_parent,
+  (extract(epoch FROM deadline - now()) * 1000)::float8 AS deadline_left_ms, error, trace_parent,
   trace_state, lock_key`;
 
 export function insertSaga(p: {
