@@ -529,11 +529,22 @@ async function settleFailure(
  * compensation 3,007 ms while another worker idled); now it is enqueued for any worker instead.
  */
 function deadSlot(d: ExecutorDeps, job: RunningJob): HandOffSlot | null {
-  const handOff = d.handOff;
-  if (!handOff) return null;
+  return d.handOff && slotWithoutJob(d.handOff, d.workerId, job.handOffDepth);
+}
+
+/**
+ * An open hand-off slot whose transaction frees no job slot as it commits (a dead job's hook, or
+ * a transaction the worker lent a slot to): its room is the worker's free slots not yet promised,
+ * and even its first hand-off needs one.
+ */
+export function slotWithoutJob(
+  handOff: NonNullable<ExecutorDeps['handOff']>,
+  workerId: string,
+  depth: number,
+): HandOffSlot {
   const slot: HandOffSlot = {
-    workerId: d.workerId,
-    depth: job.handOffDepth,
+    workerId,
+    depth,
     limit: handOff.limit,
     accepts: handOff.accepts,
     room: () => handOff.room(slot) - 1,

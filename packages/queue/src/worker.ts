@@ -8,7 +8,7 @@ import { runSql } from './db.js';
 import type { AnyJobDefinition } from './define.js';
 import { ConfigError, LockLostError, ShutdownError, errorMessage } from './errors.js';
 import { SafeEmitter, type WorkerEvents } from './events.js';
-import { executeJob, RunningJob, type ExecutorDeps } from './executor.js';
+import { executeJob, RunningJob, slotWithoutJob, type ExecutorDeps } from './executor.js';
 import { LOCAL_HAND_OFF, promisedBy, type HandOffSlot, type LocalSlot } from './handoff.js';
 import { Heartbeat, type HeartbeatResult } from './heartbeat.js';
 import { Listener } from './listener.js';
@@ -651,18 +651,8 @@ export function createWorker(options: WorkerOptions): Worker {
   function lendSlot(): LocalSlot | null {
     const handOff = deps.handOff;
     if (!handOff || state !== 'running') return null;
-    const slot: HandOffSlot = {
-      workerId: id,
-      depth: 0,
-      limit: handOff.limit,
-      accepts: handOff.accepts,
-      // No job of this worker ends with the transaction: only free slots not yet promised.
-      room: () => handOff.room(slot) - 1,
-      firstNeedsRoom: true,
-      open: true,
-      pending: [],
-      inserting: 0,
-    };
+    // No job of this worker ends with the transaction: only free slots not yet promised.
+    const slot = slotWithoutJob(handOff, id, 0);
     handOff.opened(slot);
     let closed = false;
     const close = () => {
