@@ -21,6 +21,7 @@ import {
   deleteDelivered,
   expireLastAttempts,
   OUTBOX_CHANNEL,
+  settleDelivered,
   settleMessages,
   type ClaimedRow,
 } from './sql/messages.js';
@@ -260,11 +261,15 @@ export function createRelay(options: RelayOptions): Relay {
         );
       }
     }
-    const settled = await run<{ id: string }>(
-      pool,
-      namedStatement('skiplock_outbox_settle', settleMessages(leaseId, asyncCommit, outcome)),
-    );
-    result.fenced = rows.length - settled.rowCount;
+    const settle =
+      result.delivered === rows.length
+        ? namedStatement(
+            'skiplock_outbox_delivered',
+            settleDelivered(leaseId, asyncCommit, outcome.ids),
+          )
+        : namedStatement('skiplock_outbox_settle', settleMessages(leaseId, asyncCommit, outcome));
+    const settled = await run<{ settled: number }>(pool, settle);
+    result.fenced = rows.length - (settled.rows[0]?.settled ?? 0);
     if (result.fenced > 0) {
       logger.warn(
         { reason: 'outbox_lease_lost', count: result.fenced, sink: sink.name },

@@ -146,7 +146,24 @@ export function settleMessages(
       WHERE s.status = 'pending' AND s.key IS NOT NULL
         AND f.key = s.key AND f.status = 'pending' AND f.id > s.id AND f.run_after < s.run_after
     )
-    SELECT id::text AS id FROM settled`;
+    SELECT count(*)::int AS settled FROM settled`;
+}
+
+/**
+ * `settleMessages` for a batch the sink delivered whole, the usual case: one array instead of six
+ * and no backoff bookkeeping. Fenced on the lease as that one.
+ */
+export function settleDelivered(leaseId: string, asyncCommit: boolean, ids: string[]) {
+  return sql`
+    WITH settled AS (
+      UPDATE skiplock.outbox_messages m
+      SET status = 'delivered', settled_at = now(), last_error = NULL,
+          lease_id = NULL, lease_until = NULL, locked_by = NULL
+      FROM unnest(${sql.param(ids)}::bigint[]) AS f(id), ${commitItem(asyncCommit)}
+      WHERE m.id = f.id AND m.lease_id = ${leaseId}::uuid
+      RETURNING 1
+    )
+    SELECT count(*)::int AS settled FROM settled`;
 }
 
 /**
