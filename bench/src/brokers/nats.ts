@@ -52,7 +52,8 @@ export const nats: Broker = {
   sink: (tag) =>
     natsSink({ servers: url, subject: (message) => subjectOf(tag, message.topic), logger }),
   async publisher(tag) {
-    const nc = await connect({ servers: url, name: 'skiplock-bench-direct' });
+    // The options the outbox's sink connects with (noAsyncTraces): the same client, the same work.
+    const nc = await connect({ servers: url, name: 'skiplock-bench-direct', noAsyncTraces: true });
     const js = jetstream(nc);
     return {
       async publish(events) {
