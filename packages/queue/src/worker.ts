@@ -253,6 +253,14 @@ export function createWorker(options: WorkerOptions): Worker {
   const inflight = new Set<Promise<void>>();
   /** Open completing transactions that may hand off (see `HandOffSlot.room`); one per job at most. */
   const handingOff = new Set<HandOffSlot>();
+  /**
+   * Slots lent to transactions of this process that are not jobs' (a saga's start) and still
+   * open: stop() waits for them, so what they hand off is released while the pool is open.
+   */
+  const lent = new Set<HandOffSlot>();
+  let lentClosed: (() => void) | null = null;
+  /** The release of jobs handed off after stopping began (see `adopt`), for stop() to await. */
+  let lateRelease: Promise<void> = Promise.resolve();
   let active = 0;
   let averageDurationMs: number | null = null;
   /** Running average of the payload JSON size of claimed jobs, for `maxPrefetchBytes`. */
@@ -328,8 +336,9 @@ export function createWorker(options: WorkerOptions): Worker {
               metrics.handedOff.inc();
               void accept(row, depth, carry);
               // Stopping began after the insert: hand it back with the rest of the buffer.
-              if (state !== 'running') void releaseBuffered();
-              else pump();
+              if (state !== 'running') {
+                lateRelease = Promise.all([lateRelease, releaseBuffered()]).then(() => {});
+              } else pump();
             },
           },
   };
@@ -608,7 +617,12 @@ export function createWorker(options: WorkerOptions): Worker {
     // buffer's release is a write too. Both are bounded like the rest of the stop, so a hung
     // database cannot hold stop() (what they leave leased is swept when the leases expire).
     if (loopDone) await settleWithin(graceMs, loopDone);
-    await settleWithin(graceMs, releaseBuffered());
+    // A start this worker lent a slot to may still commit a job leased to it: wait for those
+    // transactions (bounded), so the job is handed back below instead of left to lease expiry.
+    if (lent.size > 0) {
+      await settleWithin(graceMs, new Promise<void>((resolve) => (lentClosed = resolve)));
+    }
+    await settleWithin(graceMs, Promise.all([lateRelease, releaseBuffered()]));
     logger.info({ reason: 'shutdown', inFlight: running.size, deadlineMs }, 'worker stopping');
     if (inflight.size > 0) {
       const deadline = new AbortController();
@@ -654,6 +668,7 @@ export function createWorker(options: WorkerOptions): Worker {
     // No job of this worker ends with the transaction: only free slots not yet promised.
     const slot = slotWithoutJob(handOff, id, 0);
     handOff.opened(slot);
+    lent.add(slot);
     let closed = false;
     const close = () => {
       if (closed) return;
@@ -661,6 +676,8 @@ export function createWorker(options: WorkerOptions): Worker {
       handOff.closed(slot);
       slot.open = false;
       slot.pending = [];
+      lent.delete(slot);
+      if (lent.size === 0) lentClosed?.();
     };
     return {
       slot,

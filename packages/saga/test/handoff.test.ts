@@ -149,6 +149,72 @@ describe('a start handed to a local worker', () => {
   });
 });
 
+describe('a worker stopped while a start it lent a slot to is open', () => {
+  it('waits for the start to commit and hands its first step back to the queue', async () => {
+    const saga = defineSaga({ name: 'late', version: 1, input: z.object({}) }).step('a', {
+      ...fast,
+      run: () => 1,
+    });
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger: silent });
+    // Its own pool, which stop() ends: a job leased to it after that could not be released.
+    const worker = createWorker({
+      connectionString: db.url,
+      jobs: runtime.jobs,
+      logger: silent,
+      pollIntervalMs: 60_000,
+      sweeper: false,
+      retention: false,
+    });
+    await worker.start();
+    runtime.attachWorker(worker);
+    // Its first claim done, the worker waits for a minute's poll: no claim of its own is held at
+    // the lock below, so nothing but the open start can keep its stop() waiting.
+    await waitFor(
+      async () =>
+        (await metricValue(worker.metrics, 'skiplock_claim_batch_size_count')) >= 1 ? true : null,
+      { what: "the worker's first claim" },
+    );
+    // Holds the start's leased insert of its first step (and the worker's claims) at the table.
+    const locker = await db.pool.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE skiplock.jobs IN SHARE MODE');
+      const starting = runtime.start(saga, { id: 'late-1', input: {} });
+      await waitFor(
+        async () => {
+          const { rows } = await db.pool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+             WHERE c.relname = 'jobs' AND NOT l.granted`,
+          );
+          return rows[0]!.n > 0 ? true : null;
+        },
+        { what: "the start's insert to wait for the table lock" },
+      );
+      let stopped = false;
+      const stopping = worker.stop().then(() => (stopped = true));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(stopped).toBe(false);
+      await locker.query('COMMIT');
+      expect(await starting).toMatchObject({ started: true });
+      await stopping;
+    } finally {
+      // Also when an expect above failed: a lock left held would stall every later test.
+      await locker.query('COMMIT').catch(() => {});
+      locker.release();
+    }
+    const { rows } = await db.pool.query<{ status: string; locked_by: string | null }>(
+      `SELECT status::text, locked_by FROM skiplock.jobs WHERE idempotency_key = 'saga:late-1:a'`,
+    );
+    // Released by the stopping worker: pending for any worker, not leased until its lease ran out.
+    expect(rows).toEqual([{ status: 'pending', locked_by: null }]);
+    const next = createWorker({ pool: db.pool, jobs: runtime.jobs, logger: silent });
+    await next.start();
+    expect((await settled(runtime, 'late-1')).status).toBe('completed');
+    await next.stop();
+    await runtime.close();
+  });
+});
+
 describe('parallel starts handed to a local worker', () => {
   it('promise each free slot once: the rest are queued, not leased to the busy worker', async () => {
     let open!: () => void;
