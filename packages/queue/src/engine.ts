@@ -189,6 +189,15 @@ export interface LocalHandOff {
   close(): void;
 }
 
+/** Whether `value` is a worker made by `createWorker`, one that can lend slots (`LOCAL_HAND_OFF`). */
+export function lendsSlots(value: unknown): value is Worker {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { [LOCAL_HAND_OFF]?: unknown })[LOCAL_HAND_OFF] === 'function'
+  );
+}
+
 /** See `LocalHandOff`; null when `worker` is not running or hands off nothing (`maxHandOffs: 0`). */
 export function openLocalHandOff(worker: Worker): LocalHandOff | null {
   const lend = (worker as { [LOCAL_HAND_OFF]?: () => LocalSlot | null })[LOCAL_HAND_OFF];

@@ -11,6 +11,7 @@ import {
   createDefaultLogger,
   inSpan,
   namedStatement,
+  lendsSlots,
   openLocalHandOff,
   preparedRunner,
   resolvePool,
@@ -187,7 +188,8 @@ export interface SagaRuntime {
    * claim), with the saga as the start wrote it (no read). Otherwise, and for starts in your
    * transaction (whose commit the runtime does not see), the step is enqueued for any worker. A
    * crash before it ran leaves an ordinary expired lease for the sweeper. Call it after
-   * `createWorker({ jobs: runtime.jobs })`; a later call replaces the worker.
+   * `createWorker({ jobs: runtime.jobs })`; a later call replaces the worker. Anything but a
+   * worker made by `createWorker` is refused with a TypeError.
    */
   attachWorker(worker: Worker): void;
   start<S extends StandardSchemaV1, O extends StepOutputs>(
@@ -393,6 +395,12 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     metrics: engine.metrics,
 
     attachWorker(worker) {
+      if (!lendsSlots(worker)) {
+        const got = worker === null ? 'null' : Array.isArray(worker) ? 'an array' : typeof worker;
+        throw new TypeError(
+          `attachWorker: expected a worker made by createWorker() of @skiplock/queue, got ${got}`,
+        );
+      }
       localWorker = worker;
     },
 

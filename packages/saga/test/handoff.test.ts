@@ -1,4 +1,4 @@
-import { createClient, createWorker, defineJob } from '@skiplock/queue';
+import { createClient, createWorker, defineJob, type Worker } from '@skiplock/queue';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createSagaRuntime, defineSaga } from '../src/index.js';
@@ -92,6 +92,35 @@ describe('a start handed to a local worker', () => {
       blocked = true;
       await new Promise<void>((resolve) => (release = resolve));
     },
+  });
+
+  it('refuses to attach anything but a worker made by createWorker', async () => {
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [three], logger: silent });
+    const lookalike = { id: 'w', start: async () => {}, stop: async () => {}, inFlight: 0 };
+    for (const [value, got] of [
+      [lookalike, 'object'],
+      [null, 'null'],
+      [undefined, 'undefined'],
+      [[], 'an array'],
+      ['worker', 'string'],
+    ] as const) {
+      expect(() => runtime.attachWorker(value as unknown as Worker)).toThrow(
+        new TypeError(
+          `attachWorker: expected a worker made by createWorker() of @skiplock/queue, got ${got}`,
+        ),
+      );
+    }
+    // Nothing was attached: a start is enqueued for any worker, as without attachWorker.
+    await runtime.start(three, { id: 'unattached', input: { n: 1 } });
+    const { rows } = await db.pool.query<{ status: string; locked_by: string | null }>(
+      `SELECT status::text, locked_by FROM skiplock.jobs WHERE idempotency_key = 'saga:unattached:a'`,
+    );
+    expect(rows).toEqual([{ status: 'pending', locked_by: null }]);
+    const worker = createWorker({ pool: db.pool, jobs: runtime.jobs, logger: silent });
+    await worker.start();
+    expect((await settled(runtime, 'unattached')).status).toBe('completed');
+    await worker.stop();
+    await runtime.close();
   });
 
   it('runs every step of a saga on the starting process, with no claim', async () => {
