@@ -17,6 +17,13 @@ export interface TcpProxy {
   /** Heals the partition (frozen: everything held back is delivered, in order; severed: new
    * connections get through again). */
   resume(): void;
+  /**
+   * The next COMMIT a connection sends reaches the server; the server's answer does not: the proxy
+   * drops that connection instead, as a network failure right after the server committed would.
+   * The client sees its COMMIT fail without knowing that it committed (an ambiguous COMMIT).
+   * Resolves once the connection was dropped.
+   */
+  cutAfterNextCommit(): Promise<void>;
   readonly frozen: boolean;
   /** Bytes held back right now, in both directions. */
   readonly heldBytes: number;
@@ -31,7 +38,16 @@ interface Link {
   upstream: Socket | null;
   toUpstream: Buffer[];
   toClient: Buffer[];
+  /** Drop the link instead of delivering the server's next bytes (see `cutAfterNextCommit`). */
+  cutOnReply?: () => void;
 }
+
+/** A COMMIT as node-postgres sends it: a simple-protocol Query message ('Q', length, text). */
+const COMMIT_TEXT = Buffer.from('COMMIT\0');
+const isCommit = (chunk: Buffer): boolean => {
+  const at = chunk.indexOf(COMMIT_TEXT);
+  return at >= 5 && chunk[at - 5] === 0x51;
+};
 
 /**
  * A TCP proxy in the test process, placed between one worker and PostgreSQL so that a test can
@@ -42,6 +58,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   let frozen = false;
   let severed = false;
   let held = 0;
+  let commitCut: (() => void) | null = null;
 
   const drop = (link: Link) => {
     links.delete(link);
@@ -53,6 +70,15 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   };
 
   const forward = (link: Link, chunk: Buffer, toUpstream: boolean) => {
+    if (toUpstream && commitCut && isCommit(chunk)) {
+      link.cutOnReply = commitCut;
+      commitCut = null;
+    } else if (!toUpstream && link.cutOnReply) {
+      const done = link.cutOnReply;
+      drop(link);
+      done();
+      return;
+    }
     const queue = toUpstream ? link.toUpstream : link.toClient;
     const out = toUpstream ? link.upstream : link.client;
     if (frozen || !out || queue.length > 0) {
@@ -120,6 +146,9 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     },
     freeze() {
       frozen = true;
+    },
+    cutAfterNextCommit() {
+      return new Promise<void>((resolve) => (commitCut = resolve));
     },
     sever() {
       severed = true;

@@ -30,7 +30,13 @@ import { defaultBackoff } from './retry/backoff.js';
 import type { ClaimedRow } from './sql/claim.js';
 import { extendLease } from './sql/heartbeat.js';
 import { selectJobHolder, type JobHolderRow } from './sql/fence.js';
-import { completeJobs, failJob, releaseJobs, type LockToken } from './sql/settle.js';
+import {
+  completeJobs,
+  failJob,
+  releaseAndWake,
+  releaseJobs,
+  type LockToken,
+} from './sql/settle.js';
 import { isThenable, issuesAt, runValidation } from './standard.js';
 import { retryDelayMs, sleep } from './timers.js';
 import { continuedContext, failSpan, startProcess } from './tracing.js';
@@ -344,6 +350,9 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
         // Committed: the successors inserted leased to this worker exist now; run them here.
         for (const handed of slot?.pending ?? []) handOff!.adopt(handed, job.handOffDepth + 1);
         return value;
+      } catch (error) {
+        if (slot) await releaseUnadopted(d, slot.pending);
+        throw error;
       } finally {
         if (slot) {
           handOff!.closed(slot);
@@ -508,6 +517,9 @@ async function settleFailure(
     if (slot && owned) {
       for (const handed of slot.pending) d.handOff!.adopt(handed, job.handOffDepth + 1);
     }
+  } catch (error) {
+    if (slot) await releaseUnadopted(d, slot.pending);
+    throw error;
   } finally {
     if (slot) {
       d.handOff!.closed(slot);
@@ -519,6 +531,38 @@ async function settleFailure(
   record(d, job, durationMs, 'dead', decision.reason);
   d.logger.warn({ ...fields, reason: decision.reason, err: message }, 'job is dead');
   d.events.emit('job:dead', { ...event, reason: decision.reason });
+}
+
+/**
+ * Hands back to the queue the jobs a hand-off transaction inserted leased to this worker when that
+ * transaction failed. After a rollback they do not exist and nothing changes; after an ambiguous
+ * COMMIT (the connection lost once the server had committed) they do, leased to this worker and
+ * never started, and would have waited for their leases to run out and the sweeper. Best effort:
+ * when the database cannot be reached either, that is still what happens.
+ */
+export async function releaseUnadopted(
+  d: Pick<ExecutorDeps, 'pool' | 'workerId' | 'asyncCommit' | 'logger'>,
+  handed: readonly HandedOff[],
+): Promise<void> {
+  if (handed.length === 0) return;
+  const tokens = handed.map(({ row }) => ({ id: row.id, attempt: row.attempts }));
+  try {
+    const { rows } = await runSql<{ id: string }>(
+      d.pool,
+      releaseAndWake(d.workerId, tokens, d.asyncCommit),
+    );
+    for (const { id } of rows) {
+      d.logger.warn(
+        { reason: 'handoff_released', jobId: id },
+        "a hand-off's transaction failed after committing; its job was handed back to the queue",
+      );
+    }
+  } catch (error) {
+    d.logger.warn(
+      { reason: 'db_error', err: errorMessage(error) },
+      'release of hand-offs failed; their leases will expire',
+    );
+  }
 }
 
 /**

@@ -8,7 +8,13 @@ import { runSql } from './db.js';
 import type { AnyJobDefinition } from './define.js';
 import { ConfigError, LockLostError, ShutdownError, errorMessage } from './errors.js';
 import { SafeEmitter, type WorkerEvents } from './events.js';
-import { executeJob, RunningJob, slotWithoutJob, type ExecutorDeps } from './executor.js';
+import {
+  executeJob,
+  releaseUnadopted,
+  RunningJob,
+  slotWithoutJob,
+  type ExecutorDeps,
+} from './executor.js';
 import { LOCAL_HAND_OFF, promisedBy, type HandOffSlot, type LocalSlot } from './handoff.js';
 import { Heartbeat, type HeartbeatResult } from './heartbeat.js';
 import { Listener } from './listener.js';
@@ -675,7 +681,17 @@ export function createWorker(options: WorkerOptions): Worker {
       closed = true;
       handOff.closed(slot);
       slot.open = false;
+      // Ended without the commit this process saw (see `releaseUnadopted`): any job it inserted
+      // leased here goes back to the queue, should the transaction have committed after all.
+      const unadopted = slot.pending;
       slot.pending = [];
+      if (unadopted.length > 0) {
+        const releasing = releaseUnadopted(
+          { pool, workerId: id, asyncCommit: config.asyncCommit, logger },
+          unadopted,
+        );
+        lateRelease = Promise.all([lateRelease, releasing]).then(() => {});
+      }
       lent.delete(slot);
       if (lent.size === 0) lentClosed?.();
     };
@@ -683,6 +699,7 @@ export function createWorker(options: WorkerOptions): Worker {
       slot,
       committed: () => {
         for (const handed of slot.pending) handOff.adopt(handed, 1);
+        slot.pending = [];
         close();
       },
       close,

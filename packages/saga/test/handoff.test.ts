@@ -3,8 +3,9 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createSagaRuntime, defineSaga } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { fast, settled, silent, timeline } from './fixtures.js';
+import { captureLogs, fast, settled, silent, timeline } from './fixtures.js';
 import { metricValue } from '../../../test/support/metrics.js';
+import { startTcpProxy } from '../../../test/support/tcp-proxy.js';
 import { waitFor } from '../../../test/support/wait.js';
 
 const db = await useTestDatabase();
@@ -241,6 +242,111 @@ describe('a worker stopped while a start it lent a slot to is open', () => {
     expect((await settled(runtime, 'late-1')).status).toBe('completed');
     await next.stop();
     await runtime.close();
+  });
+});
+
+describe('a hand-off whose COMMIT fails after the server committed', () => {
+  it('hands the next step back to the queue at once instead of leaving it to its lease', async () => {
+    const target = new URL(db.url);
+    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const runs: string[] = [];
+    let cut: Promise<void> | null = null;
+    const saga = defineSaga({ name: 'ambiguous', version: 1, input: z.object({}) })
+      .step('a', {
+        ...fast,
+        run: () => {
+          runs.push('a');
+          // The COMMIT that records a and inserts b leased to this worker: the server commits
+          // it, and the worker's connection drops before the answer arrives.
+          cut = proxy.cutAfterNextCommit();
+          return 1;
+        },
+      })
+      .step('b', {
+        ...fast,
+        run: () => {
+          runs.push('b');
+          return 2;
+        },
+      });
+    const { logger, lines } = captureLogs();
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger: silent });
+    // Its pool goes through the proxy. No sweeper, and a lease far longer than the test: without
+    // the release, b would stay leased to this worker and never start (its polls do not take a
+    // leased job).
+    const worker = createWorker({
+      connectionString: proxy.urlThrough(db.url),
+      jobs: runtime.jobs,
+      logger,
+      pollIntervalMs: 100,
+      sweeper: false,
+      retention: false,
+    });
+    await worker.start();
+    try {
+      await runtime.start(saga, { id: 'ambiguous-1', input: {} });
+      // (A boolean: waitFor awaits what its check returns, and would wait for the promise.)
+      await waitFor(() => cut !== null, { what: 'step a to run' });
+      await cut;
+      const done = await settled(runtime, 'ambiguous-1');
+      expect(done.status).toBe('completed');
+      // a committed once (its retry found its lease gone), b ran once, through the queue.
+      expect(runs).toEqual(['a', 'b']);
+      const released = lines.filter((l) => l.reason === 'handoff_released');
+      expect(released).toHaveLength(1);
+      const { rows } = await db.pool.query<{ id: string }>(
+        `SELECT id::text AS id FROM skiplock.jobs WHERE idempotency_key = 'saga:ambiguous-1:b'`,
+      );
+      expect(released[0]!.jobId).toBe(rows[0]!.id);
+    } finally {
+      await worker.stop();
+      await runtime.close();
+      await proxy.close();
+    }
+  });
+});
+
+describe('a start whose COMMIT fails after the server committed', () => {
+  it('hands its first step, leased to the local worker, back to the queue', async () => {
+    const target = new URL(db.url);
+    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const saga = defineSaga({ name: 'ambiguous-start', version: 1, input: z.object({}) }).step(
+      'a',
+      { ...fast, run: () => 1 },
+    );
+    const { logger, lines } = captureLogs();
+    // The runtime's pool goes through the proxy, the worker's does not.
+    const runtime = createSagaRuntime({
+      connectionString: proxy.urlThrough(db.url),
+      sagas: [saga],
+      logger: silent,
+    });
+    const worker = createWorker({
+      pool: db.pool,
+      jobs: runtime.jobs,
+      logger,
+      pollIntervalMs: 100,
+      sweeper: false,
+      retention: false,
+    });
+    await worker.start();
+    runtime.attachWorker(worker);
+    try {
+      const cut = proxy.cutAfterNextCommit();
+      // The caller cannot tell whether it started: the COMMIT's answer never came.
+      await expect(runtime.start(saga, { id: 'ambiguous-start-1', input: {} })).rejects.toThrow();
+      await cut;
+      expect((await settled(runtime, 'ambiguous-start-1')).status).toBe('completed');
+      expect(lines.filter((l) => l.reason === 'handoff_released')).toHaveLength(1);
+      // Started again by a caller that retries: the saga is found, not started twice.
+      expect(await runtime.start(saga, { id: 'ambiguous-start-1', input: {} })).toMatchObject({
+        started: false,
+      });
+    } finally {
+      await worker.stop();
+      await runtime.close();
+      await proxy.close();
+    }
   });
 });
 

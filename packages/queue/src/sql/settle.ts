@@ -82,13 +82,33 @@ export function failedAttempt(f: { status: SQL; delayMs: SQL; reason: SQL; messa
  * and waits for admission again: a rate-limited one must not start later than its logged start.
  */
 export function releaseJobs(workerId: string, tokens: readonly LockToken[], asyncCommit: boolean) {
+  return sql`${releasing(workerId, tokens, asyncCommit)} RETURNING j.id::text AS id`;
+}
+
+/**
+ * `releaseJobs` for jobs handed off to this worker that it never started (see
+ * `releaseUnadopted`), with a notification per pending one, so that any worker claims it now
+ * rather than at its next poll.
+ */
+export function releaseAndWake(
+  workerId: string,
+  tokens: readonly LockToken[],
+  asyncCommit: boolean,
+) {
   return sql`
+    WITH released AS (
+      ${releasing(workerId, tokens, asyncCommit)} RETURNING j.id, j.queue, j.status
+    )
+    SELECT id::text AS id,
+           CASE WHEN status = 'pending' THEN pg_notify('skiplock_jobs', queue) END IS NULL AS woke
+    FROM released`;
+}
+
+const releasing = (workerId: string, tokens: readonly LockToken[], asyncCommit: boolean) => sql`
     UPDATE skiplock.jobs j
     SET status = CASE WHEN j.concurrency_key IS NULL THEN 'pending'
                       ELSE 'waiting' END::skiplock.job_status,
         attempts = j.attempts - 1, lease_expires_at = NULL,
         locked_by = NULL, locked_at = NULL, run_at = now(), updated_at = now()
     FROM ${commitItem(asyncCommit)}
-    WHERE ${ownsTokens(workerId, tokens)}
-    RETURNING j.id::text AS id`;
-}
+    WHERE ${ownsTokens(workerId, tokens)}`;
