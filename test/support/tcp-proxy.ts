@@ -61,6 +61,9 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   let commitCut: (() => void) | null = null;
 
   const drop = (link: Link) => {
+    // Dropped before the COMMIT's answer came (the server hung up, say): cut all the same.
+    link.cutOnReply?.();
+    link.cutOnReply = undefined;
     links.delete(link);
     for (const chunk of [...link.toUpstream, ...link.toClient]) held -= chunk.length;
     link.toUpstream = [];
@@ -74,9 +77,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
       link.cutOnReply = commitCut;
       commitCut = null;
     } else if (!toUpstream && link.cutOnReply) {
-      const done = link.cutOnReply;
       drop(link);
-      done();
       return;
     }
     const queue = toUpstream ? link.toUpstream : link.toClient;

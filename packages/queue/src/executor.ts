@@ -348,7 +348,10 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
         const value = await completingTransaction(d, job, slot, work);
         job.settledExplicitly = true;
         // Committed: the successors inserted leased to this worker exist now; run them here.
-        for (const handed of slot?.pending ?? []) handOff!.adopt(handed, job.handOffDepth + 1);
+        // Taken out of the slot first, so that nothing adopted can be released below.
+        const handed = slot?.pending ?? [];
+        if (slot) slot.pending = [];
+        for (const next of handed) handOff!.adopt(next, job.handOffDepth + 1);
         return value;
       } catch (error) {
         if (slot) await releaseUnadopted(d, slot.pending);
@@ -504,28 +507,33 @@ async function settleFailure(
   };
   if (slot) info[HAND_OFF] = slot;
   let owned: boolean;
+  // What earlier tries of the hook's transaction inserted leased to this worker: nothing after a
+  // rollback, but a try whose COMMIT failed ambiguously may have committed it, and the next try
+  // then finds the job dead already and hands off nothing. Released at the end (fenced, so a row
+  // that does not exist changes nothing).
+  const unadopted: HandedOff[] = [];
   if (slot) d.handOff!.opened(slot);
   try {
     owned = await withRetry(d, async () => {
       if (!definition?.onDead) return (await runSql(d.pool, write)).rowCount === 1;
       return withTransaction(d.pool, (tx) => {
-        // Hand-offs inserted by a rolled-back try do not exist.
-        if (slot) slot.pending = [];
+        if (slot) unadopted.push(...slot.pending.splice(0));
         return markDead(tx, write, definition, info);
       });
     });
     if (slot && owned) {
-      for (const handed of slot.pending) d.handOff!.adopt(handed, job.handOffDepth + 1);
+      // Taken out of the slot first, so that nothing adopted can be released below.
+      for (const handed of slot.pending.splice(0)) {
+        d.handOff!.adopt(handed, job.handOffDepth + 1);
+      }
     }
-  } catch (error) {
-    if (slot) await releaseUnadopted(d, slot.pending);
-    throw error;
   } finally {
     if (slot) {
+      unadopted.push(...slot.pending.splice(0));
       d.handOff!.closed(slot);
       slot.open = false;
-      slot.pending = [];
     }
+    await releaseUnadopted(d, unadopted);
   }
   if (!owned) return lockLost(d, job, durationMs);
   record(d, job, durationMs, 'dead', decision.reason);

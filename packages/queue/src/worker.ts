@@ -123,7 +123,11 @@ export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsS
 export interface StopOptions {
   /** How long in-flight jobs may keep running before they are aborted and released. */
   timeoutMs?: number | undefined;
-  /** How long releasing jobs and closing connections may take after that (default 10 s). */
+  /**
+   * Bounds each of the stop's other waits (default 10 s each): the claim loop's end, the release
+   * of buffered jobs, starts still holding a slot this worker lent them (`attachWorker` in
+   * `@skiplock/saga`), and, after `timeoutMs`, releasing running jobs and closing connections.
+   */
   graceMs?: number | undefined;
 }
 
@@ -623,12 +627,14 @@ export function createWorker(options: WorkerOptions): Worker {
     // buffer's release is a write too. Both are bounded like the rest of the stop, so a hung
     // database cannot hold stop() (what they leave leased is swept when the leases expire).
     if (loopDone) await settleWithin(graceMs, loopDone);
-    // A start this worker lent a slot to may still commit a job leased to it: wait for those
-    // transactions (bounded), so the job is handed back below instead of left to lease expiry.
+    await settleWithin(graceMs, releaseBuffered());
+    // A start this worker lent a slot to may still commit a job leased to it (handed back as it
+    // is adopted, see `adopt`): wait for those transactions and that release (bounded), so the
+    // job is not left to lease expiry by a pool closed under it.
     if (lent.size > 0) {
       await settleWithin(graceMs, new Promise<void>((resolve) => (lentClosed = resolve)));
     }
-    await settleWithin(graceMs, Promise.all([lateRelease, releaseBuffered()]));
+    await settleWithin(graceMs, lateRelease);
     logger.info({ reason: 'shutdown', inFlight: running.size, deadlineMs }, 'worker stopping');
     if (inflight.size > 0) {
       const deadline = new AbortController();
@@ -698,8 +704,8 @@ export function createWorker(options: WorkerOptions): Worker {
     return {
       slot,
       committed: () => {
-        for (const handed of slot.pending) handOff.adopt(handed, 1);
-        slot.pending = [];
+        // Taken out of the slot first, so that `close` cannot release what was adopted.
+        for (const handed of slot.pending.splice(0)) handOff.adopt(handed, 1);
         close();
       },
       close,

@@ -398,7 +398,10 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       if (!lendsSlots(worker)) {
         const got = worker === null ? 'null' : Array.isArray(worker) ? 'an array' : typeof worker;
         throw new TypeError(
-          `attachWorker: expected a worker made by createWorker() of @skiplock/queue, got ${got}`,
+          `attachWorker: expected a worker made by createWorker() of @skiplock/queue, got ${got}` +
+            (got === 'object'
+              ? ' (a worker of a second installed copy of @skiplock/queue is not one)'
+              : ''),
         );
       }
       localWorker = worker;

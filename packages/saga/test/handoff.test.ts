@@ -105,9 +105,13 @@ describe('a start handed to a local worker', () => {
       [[], 'an array'],
       ['worker', 'string'],
     ] as const) {
+      const hint =
+        got === 'object'
+          ? ' (a worker of a second installed copy of @skiplock/queue is not one)'
+          : '';
       expect(() => runtime.attachWorker(value as unknown as Worker)).toThrow(
         new TypeError(
-          `attachWorker: expected a worker made by createWorker() of @skiplock/queue, got ${got}`,
+          `attachWorker: expected a worker made by createWorker() of @skiplock/queue, got ${got}${hint}`,
         ),
       );
     }
@@ -298,6 +302,50 @@ describe('a hand-off whose COMMIT fails after the server committed', () => {
         `SELECT id::text AS id FROM skiplock.jobs WHERE idempotency_key = 'saga:ambiguous-1:b'`,
       );
       expect(released[0]!.jobId).toBe(rows[0]!.id);
+    } finally {
+      await worker.stop();
+      await runtime.close();
+      await proxy.close();
+    }
+  });
+});
+
+describe("a dead step's hook whose COMMIT fails after the server committed", () => {
+  it('hands the first compensation back to the queue: the saga compensates', async () => {
+    const target = new URL(db.url);
+    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const undone: string[] = [];
+    let cut: Promise<void> | null = null;
+    const saga = defineSaga({ name: 'ambiguous-dead', version: 1, input: z.object({}) })
+      .step('a', { ...fast, run: () => 1, compensate: () => void undone.push('a') })
+      .step('b', {
+        ...fast,
+        maxAttempts: 1,
+        run: () => {
+          // b goes dead; the COMMIT of its dead state and of a's compensation, inserted leased
+          // to this worker by the hook, reaches the server, and its answer does not come back.
+          cut = proxy.cutAfterNextCommit();
+          throw new Error('b failed');
+        },
+      });
+    const { logger, lines } = captureLogs();
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger: silent });
+    const worker = createWorker({
+      connectionString: proxy.urlThrough(db.url),
+      jobs: runtime.jobs,
+      logger,
+      pollIntervalMs: 100,
+      sweeper: false,
+      retention: false,
+    });
+    await worker.start();
+    try {
+      await runtime.start(saga, { id: 'ambiguous-dead-1', input: {} });
+      await waitFor(() => cut !== null, { what: 'step b to run' });
+      await cut;
+      expect((await settled(runtime, 'ambiguous-dead-1')).status).toBe('compensated');
+      expect(undone).toEqual(['a']);
+      expect(lines.filter((l) => l.reason === 'handoff_released')).toHaveLength(1);
     } finally {
       await worker.stop();
       await runtime.close();

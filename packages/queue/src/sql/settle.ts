@@ -100,7 +100,8 @@ export function releaseAndWake(
       ${releasing(workerId, tokens, asyncCommit)} RETURNING j.id, j.queue, j.status
     )
     SELECT id::text AS id,
-           CASE WHEN status = 'pending' THEN pg_notify('skiplock_jobs', queue) END IS NULL AS woke
+           (CASE WHEN status = 'pending' THEN pg_notify('skiplock_jobs', queue) END) IS NOT NULL
+             AS notified
     FROM released`;
 }
 
