@@ -108,14 +108,18 @@ describe('singleton keys', () => {
   });
 
   it('throttle lets one job through per window, whatever became of it', async () => {
-    const throttled = { singletonMode: 'throttle', singletonWindowMs: 300 } as const;
+    // Windows are aligned to the epoch. 2 s, not less: the first two enqueues must fall in one
+    // window, and on a loaded CI machine three statements once took longer than a 300 ms one.
+    const windowMs = 2_000;
+    const throttled = { singletonMode: 'throttle', singletonWindowMs: windowMs } as const;
+    const untilNextWindow = () => windowMs - (Date.now() % windowMs);
     // Start right after a window boundary so the two enqueues share a window.
-    await new Promise((r) => setTimeout(r, 300 - (Date.now() % 300)));
+    await new Promise((r) => setTimeout(r, untilNextWindow() + 20));
     const first = await client.enqueue(refresh, { account: 't', v: 1 }, throttled);
     await db.pool.query(`UPDATE skiplock.jobs SET status = 'completed', completed_at = now()`);
     const second = await client.enqueue(refresh, { account: 't', v: 2 }, throttled);
     expect(second).toEqual({ id: first.id, inserted: false });
-    await new Promise((r) => setTimeout(r, 350));
+    await new Promise((r) => setTimeout(r, untilNextWindow() + 50));
     const third = await client.enqueue(refresh, { account: 't', v: 3 }, throttled);
     expect(third.inserted).toBe(true);
     expect((await jobs()).map((j) => j.v)).toEqual([1, 3]);
