@@ -349,9 +349,9 @@ function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
         job.settledExplicitly = true;
         // Committed: the successors inserted leased to this worker exist now; run them here.
         // Taken out of the slot first, so that nothing adopted can be released below.
-        const handed = slot?.pending ?? [];
-        if (slot) slot.pending = [];
-        for (const next of handed) handOff!.adopt(next, job.handOffDepth + 1);
+        for (const next of slot?.pending.splice(0) ?? []) {
+          handOff!.adopt(next, job.handOffDepth + 1);
+        }
         return value;
       } catch (error) {
         if (slot) await releaseUnadopted(d, slot.pending);

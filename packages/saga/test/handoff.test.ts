@@ -1,4 +1,12 @@
-import { createClient, createWorker, defineJob, type Worker } from '@skiplock/queue';
+import {
+  createClient,
+  createWorker,
+  defineJob,
+  type AnyJobDefinition,
+  type Logger,
+  type Worker,
+} from '@skiplock/queue';
+import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createSagaRuntime, defineSaga } from '../src/index.js';
@@ -249,10 +257,36 @@ describe('a worker stopped while a start it lent a slot to is open', () => {
   });
 });
 
+/** A TCP proxy in front of the test database, to drop a connection after its COMMIT. */
+async function proxyToDatabase() {
+  const target = new URL(db.url);
+  return startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+}
+
+/**
+ * A started worker that polls every 100 ms and has no sweeper: a job leased to it stays leased for
+ * the whole test unless the worker itself hands it back (its polls do not take a leased job).
+ */
+async function leaseKeepingWorker(
+  source: { pool: pg.Pool } | { connectionString: string },
+  jobs: readonly AnyJobDefinition[],
+  logger: Logger,
+): Promise<Worker> {
+  const worker = createWorker({
+    ...source,
+    jobs,
+    logger,
+    pollIntervalMs: 100,
+    sweeper: false,
+    retention: false,
+  });
+  await worker.start();
+  return worker;
+}
+
 describe('a hand-off whose COMMIT fails after the server committed', () => {
   it('hands the next step back to the queue at once instead of leaving it to its lease', async () => {
-    const target = new URL(db.url);
-    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const proxy = await proxyToDatabase();
     const runs: string[] = [];
     let cut: Promise<void> | null = null;
     const saga = defineSaga({ name: 'ambiguous', version: 1, input: z.object({}) })
@@ -275,18 +309,13 @@ describe('a hand-off whose COMMIT fails after the server committed', () => {
       });
     const { logger, lines } = captureLogs();
     const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger: silent });
-    // Its pool goes through the proxy. No sweeper, and a lease far longer than the test: without
-    // the release, b would stay leased to this worker and never start (its polls do not take a
-    // leased job).
-    const worker = createWorker({
-      connectionString: proxy.urlThrough(db.url),
-      jobs: runtime.jobs,
+    // Its pool goes through the proxy. Without the release, b would stay leased to this worker
+    // and never start.
+    const worker = await leaseKeepingWorker(
+      { connectionString: proxy.urlThrough(db.url) },
+      runtime.jobs,
       logger,
-      pollIntervalMs: 100,
-      sweeper: false,
-      retention: false,
-    });
-    await worker.start();
+    );
     try {
       await runtime.start(saga, { id: 'ambiguous-1', input: {} });
       // (A boolean: waitFor awaits what its check returns, and would wait for the promise.)
@@ -312,8 +341,7 @@ describe('a hand-off whose COMMIT fails after the server committed', () => {
 
 describe("a dead step's hook whose COMMIT fails after the server committed", () => {
   it('hands the first compensation back to the queue: the saga compensates', async () => {
-    const target = new URL(db.url);
-    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const proxy = await proxyToDatabase();
     const undone: string[] = [];
     let cut: Promise<void> | null = null;
     const saga = defineSaga({ name: 'ambiguous-dead', version: 1, input: z.object({}) })
@@ -330,15 +358,11 @@ describe("a dead step's hook whose COMMIT fails after the server committed", () 
       });
     const { logger, lines } = captureLogs();
     const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger: silent });
-    const worker = createWorker({
-      connectionString: proxy.urlThrough(db.url),
-      jobs: runtime.jobs,
+    const worker = await leaseKeepingWorker(
+      { connectionString: proxy.urlThrough(db.url) },
+      runtime.jobs,
       logger,
-      pollIntervalMs: 100,
-      sweeper: false,
-      retention: false,
-    });
-    await worker.start();
+    );
     try {
       await runtime.start(saga, { id: 'ambiguous-dead-1', input: {} });
       await waitFor(() => cut !== null, { what: 'step b to run' });
@@ -356,8 +380,7 @@ describe("a dead step's hook whose COMMIT fails after the server committed", () 
 
 describe('a start whose COMMIT fails after the server committed', () => {
   it('hands its first step, leased to the local worker, back to the queue', async () => {
-    const target = new URL(db.url);
-    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const proxy = await proxyToDatabase();
     const saga = defineSaga({ name: 'ambiguous-start', version: 1, input: z.object({}) }).step(
       'a',
       { ...fast, run: () => 1 },
@@ -369,15 +392,7 @@ describe('a start whose COMMIT fails after the server committed', () => {
       sagas: [saga],
       logger: silent,
     });
-    const worker = createWorker({
-      pool: db.pool,
-      jobs: runtime.jobs,
-      logger,
-      pollIntervalMs: 100,
-      sweeper: false,
-      retention: false,
-    });
-    await worker.start();
+    const worker = await leaseKeepingWorker({ pool: db.pool }, runtime.jobs, logger);
     runtime.attachWorker(worker);
     try {
       const cut = proxy.cutAfterNextCommit();
