@@ -30,13 +30,7 @@ import { defaultBackoff } from './retry/backoff.js';
 import type { ClaimedRow } from './sql/claim.js';
 import { extendLease } from './sql/heartbeat.js';
 import { selectJobHolder, type JobHolderRow } from './sql/fence.js';
-import {
-  completeJobs,
-  failJob,
-  releaseAndWake,
-  releaseJobs,
-  type LockToken,
-} from './sql/settle.js';
+import { completeJobs, failJob, releaseJobs, type LockToken } from './sql/settle.js';
 import { isThenable, issuesAt, runValidation } from './standard.js';
 import { retryDelayMs, sleep } from './timers.js';
 import { continuedContext, failSpan, startProcess } from './tracing.js';
@@ -557,7 +551,7 @@ export async function releaseUnadopted(
   try {
     const { rows } = await runSql<{ id: string }>(
       d.pool,
-      releaseAndWake(d.workerId, tokens, d.asyncCommit),
+      releaseJobs(d.workerId, tokens, d.asyncCommit),
     );
     for (const { id } of rows) {
       d.logger.warn(

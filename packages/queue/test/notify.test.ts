@@ -91,4 +91,53 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       await worker.stop();
     }
   });
+
+  it('a job a stopping worker hands back wakes a listening worker, which takes it at once', async () => {
+    let runs = 0;
+    const handedBack = defineJob({
+      type: 'handed-back',
+      queue: 'handback-test',
+      payload: z.object({}),
+      // The first run holds on until its worker's stop aborts it; the second finishes.
+      handler: (_p, ctx) => {
+        runs += 1;
+        if (runs > 1) return Promise.resolve();
+        return new Promise<void>((_resolve, reject) =>
+          ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error)),
+        );
+      },
+    });
+    const { id } = await client.enqueue(handedBack, {});
+    const stopping = testWorker(db.pool, [handedBack], { pollIntervalMs: 20 });
+    await stopping.start();
+    await waitFor(() => runs === 1, { what: 'the first worker to start the job' });
+    // Ten minutes between polls: only the hand-back's notification can start the job in time.
+    const taking = testWorker(db.newPool(4), [handedBack], {
+      listen: true,
+      pollIntervalMs: 600_000,
+    });
+    await taking.start();
+    try {
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT 1 FROM pg_stat_activity WHERE application_name = 'skiplock-listener' AND datname = current_database()`,
+        );
+        return rows.length === 1;
+      });
+      await stopping.stop({ timeoutMs: 50 });
+      await waitFor(
+        async () => {
+          const { rows } = await db.pool.query<{ status: string }>(
+            'SELECT status FROM skiplock.jobs WHERE id = $1',
+            [id],
+          );
+          return rows[0]?.status === 'completed';
+        },
+        { timeoutMs: 10_000, what: 'the listening worker to run the handed-back job' },
+      );
+      expect(runs).toBe(2);
+    } finally {
+      await taking.stop();
+    }
+  });
 });

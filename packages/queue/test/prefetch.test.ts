@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, defineJob } from '../src/index.js';
+import { NOTIFY_CHANNEL } from '../src/listener.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { countByStatus, quiet, testWorker } from './fixtures.js';
@@ -72,9 +74,20 @@ describe('claiming ahead into the local buffer', () => {
       `SELECT count(*)::int AS n FROM skiplock.jobs WHERE status = 'processing' AND lease_expires_at > now()`,
     );
     expect(leased[0]!.n).toBeGreaterThan(2);
+    // The hand-back notifies the queue, so that listening workers take the jobs at once.
+    const listener = new pg.Client({ connectionString: db.url });
+    await listener.connect();
+    const notified: string[] = [];
+    listener.on('notification', (m) => notified.push(m.payload ?? ''));
+    await listener.query(`LISTEN ${NOTIFY_CHANNEL}`);
     const stopping = worker.stop({ timeoutMs: 5_000 });
     release();
     await stopping;
+    try {
+      await waitFor(() => notified.includes('buffered'), { what: "the hand-back's notification" });
+    } finally {
+      await listener.end();
+    }
     const { rows } = await db.pool.query<{ status: string; attempts: number; n: number }>(
       `SELECT status::text, attempts, count(*)::int AS n FROM skiplock.jobs
        WHERE payload->>'slow' = 'true' GROUP BY 1, 2 ORDER BY 1`,

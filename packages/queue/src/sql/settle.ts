@@ -77,24 +77,14 @@ export function failedAttempt(f: { status: SQL; delayMs: SQL; reason: SQL; messa
 }
 
 /**
- * Hands unfinished jobs back on shutdown: pending again at once, and the attempt they were on is
- * not spent, because the job never got to fail. A job with a concurrency key gives its slot back
- * and waits for admission again: a rate-limited one must not start later than its logged start.
+ * Hands jobs this worker holds back without spending an attempt: unfinished ones on shutdown
+ * (buffered or aborted past the deadline), and ones handed off to it that it never started (see
+ * `releaseUnadopted`). Pending again at once, with a notification per queue, so that a listening
+ * worker claims them now rather than at its next poll (identical notifications of one transaction
+ * reach a listener once). A job with a concurrency key gives its slot back and waits for
+ * admission again: a rate-limited one must not start later than its logged start.
  */
 export function releaseJobs(workerId: string, tokens: readonly LockToken[], asyncCommit: boolean) {
-  return sql`${releasing(workerId, tokens, asyncCommit)} RETURNING j.id::text AS id`;
-}
-
-/**
- * `releaseJobs` for jobs handed off to this worker that it never started (see
- * `releaseUnadopted`), with a notification per pending one, so that any worker claims it now
- * rather than at its next poll.
- */
-export function releaseAndWake(
-  workerId: string,
-  tokens: readonly LockToken[],
-  asyncCommit: boolean,
-) {
   return sql`
     WITH released AS (
       ${releasing(workerId, tokens, asyncCommit)} RETURNING j.id, j.queue, j.status
