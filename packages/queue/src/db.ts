@@ -82,8 +82,29 @@ function toDrizzleSql({ text, values }: Statement): SQL {
 }
 
 /** Runs `work` inside a transaction on one pooled connection, released before returning. */
-export async function withTransaction<T>(
+export function withTransaction<T>(
   pool: pg.Pool,
+  work: (client: pg.PoolClient) => Promise<T>,
+): Promise<T> {
+  // READ COMMITTED whatever the server's or role's default: fencing and the saga's joins
+  // re-read rows after taking their locks, which a fixed snapshot would not show.
+  return inTransaction(pool, 'BEGIN ISOLATION LEVEL READ COMMITTED', work);
+}
+
+/**
+ * Runs read-only `work` on one snapshot (REPEATABLE READ, READ ONLY): a view read in several
+ * statements is the database as of one moment, never half before and half after a commit.
+ */
+export function withSnapshot<T>(
+  pool: pg.Pool,
+  work: (client: pg.PoolClient) => Promise<T>,
+): Promise<T> {
+  return inTransaction(pool, 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY', work);
+}
+
+async function inTransaction<T>(
+  pool: pg.Pool,
+  begin: string,
   work: (client: pg.PoolClient) => Promise<T>,
 ): Promise<T> {
   const client = await pool.connect();
@@ -97,9 +118,7 @@ export async function withTransaction<T>(
   client.on('error', onError);
   let broken = false;
   try {
-    // READ COMMITTED whatever the server's or role's default: fencing and the saga's joins
-    // re-read rows after taking their locks, which a fixed snapshot would not show.
-    await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+    await client.query(begin);
     const value = await work(client);
     await client.query('COMMIT');
     return value;

@@ -35,7 +35,7 @@ import {
 } from './sql/admin.js';
 import { tryTransactionLock, type LockKey } from './sql/lock.js';
 
-export { runSql, withTransaction, type Queryable, type QueryOutcome } from './db.js';
+export { runSql, withSnapshot, withTransaction, type Queryable, type QueryOutcome } from './db.js';
 export {
   namedStatement,
   preparedRunner,

@@ -1,4 +1,10 @@
-import { jobStates, runSql, type JobState } from '@skiplock/queue/engine';
+import {
+  jobStates,
+  runSql,
+  withSnapshot,
+  type JobState,
+  type Queryable,
+} from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { SagaError } from './errors.js';
 import { sagaStatus, type SagaStatus, type SagaStepKind, type SagaStepStatus } from './schema.js';
@@ -11,8 +17,9 @@ import {
   selectSagaNames,
   selectSagaReach,
   selectSagas,
-  type SagaReadRow,
   type ChildRow,
+  type SagaListFilter,
+  type SagaReadRow,
 } from './sql/read.js';
 import { selectSignals, type SignalRow } from './sql/signals.js';
 import { selectHistories, selectHistory, type HistoryRow } from './sql/steps.js';
@@ -188,39 +195,44 @@ function withCurrent<R extends HistoryRow>(
  * The history rows, with the jobs behind those still in progress read in one more statement (none
  * when every step has ended).
  */
-async function toStepRecords(pool: pg.Pool, rows: readonly HistoryRow[]): Promise<StepRecord[]> {
+async function toStepRecords(tx: Queryable, rows: readonly HistoryRow[]): Promise<StepRecord[]> {
   const ids = rows
     .filter((r) => r.job_id !== null && (r.status === 'pending' || r.status === 'running'))
     .map((r) => r.job_id!);
-  const jobs = await jobStates(pool, [...new Set(ids)]);
+  const jobs = await jobStates(tx, [...new Set(ids)]);
   return rows.map((r) => toStepRecord(r, r.job_id === null ? undefined : jobs.get(r.job_id)));
 }
 
-export async function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
-  const row = (await runSql<SagaReadRow>(pool, selectSaga(id))).rows[0];
-  if (!row) return null;
-  const [history, signals, children] = await Promise.all([
-    runSql<HistoryRow>(pool, selectHistory(id)),
-    runSql<SignalRow>(pool, selectSignals(id)),
-    runSql<ChildRow>(pool, selectChildren(id)),
-  ]);
-  return {
-    ...toSummary(row),
-    input: row.input,
-    history: await toStepRecords(pool, withCurrent(row, history.rows, {})),
-    signals: signals.rows.map((s) => ({
-      name: s.name,
-      payload: s.payload,
-      receivedAt: new Date(s.received_at),
-      consumedAt: date(s.consumed_at),
-    })),
-    children: children.rows.map((c) => ({
-      id: c.id,
-      name: c.name,
-      step: c.parent_step,
-      status: c.status,
-    })),
-  };
+/**
+ * One saga with its history, signals and children, read on one snapshot: read statement by
+ * statement, a step that ended between two of them showed the saga on a step its history had
+ * already finished.
+ */
+export function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
+  return withSnapshot(pool, async (tx) => {
+    const row = (await runSql<SagaReadRow>(tx, selectSaga(id))).rows[0];
+    if (!row) return null;
+    const history = await runSql<HistoryRow>(tx, selectHistory(id));
+    const signals = await runSql<SignalRow>(tx, selectSignals(id));
+    const children = await runSql<ChildRow>(tx, selectChildren(id));
+    return {
+      ...toSummary(row),
+      input: row.input,
+      history: await toStepRecords(tx, withCurrent(row, history.rows, {})),
+      signals: signals.rows.map((s) => ({
+        name: s.name,
+        payload: s.payload,
+        receivedAt: new Date(s.received_at),
+        consumedAt: date(s.consumed_at),
+      })),
+      children: children.rows.map((c) => ({
+        id: c.id,
+        name: c.name,
+        step: c.parent_step,
+        status: c.status,
+      })),
+    };
+  });
 }
 
 function decodeCursor(cursor: string): { createdKey: string; id: string } {
@@ -280,7 +292,19 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
     after: options.cursor ? decodeCursor(options.cursor) : undefined,
     scanLimit: Math.max(scanLimit, limit + 1),
   };
-  const { rows } = await runSql<SagaReadRow>(pool, selectSagas(filter));
+  // With histories, the page and its histories are read on one snapshot (see readSaga).
+  return options.history
+    ? withSnapshot(pool, (tx) => readPage(tx, filter, true))
+    : readPage(pool, filter, false);
+}
+
+async function readPage(
+  tx: Queryable,
+  filter: SagaListFilter & { scanLimit: number },
+  withHistory: boolean,
+): Promise<SagaList> {
+  const limit = filter.limit - 1;
+  const { rows } = await runSql<SagaReadRow>(tx, selectSagas(filter));
   const page = rows.slice(0, limit);
   const last = page[page.length - 1];
   let nextCursor = rows.length > limit && last ? encodeCursor(last.created_key, last.id) : null;
@@ -288,7 +312,7 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
   if (nextCursor === null && sagaWindowFilters(filter)) {
     // A short page: the filter ran out of matches, or the window ran out of sagas to look at.
     const { rows: reach } = await runSql<{ scanned: number; created_key: string; id: string }>(
-      pool,
+      tx,
       selectSagaReach(filter),
     );
     const end = reach[0];
@@ -298,9 +322,9 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
     }
   }
   const sagas = page.map(toSummary);
-  if (options.history && sagas.length > 0) {
+  if (withHistory && sagas.length > 0) {
     const { rows: found } = await runSql<HistoryRow & { saga_id: string }>(
-      pool,
+      tx,
       selectHistories(sagas.map((s) => s.id)),
     );
     const rowsOf = new Map<string, (HistoryRow & { saga_id: string })[]>();
@@ -312,7 +336,7 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
     const steps = page.flatMap((saga) =>
       withCurrent(saga, rowsOf.get(saga.id) ?? [], { saga_id: saga.id }),
     );
-    const records = await toStepRecords(pool, steps);
+    const records = await toStepRecords(tx, steps);
     const bySaga = new Map<string, StepRecord[]>(sagas.map((s) => [s.id, []]));
     steps.forEach((row, i) => bySaga.get(row.saga_id)?.push(records[i]!));
     for (const saga of sagas) saga.history = bySaga.get(saga.id)!;
