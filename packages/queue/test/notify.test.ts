@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createClient, defineJob } from '../src/index.js';
+import { createAdmitter, createClient, defineJob } from '../src/index.js';
 import { NOTIFY_CHANNEL } from '../src/listener.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
@@ -134,6 +134,63 @@ describe('LISTEN/NOTIFY wake-ups', () => {
           return rows[0]?.status === 'completed';
         },
         { timeoutMs: 10_000, what: 'the listening worker to run the handed-back job' },
+      );
+      expect(runs).toBe(2);
+    } finally {
+      await taking.stop();
+    }
+  });
+
+  it('a keyed job a stopping worker hands back wakes a listening admitter, which runs it at once', async () => {
+    let runs = 0;
+    const keyed = defineJob({
+      type: 'keyed-handed-back',
+      queue: 'keyed-handback-test',
+      payload: z.object({}),
+      concurrencyKey: () => 'tenant:one',
+      concurrencyLimit: 1,
+      handler: (_p, ctx) => {
+        runs += 1;
+        if (runs > 1) return Promise.resolve();
+        return new Promise<void>((_resolve, reject) =>
+          ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error)),
+        );
+      },
+    });
+    const { id } = await client.enqueue(keyed, {});
+    // The stopping worker admits nothing itself (its admitter would admit the job it hands
+    // back); a separate admission pass gives the job its slot.
+    expect(await createAdmitter({ pool: db.pool, logger: quiet }).runOnce()).toEqual({
+      admitted: 1,
+    });
+    const stopping = testWorker(db.pool, [keyed], { pollIntervalMs: 20, admitter: false });
+    await stopping.start();
+    await waitFor(() => runs === 1, { what: 'the first worker to start the keyed job' });
+    // Ten minutes between polls and admission passes: only the hand-back's notification can
+    // admit the job (waiting for its key's slot again) in time.
+    const taking = testWorker(db.newPool(4), [keyed], {
+      listen: true,
+      pollIntervalMs: 600_000,
+      admitter: { intervalMs: 600_000 },
+    });
+    await taking.start();
+    try {
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT 1 FROM pg_stat_activity WHERE application_name = 'skiplock-listener' AND datname = current_database()`,
+        );
+        return rows.length === 1;
+      });
+      await stopping.stop({ timeoutMs: 50 });
+      await waitFor(
+        async () => {
+          const { rows } = await db.pool.query<{ status: string }>(
+            'SELECT status FROM skiplock.jobs WHERE id = $1',
+            [id],
+          );
+          return rows[0]?.status === 'completed';
+        },
+        { timeoutMs: 10_000, what: 'the listening worker to admit and run the handed-back job' },
       );
       expect(runs).toBe(2);
     } finally {

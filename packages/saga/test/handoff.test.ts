@@ -226,7 +226,8 @@ describe('a worker stopped while a start it lent a slot to is open', () => {
         async () => {
           const { rows } = await db.pool.query<{ n: number }>(
             `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-             WHERE c.relname = 'jobs' AND NOT l.granted`,
+             WHERE c.relname = 'jobs' AND NOT l.granted
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
           );
           return rows[0]!.n > 0 ? true : null;
         },

@@ -9,9 +9,10 @@ import { fast, startSagas } from './fixtures.js';
 const db = await useTestDatabase();
 
 /**
- * Runs `between` once, right after the first statement that reads the sagas table returns, on
- * the pool's own queries and on every client it connects from now on: whatever commits there
- * lands between a view's first statement and the rest.
+ * Runs `between` once, when the first statement that reads the sagas table has been answered
+ * (through the pool's own queries and every client it connects from now on; a `pool.query` with
+ * a callback runs it as soon as that statement is sent): whatever commits there lands between a
+ * view's first statement and the rest.
  */
 function pauseAfterSagaRead(pool: pg.Pool, between: () => Promise<void>): void {
   let pending: (() => Promise<void>) | null = between;
@@ -82,7 +83,8 @@ describe('a saga read while a step ends', () => {
     pauseAfterSagaRead(pool, moveOn('snap-1'));
     const view = await readSaga(pool, 'snap-1');
     // Read as of its first statement: on `a`, `a` running, nothing of `b`. Read statement by
-    // statement, the history showed `a` completed under a saga still on `a`.
+    // statement, it showed `a` pending under a saga on `a` (its job, read last, had completed);
+    // a list with histories showed `a` completed.
     expect(view?.currentStep).toBe('a');
     expect(view?.history.map((h) => `${h.step}:${h.status}`)).toEqual(['a:running']);
     // The next read sees the moment after.

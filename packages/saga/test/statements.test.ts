@@ -263,7 +263,8 @@ describe('the cost of a saga step', () => {
           (
             await db.pool.query(
               `SELECT 1 FROM pg_stat_activity
-               WHERE wait_event_type = 'Lock' AND query LIKE '%saga_steps%'`,
+               WHERE wait_event_type = 'Lock' AND query LIKE '%saga_steps%'
+                 AND datname = current_database()`,
             )
           ).rowCount === 1 || null,
         { what: 'the attempt error record to wait for the saga row' },

@@ -82,16 +82,18 @@ export function failedAttempt(f: { status: SQL; delayMs: SQL; reason: SQL; messa
  * `releaseUnadopted`). Pending again at once, with a notification per queue, so that a listening
  * worker claims them now rather than at its next poll (identical notifications of one transaction
  * reach a listener once). A job with a concurrency key gives its slot back and waits for
- * admission again: a rate-limited one must not start later than its logged start.
+ * admission again (a rate-limited one must not start later than its logged start), with a
+ * notification per key, so that a listening worker admits it now rather than at its next pass.
  */
 export function releaseJobs(workerId: string, tokens: readonly LockToken[], asyncCommit: boolean) {
   return sql`
     WITH released AS (
-      ${releasing(workerId, tokens, asyncCommit)} RETURNING j.id, j.queue, j.status
+      ${releasing(workerId, tokens, asyncCommit)} RETURNING j.id, j.queue, j.status, j.concurrency_key
     )
     SELECT id::text AS id,
-           (CASE WHEN status = 'pending' THEN pg_notify('skiplock_jobs', queue) END) IS NOT NULL
-             AS notified
+           (CASE WHEN status = 'pending' THEN pg_notify('skiplock_jobs', queue)
+                 WHEN status = 'waiting' THEN pg_notify('skiplock_admit', concurrency_key)
+            END) IS NOT NULL AS notified
     FROM released`;
 }
 
