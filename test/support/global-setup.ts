@@ -20,11 +20,23 @@ declare module 'vitest' {
   }
 }
 
+interface RunDatabase {
+  adminUrl: string;
+  template: string;
+  runPrefix: string;
+  source: string;
+  teardown(): Promise<void>;
+}
+
 /**
- * Starts (or finds) one PostgreSQL for the whole run and builds one migrated template database;
- * every test file then clones its own database from it in milliseconds.
+ * The run's server and template, shared by every project of the run (vitest calls the global
+ * setup once per project, in one process): the first call starts them, the last teardown stops.
  */
-export default async function setup(project: TestProject) {
+const SHARED = Symbol.for('skiplock.tests.runDatabase');
+type Shared = { ready: Promise<RunDatabase>; users: number };
+const registry = globalThis as { [SHARED]?: Shared };
+
+async function startRunDatabase(): Promise<RunDatabase> {
   const db = await startDatabase();
   // Runs killed before their teardown left databases behind; two hours is far past any run.
   await dropStaleRunDatabases(db.url, 2 * 3_600_000);
@@ -37,14 +49,36 @@ export default async function setup(project: TestProject) {
     include: [outboxMigrations],
     logger: pino({ level: 'silent' }),
   });
-  project.provide('adminUrl', db.url);
-  project.provide('templateDatabase', template);
-  project.provide('runPrefix', runPrefix);
-  project.provide('databaseSource', db.source);
   console.log(`[skiplock tests] PostgreSQL from ${db.source}`);
+  return {
+    adminUrl: db.url,
+    template,
+    runPrefix,
+    source: db.source,
+    teardown: async () => {
+      // Clones of tests whose files failed or timed out before their own afterAll included.
+      await dropRunDatabases(db.url, stamp).catch(() => {});
+      await db.stop();
+    },
+  };
+}
+
+/**
+ * Starts (or finds) one PostgreSQL for the whole run and builds one migrated template database;
+ * every test file then clones its own database from it in milliseconds.
+ */
+export default async function setup(project: TestProject) {
+  const shared = (registry[SHARED] ??= { ready: startRunDatabase(), users: 0 });
+  shared.users += 1;
+  const run = await shared.ready;
+  project.provide('adminUrl', run.adminUrl);
+  project.provide('templateDatabase', run.template);
+  project.provide('runPrefix', run.runPrefix);
+  project.provide('databaseSource', run.source);
   return async () => {
-    // Clones of tests whose files failed or timed out before their own afterAll included.
-    await dropRunDatabases(db.url, stamp).catch(() => {});
-    await db.stop();
+    shared.users -= 1;
+    if (shared.users > 0) return;
+    delete registry[SHARED];
+    await run.teardown();
   };
 }
