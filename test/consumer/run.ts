@@ -226,6 +226,17 @@ try {
     'skiplock stats --json prints JSON only',
     stats.stdout,
   );
+  // `skiplock outbox` loads @skiplock/outbox, an optional peer, from the app's own install.
+  const outboxStats = await must(
+    'skiplock outbox stats --json',
+    run(bin, ['outbox', 'stats', '--json'], { cwd: app, env }),
+  );
+  const counted = JSON.parse(outboxStats.stdout) as { delivered: number; dead: number };
+  check(
+    counted.delivered >= 1 && counted.dead === 0,
+    'skiplock outbox stats counts the event the outbox program relayed',
+    outboxStats.stdout,
+  );
   // The dashboard from the installed @skiplock/dashboard (dist/ and its assets/), up and stopped.
   const dashboard = await runUntil(bin, ['dashboard', '--port', '0'], {
     cwd: app,

@@ -5,6 +5,7 @@ import { jobsListCommand } from './commands/jobs-list.js';
 import { jobsRetryCommand } from './commands/jobs-retry.js';
 import { jobsShowCommand } from './commands/jobs-show.js';
 import { migrateCommand } from './commands/migrate.js';
+import { outboxDeadCommand, outboxRetryCommand, outboxStatsCommand } from './commands/outbox.js';
 import { rolesCommand } from './commands/roles.js';
 import { sagasGraphCommand } from './commands/sagas-graph.js';
 import { sagasListCommand } from './commands/sagas-list.js';
@@ -34,6 +35,9 @@ const commands: Command[] = [
   schedulesListCommand,
   schedulesPauseCommand,
   schedulesResumeCommand,
+  outboxStatsCommand,
+  outboxDeadCommand,
+  outboxRetryCommand,
   rolesCommand,
   dashboardCommand,
 ];

@@ -52,6 +52,10 @@ export function describeDatabaseError(error: unknown, url: string): string | nul
     case '53300':
       return `${at}: the server has too many connections`;
     case '42P01':
+      // The outbox's migrations are not part of a plain `skiplock migrate`.
+      if (/outbox_messages/.test(message)) {
+        return `the outbox is not installed in database "${database}" at ${address} (no table skiplock.outbox_messages); run \`skiplock migrate --outbox\``;
+      }
       // A table of a later migration is missing: the schema predates this version of skiplock.
       if (
         /"?skiplock"?\./.test(message) ||

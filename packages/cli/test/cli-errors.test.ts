@@ -24,6 +24,9 @@ const commands = [
   'jobs cancel',
   'sagas list',
   'sagas show',
+  'outbox stats',
+  'outbox dead',
+  'outbox retry',
 ];
 
 describe('command line', () => {

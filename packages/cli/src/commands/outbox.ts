@@ -1,0 +1,201 @@
+import type { DeadMessage, OutboxCounts } from '@skiplock/outbox';
+import {
+  databaseOption,
+  databaseUrl,
+  jsonOption,
+  parseInteger,
+  parseOptions,
+  positionalArgs,
+  UsageError,
+} from '../args.js';
+import { cell, renderTable } from '../format/table.js';
+import { formatDuration, relativeTime } from '../format/time.js';
+import { printJson, type Command } from '../io.js';
+import { loadOutbox } from '../load-outbox.js';
+
+/** Most ids one `outbox retry` takes, as `retryDeadMessages` does. */
+const MAX_RETRY_IDS = 1_000;
+const MESSAGE_ID = /^[1-9][0-9]{0,18}$/;
+const MAX_BIGINT = 9_223_372_036_854_775_807n;
+
+function parseMessageId(value: string, flag: string): string {
+  if (!MESSAGE_ID.test(value) || BigInt(value) > MAX_BIGINT) {
+    throw new UsageError(`${flag} must be a message id (a positive integer), got "${value}"`);
+  }
+  return value;
+}
+
+const countsJson = (c: OutboxCounts) => ({
+  pending: c.pending,
+  delivered: c.delivered,
+  dead: c.dead,
+  oldestPendingMs: c.oldestPendingMs,
+});
+
+export const outboxStatsCommand: Command = {
+  name: 'outbox stats',
+  summary: 'outbox messages by status and the age of the oldest pending one',
+  usage: [
+    'usage: skiplock outbox stats [--json] [--database-url URL]',
+    '',
+    'Messages of the transactional outbox (@skiplock/outbox) by status: pending (not yet',
+    'delivered, or waiting out a retry), delivered (kept for the relay retention), and dead',
+    '(out of attempts, or refused for good by the sink; see `skiplock outbox dead`). A growing',
+    'oldest-pending age means no relay runs, or the relays fall behind.',
+  ].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
+    positionalArgs(positionals, []);
+    const url = databaseUrl(values['database-url'], io.env);
+    const [{ withDatabase }, { outboxCounts }] = await Promise.all([
+      import('../database.js'),
+      loadOutbox(),
+    ]);
+    const counts = await withDatabase(url, (db) => outboxCounts(db.pool), {
+      requireSchema: false,
+    });
+    if (values.json) {
+      printJson(io, countsJson(counts));
+      return 0;
+    }
+    io.stdout(
+      renderTable(
+        [{ header: 'status' }, { header: 'messages', align: 'right' }, { header: 'oldest' }],
+        [
+          [
+            'pending',
+            String(counts.pending),
+            counts.oldestPendingMs === null ? '-' : formatDuration(counts.oldestPendingMs),
+          ],
+          ['delivered', String(counts.delivered), '-'],
+          ['dead', String(counts.dead), '-'],
+        ],
+      ),
+    );
+    return 0;
+  },
+};
+
+const deadJson = (m: DeadMessage) => ({
+  id: m.id,
+  topic: m.topic,
+  key: m.key,
+  attempts: m.attempts,
+  lastError: m.lastError,
+  createdAt: m.createdAt.toISOString(),
+  deadAt: m.deadAt.toISOString(),
+});
+
+export const outboxDeadCommand: Command = {
+  name: 'outbox dead',
+  summary: 'list dead outbox messages, newest first, with why they died',
+  usage: [
+    'usage: skiplock outbox dead [--limit N] [--before ID] [--json] [--database-url URL]',
+    '',
+    'Dead messages (never their payload), newest first, 50 per page by default (--limit up to',
+    '1000). For the next page pass the last id shown as --before. The later messages of a dead',
+    "one's key are delivered without it; `skiplock outbox retry` sends it again.",
+  ].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, {
+      ...databaseOption,
+      ...jsonOption,
+      limit: { type: 'string' },
+      before: { type: 'string' },
+    });
+    positionalArgs(positionals, []);
+    const limit = parseInteger('--limit', values.limit, { min: 1, max: 1_000 }) ?? 50;
+    const before =
+      values.before === undefined ? undefined : parseMessageId(values.before, '--before');
+    const url = databaseUrl(values['database-url'], io.env);
+    const [{ withDatabase }, { deadMessages }] = await Promise.all([
+      import('../database.js'),
+      loadOutbox(),
+    ]);
+    const { list, now } = await withDatabase(
+      url,
+      async (db) => ({
+        list: await deadMessages(db.pool, { limit, ...(before ? { beforeId: before } : {}) }),
+        now: db.now,
+      }),
+      { requireSchema: false },
+    );
+    const next = list.length === limit ? list[list.length - 1]!.id : null;
+    if (values.json) {
+      printJson(io, { messages: list.map(deadJson), nextBefore: next });
+      return 0;
+    }
+    if (list.length === 0) {
+      io.stdout(before ? `no dead messages before ${before}\n` : 'no dead messages\n');
+      return 0;
+    }
+    io.stdout(
+      renderTable(
+        [
+          { header: 'id', align: 'right' },
+          { header: 'topic' },
+          { header: 'key' },
+          { header: 'attempts', align: 'right' },
+          { header: 'dead' },
+          { header: 'last error' },
+        ],
+        list.map((m) => [
+          m.id,
+          cell(m.topic, 40),
+          cell(m.key ?? '-', 30),
+          String(m.attempts),
+          relativeTime(m.deadAt, now),
+          cell(m.lastError ?? '-'),
+        ]),
+      ),
+    );
+    if (next) io.stdout(`more: skiplock outbox dead --before ${next}\n`);
+    return 0;
+  },
+};
+
+export const outboxRetryCommand: Command = {
+  name: 'outbox retry',
+  summary: 'send dead outbox messages back for delivery, with fresh attempts',
+  usage: [
+    'usage: skiplock outbox retry <id>... [--json] [--database-url URL]',
+    '',
+    `Up to ${MAX_RETRY_IDS} ids. A revived message keeps its id and its place in its key's`,
+    'order. One that is not dead (or does not exist) is left as it is, and so is a dead one whose',
+    'key has a message in flight right now (retry it once that one settled). Exits 1 when any',
+    'id was not revived.',
+  ].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
+    if (positionals.length === 0) throw new UsageError('missing <id>');
+    if (positionals.length > MAX_RETRY_IDS) {
+      throw new UsageError(`${positionals.length} ids, more than ${MAX_RETRY_IDS} per call`);
+    }
+    const ids = [...new Set(positionals.map((id) => parseMessageId(id, '<id>')))];
+    const url = databaseUrl(values['database-url'], io.env);
+    const [{ withDatabase }, { retryDeadMessages }] = await Promise.all([
+      import('../database.js'),
+      loadOutbox(),
+    ]);
+    const revived = new Set(
+      await withDatabase(url, (db) => retryDeadMessages(db.pool, ids), { requireSchema: false }),
+    );
+    const left = ids.filter((id) => !revived.has(id));
+    if (values.json) {
+      printJson(io, { revived: ids.filter((id) => revived.has(id)), notRevived: left });
+    } else {
+      if (revived.size > 0) {
+        io.stdout(
+          `revived ${revived.size} message(s), pending again: ${[...revived].join(', ')}\n`,
+        );
+      }
+      if (left.length > 0) {
+        io.stderr(
+          `not revived: ${left.join(', ')} (not dead, no such message, or its key has a ` +
+            'message in flight; `skiplock outbox dead` lists the dead ones)\n',
+        );
+      }
+    }
+    return left.length === 0 ? 0 : 1;
+  },
+};
