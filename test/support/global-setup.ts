@@ -30,7 +30,8 @@ interface RunDatabase {
 
 /**
  * The run's server and template, shared by every project of the run (vitest calls the global
- * setup once per project, in one process): the first call starts them, the last teardown stops.
+ * setup for the root and for each project, one after another, in one process): the first call
+ * starts them, the last teardown stops them.
  */
 const SHARED = Symbol.for('skiplock.tests.runDatabase');
 type Shared = { ready: Promise<RunDatabase>; users: number };
@@ -38,17 +39,24 @@ const registry = globalThis as { [SHARED]?: Shared };
 
 async function startRunDatabase(): Promise<RunDatabase> {
   const db = await startDatabase();
-  // Runs killed before their teardown left databases behind; two hours is far past any run.
-  await dropStaleRunDatabases(db.url, 2 * 3_600_000);
   const stamp = runStamp();
   const runPrefix = runDatabasePrefix(stamp);
   const template = `${runPrefix}template`;
-  await createDatabase(db.url, template);
-  await migrate({
-    connectionString: withDatabaseName(db.url, template),
-    include: [outboxMigrations],
-    logger: pino({ level: 'silent' }),
-  });
+  try {
+    // Runs killed before their teardown left databases behind; two hours is far past any run.
+    await dropStaleRunDatabases(db.url, 2 * 3_600_000);
+    await createDatabase(db.url, template);
+    await migrate({
+      connectionString: withDatabaseName(db.url, template),
+      include: [outboxMigrations],
+      logger: pino({ level: 'silent' }),
+    });
+  } catch (error) {
+    // The run will not start: leave no template and no embedded server behind.
+    await dropRunDatabases(db.url, stamp).catch(() => {});
+    await db.stop().catch(() => {});
+    throw error;
+  }
   console.log(`[skiplock tests] PostgreSQL from ${db.source}`);
   return {
     adminUrl: db.url,
@@ -70,7 +78,14 @@ async function startRunDatabase(): Promise<RunDatabase> {
 export default async function setup(project: TestProject) {
   const shared = (registry[SHARED] ??= { ready: startRunDatabase(), users: 0 });
   shared.users += 1;
-  const run = await shared.ready;
+  let run: RunDatabase;
+  try {
+    run = await shared.ready;
+  } catch (error) {
+    // Not cached: a later run in this process (watch mode) starts afresh.
+    if (registry[SHARED] === shared) delete registry[SHARED];
+    throw error;
+  }
   project.provide('adminUrl', run.adminUrl);
   project.provide('templateDatabase', run.template);
   project.provide('runPrefix', run.runPrefix);

@@ -4,6 +4,8 @@ import { randomBytes } from 'node:crypto';
 import { pino } from 'pino';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { useTestDatabase } from '../../../test/support/db.js';
+import { CliError } from '../src/args.js';
+import { importOptional } from '../src/load-outbox.js';
 import { runCli, runInProcess } from './run-cli.js';
 
 const db = await useTestDatabase();
@@ -78,10 +80,13 @@ describe('skiplock outbox', () => {
     expect(dead.stdout.indexOf(loose!)).toBeLessThan(dead.stdout.indexOf(first!));
 
     const page = await runInProcess(['outbox', 'dead', '--limit', '1', '--json'], env);
-    const one = JSON.parse(page.stdout) as { messages: { id: string }[]; nextBefore: string };
+    const one = JSON.parse(page.stdout) as { messages: { id: string }[]; nextBeforeId: string };
     expect(one.messages.map((m) => m.id)).toEqual([loose]);
-    expect(one.nextBefore).toBe(loose);
-    const rest = await runInProcess(['outbox', 'dead', '--before', one.nextBefore, '--json'], env);
+    expect(one.nextBeforeId).toBe(loose);
+    const rest = await runInProcess(
+      ['outbox', 'dead', '--before-id', one.nextBeforeId, '--json'],
+      env,
+    );
     const older = JSON.parse(rest.stdout) as { messages: Record<string, unknown>[] };
     expect(older.messages).toEqual([
       expect.objectContaining({
@@ -106,6 +111,23 @@ describe('skiplock outbox', () => {
     expect(json.code, json.stderr).toBe(0);
     expect(JSON.parse(json.stdout)).toEqual({ revived: [loose], notRevived: [] });
     expect((await statuses([loose!]))[0]?.status).toBe('pending');
+    // Exit 1 says why on stderr, with --json too; stdout stays JSON.
+    const jsonLeft = await runInProcess(['outbox', 'retry', behind!, '--json'], env);
+    expect(jsonLeft.code).toBe(1);
+    expect(JSON.parse(jsonLeft.stdout)).toEqual({ revived: [], notRevived: [behind] });
+    expect(jsonLeft.stderr).toContain(`not revived: ${behind}`);
+    // Both revived ones wait for a relay now: counted pending, with an age.
+    const after = JSON.parse((await runInProcess(['outbox', 'stats', '--json'], env)).stdout) as {
+      pending: number;
+      dead: number;
+      oldestPendingMs: number | null;
+    };
+    expect(after).toMatchObject({ pending: 2, dead: 0 });
+    expect(after.oldestPendingMs).toBeGreaterThanOrEqual(0);
+    expect((await runInProcess(['outbox', 'dead'], env)).stdout).toBe('no dead messages\n');
+    expect((await runInProcess(['outbox', 'dead', '--before-id', first!], env)).stdout).toBe(
+      `no dead messages before ${first}\n`,
+    );
     await relay.stop();
   });
 
@@ -115,7 +137,7 @@ describe('skiplock outbox', () => {
       [['outbox', 'retry', '12x'], '<id> must be a message id (a positive integer), got "12x"'],
       [['outbox', 'retry', '0'], '<id> must be a message id'],
       [['outbox', 'dead', '--limit', '0'], '--limit must be an integer from 1 to 1000, got "0"'],
-      [['outbox', 'dead', '--before', 'latest'], '--before must be a message id'],
+      [['outbox', 'dead', '--before-id', 'latest'], '--before-id must be a message id'],
       [['outbox', 'stats', 'extra'], 'unexpected argument "extra"'],
       [['outbox', 'stats', '--verbose'], 'unknown option --verbose'],
     ];
@@ -153,5 +175,19 @@ describe('skiplock outbox', () => {
       dead: 0,
       oldestPendingMs: null,
     });
+  });
+
+  it('says an optional package is not installed only when that package itself is missing', async () => {
+    const absent = `@skiplock/not-installed-${randomBytes(4).toString('hex')}`;
+    const load = () => import(absent) as Promise<unknown>;
+    const refused = await importOptional(load, absent).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(CliError);
+    expect((refused as Error).message).toBe(
+      `${absent} is not installed beside @skiplock/cli; install it in this project to use the outbox (skiplock outbox, migrate --outbox)`,
+    );
+    // A package it needs, missing: the original error, not a wrong "not installed".
+    const inner = await importOptional(load, '@skiplock/outbox').catch((error: unknown) => error);
+    expect(inner).not.toBeInstanceOf(CliError);
+    expect((inner as { code?: string }).code).toBe('ERR_MODULE_NOT_FOUND');
   });
 });

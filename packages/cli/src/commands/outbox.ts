@@ -90,10 +90,10 @@ export const outboxDeadCommand: Command = {
   name: 'outbox dead',
   summary: 'list dead outbox messages, newest first, with why they died',
   usage: [
-    'usage: skiplock outbox dead [--limit N] [--before ID] [--json] [--database-url URL]',
+    'usage: skiplock outbox dead [--limit N] [--before-id ID] [--json] [--database-url URL]',
     '',
     'Dead messages (never their payload), newest first, 50 per page by default (--limit up to',
-    '1000). For the next page pass the last id shown as --before. The later messages of a dead',
+    '1000). For the next page pass the last id shown as --before-id. The later messages of a dead',
     "one's key are delivered without it; `skiplock outbox retry` sends it again.",
   ].join('\n'),
   async run(args, io) {
@@ -101,12 +101,14 @@ export const outboxDeadCommand: Command = {
       ...databaseOption,
       ...jsonOption,
       limit: { type: 'string' },
-      before: { type: 'string' },
+      'before-id': { type: 'string' },
     });
     positionalArgs(positionals, []);
     const limit = parseInteger('--limit', values.limit, { min: 1, max: 1_000 }) ?? 50;
     const before =
-      values.before === undefined ? undefined : parseMessageId(values.before, '--before');
+      values['before-id'] === undefined
+        ? undefined
+        : parseMessageId(values['before-id'], '--before-id');
     const url = databaseUrl(values['database-url'], io.env);
     const [{ withDatabase }, { deadMessages }] = await Promise.all([
       import('../database.js'),
@@ -122,7 +124,7 @@ export const outboxDeadCommand: Command = {
     );
     const next = list.length === limit ? list[list.length - 1]!.id : null;
     if (values.json) {
-      printJson(io, { messages: list.map(deadJson), nextBefore: next });
+      printJson(io, { messages: list.map(deadJson), nextBeforeId: next });
       return 0;
     }
     if (list.length === 0) {
@@ -145,11 +147,11 @@ export const outboxDeadCommand: Command = {
           cell(m.key ?? '-', 30),
           String(m.attempts),
           relativeTime(m.deadAt, now),
-          cell(m.lastError ?? '-'),
+          cell(m.lastError, 50),
         ]),
       ),
     );
-    if (next) io.stdout(`more: skiplock outbox dead --before ${next}\n`);
+    if (next) io.stdout(`more: skiplock outbox dead --before-id ${next}\n`);
     return 0;
   },
 };
@@ -180,21 +182,18 @@ export const outboxRetryCommand: Command = {
     const revived = new Set(
       await withDatabase(url, (db) => retryDeadMessages(db.pool, ids), { requireSchema: false }),
     );
+    const done = ids.filter((id) => revived.has(id));
     const left = ids.filter((id) => !revived.has(id));
-    if (values.json) {
-      printJson(io, { revived: ids.filter((id) => revived.has(id)), notRevived: left });
-    } else {
-      if (revived.size > 0) {
-        io.stdout(
-          `revived ${revived.size} message(s), pending again: ${[...revived].join(', ')}\n`,
-        );
-      }
-      if (left.length > 0) {
-        io.stderr(
-          `not revived: ${left.join(', ')} (not dead, no such message, or its key has a ` +
-            'message in flight; `skiplock outbox dead` lists the dead ones)\n',
-        );
-      }
+    if (values.json) printJson(io, { revived: done, notRevived: left });
+    else if (done.length > 0) {
+      io.stdout(`revived ${done.length} message(s), pending again: ${done.join(', ')}\n`);
+    }
+    // On stderr with --json too: exit 1 always comes with its reason.
+    if (left.length > 0) {
+      io.stderr(
+        `not revived: ${left.join(', ')} (not dead, no such message, or its key has a ` +
+          'message in flight; `skiplock outbox dead` lists the dead ones)\n',
+      );
     }
     return left.length === 0 ? 0 : 1;
   },
