@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createAdmitter, createClient, defineJob } from '../src/index.js';
+import { createAdmitter, createClient, defineJob, type WorkerOptions } from '../src/index.js';
 import { NOTIFY_CHANNEL } from '../src/listener.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
@@ -92,83 +92,42 @@ describe('LISTEN/NOTIFY wake-ups', () => {
     }
   });
 
-  it('a job a stopping worker hands back wakes a listening worker, which takes it at once', async () => {
-    let runs = 0;
-    const handedBack = defineJob({
-      type: 'handed-back',
-      queue: 'handback-test',
+  /**
+   * A job whose first run holds on until its worker's stop aborts it, and whose second finishes;
+   * `runs` counts them.
+   */
+  function heldThenQuick(options: { type: string; key?: string }) {
+    const state = { runs: 0 };
+    const job = defineJob({
+      type: options.type,
+      queue: `${options.type}-test`,
       payload: z.object({}),
-      // The first run holds on until its worker's stop aborts it; the second finishes.
+      ...(options.key ? { concurrencyKey: () => options.key!, concurrencyLimit: 1 } : {}),
       handler: (_p, ctx) => {
-        runs += 1;
-        if (runs > 1) return Promise.resolve();
+        state.runs += 1;
+        if (state.runs > 1) return Promise.resolve();
         return new Promise<void>((_resolve, reject) =>
           ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error)),
         );
       },
     });
-    const { id } = await client.enqueue(handedBack, {});
-    const stopping = testWorker(db.pool, [handedBack], { pollIntervalMs: 20 });
-    await stopping.start();
-    await waitFor(() => runs === 1, { what: 'the first worker to start the job' });
-    // Ten minutes between polls: only the hand-back's notification can start the job in time.
-    const taking = testWorker(db.newPool(4), [handedBack], {
-      listen: true,
-      pollIntervalMs: 600_000,
-    });
-    await taking.start();
-    try {
-      await waitFor(async () => {
-        const { rows } = await db.pool.query(
-          `SELECT 1 FROM pg_stat_activity WHERE application_name = 'skiplock-listener' AND datname = current_database()`,
-        );
-        return rows.length === 1;
-      });
-      await stopping.stop({ timeoutMs: 50 });
-      await waitFor(
-        async () => {
-          const { rows } = await db.pool.query<{ status: string }>(
-            'SELECT status FROM skiplock.jobs WHERE id = $1',
-            [id],
-          );
-          return rows[0]?.status === 'completed';
-        },
-        { timeoutMs: 10_000, what: 'the listening worker to run the handed-back job' },
-      );
-      expect(runs).toBe(2);
-    } finally {
-      await taking.stop();
-    }
-  });
+    return { job, state };
+  }
 
-  it('a keyed job a stopping worker hands back wakes a listening admitter, which runs it at once', async () => {
-    let runs = 0;
-    const keyed = defineJob({
-      type: 'keyed-handed-back',
-      queue: 'keyed-handback-test',
-      payload: z.object({}),
-      concurrencyKey: () => 'tenant:one',
-      concurrencyLimit: 1,
-      handler: (_p, ctx) => {
-        runs += 1;
-        if (runs > 1) return Promise.resolve();
-        return new Promise<void>((_resolve, reject) =>
-          ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error)),
-        );
-      },
-    });
-    const { id } = await client.enqueue(keyed, {});
-    // The stopping worker admits nothing itself (its admitter would admit the job it hands
-    // back); a separate admission pass gives the job its slot.
-    expect(await createAdmitter({ pool: db.pool, logger: quiet }).runOnce()).toEqual({
-      admitted: 1,
-    });
-    const stopping = testWorker(db.pool, [keyed], { pollIntervalMs: 20, admitter: false });
+  /**
+   * Starts the job on one worker, then a second that listens and polls (and admits) only every
+   * ten minutes, stops the first past its deadline, and waits for the second to complete the job:
+   * only the hand-back's notification can get it there in time.
+   */
+  async function takenAfterHandBack(
+    { job, state }: ReturnType<typeof heldThenQuick>,
+    id: string,
+    stoppingOptions: Partial<WorkerOptions>,
+  ) {
+    const stopping = testWorker(db.pool, [job], { pollIntervalMs: 20, ...stoppingOptions });
     await stopping.start();
-    await waitFor(() => runs === 1, { what: 'the first worker to start the keyed job' });
-    // Ten minutes between polls and admission passes: only the hand-back's notification can
-    // admit the job (waiting for its key's slot again) in time.
-    const taking = testWorker(db.newPool(4), [keyed], {
+    await waitFor(() => state.runs === 1, { what: 'the first worker to start the job' });
+    const taking = testWorker(db.newPool(4), [job], {
       listen: true,
       pollIntervalMs: 600_000,
       admitter: { intervalMs: 600_000 },
@@ -190,11 +149,28 @@ describe('LISTEN/NOTIFY wake-ups', () => {
           );
           return rows[0]?.status === 'completed';
         },
-        { timeoutMs: 10_000, what: 'the listening worker to admit and run the handed-back job' },
+        { timeoutMs: 10_000, what: 'the listening worker to run the handed-back job' },
       );
-      expect(runs).toBe(2);
+      expect(state.runs).toBe(2);
     } finally {
       await taking.stop();
     }
+  }
+
+  it('a job a stopping worker hands back wakes a listening worker, which takes it at once', async () => {
+    const held = heldThenQuick({ type: 'handed-back' });
+    const { id } = await client.enqueue(held.job, {});
+    await takenAfterHandBack(held, id, {});
+  });
+
+  it('a keyed job a stopping worker hands back wakes a listening admitter, which runs it at once', async () => {
+    const held = heldThenQuick({ type: 'keyed-handed-back', key: 'tenant:one' });
+    const { id } = await client.enqueue(held.job, {});
+    // Back, it waits for its key's slot again. The stopping worker admits nothing itself (its
+    // admitter would admit the job it hands back); a separate pass gives the job its slot first.
+    expect(await createAdmitter({ pool: db.pool, logger: quiet }).runOnce()).toEqual({
+      admitted: 1,
+    });
+    await takenAfterHandBack(held, id, { admitter: false });
   });
 });
