@@ -58,15 +58,20 @@ export function parseInteger(
   return n;
 }
 
-const JOB_ID = /^[1-9][0-9]{0,18}$/;
+const BIGINT_ID = /^[1-9][0-9]{0,18}$/;
 
 const MAX_BIGINT = 9_223_372_036_854_775_807n;
 
-export function parseJobId(value: string, flag = '<id>'): string {
-  if (!JOB_ID.test(value) || BigInt(value) > MAX_BIGINT) {
-    throw new UsageError(`${flag} must be a job id (a positive integer), got "${value}"`);
+/** A row id of a bigint column (a job's, an outbox message's): a positive integer that fits. */
+export function parseId(value: string, flag: string, what: string): string {
+  if (!BIGINT_ID.test(value) || BigInt(value) > MAX_BIGINT) {
+    throw new UsageError(`${flag} must be ${what} (a positive integer), got "${value}"`);
   }
   return value;
+}
+
+export function parseJobId(value: string, flag = '<id>'): string {
+  return parseId(value, flag, 'a job id');
 }
 
 export function databaseUrl(value: string | undefined, env: NodeJS.ProcessEnv): string {

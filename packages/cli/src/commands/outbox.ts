@@ -3,6 +3,7 @@ import {
   databaseOption,
   databaseUrl,
   jsonOption,
+  parseId,
   parseInteger,
   parseOptions,
   positionalArgs,
@@ -15,15 +16,7 @@ import { loadOutbox } from '../load-outbox.js';
 
 /** Most ids one `outbox retry` takes, as `retryDeadMessages` does. */
 const MAX_RETRY_IDS = 1_000;
-const MESSAGE_ID = /^[1-9][0-9]{0,18}$/;
-const MAX_BIGINT = 9_223_372_036_854_775_807n;
-
-function parseMessageId(value: string, flag: string): string {
-  if (!MESSAGE_ID.test(value) || BigInt(value) > MAX_BIGINT) {
-    throw new UsageError(`${flag} must be a message id (a positive integer), got "${value}"`);
-  }
-  return value;
-}
+const parseMessageId = (value: string, flag: string) => parseId(value, flag, 'a message id');
 
 const countsJson = (c: OutboxCounts) => ({
   pending: c.pending,
