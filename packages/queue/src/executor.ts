@@ -1,10 +1,4 @@
-import {
-  context,
-  isSpanContextValid,
-  type Context,
-  type Span,
-  type Tracer,
-} from '@opentelemetry/api';
+import { context, type Context, type Span, type Tracer } from '@opentelemetry/api';
 import type pg from 'pg';
 import { runSql, withTransaction } from './db.js';
 import { namedStatement, withOwnTransaction, type StatementRunner } from './prepared.js';
@@ -56,6 +50,8 @@ export class RunningJob implements LeaseHolder {
   abortReason: Error | null = null;
   /** The run's consumer span (see tracing.ts); null when the worker does not trace. */
   span: Span | null = null;
+  /** Set by the worker while the job waits in its buffer: starts it (true) or drops it (false). */
+  turn: ((run: boolean) => void) | null = null;
   /** Called once on abort, while a handler runs: ends the race in `run`. */
   onAbort: ((reason: Error) => void) | null = null;
   // An AbortSignal costs microseconds to build (it is an EventTarget), so the controller is made
@@ -212,7 +208,7 @@ function openSpan(tracer: Tracer, d: ExecutorDeps, job: RunningJob): Context | n
     mode,
   );
   job.span = span;
-  return span.isRecording() || isSpanContextValid(span.spanContext()) ? active : null;
+  return active;
 }
 
 async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
@@ -241,7 +237,7 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
     // Lost or released while it waited in the local buffer: the handler must not start at all.
     if (job.abortReason) return abortedOutcome(job.abortReason) ?? { kind: 'lock_lost' };
     if (timer === null) startTimer();
-    const result = definition.handler(validated.value, jobContext(d, job));
+    const result = definition.handler(validated.value, new RunContext(d, job));
     if (isThenable(result)) {
       // Its concurrency slot is given back when the handler has really returned, even after a
       // timeout or a lost lock ended the attempt: until then it may still be running.
@@ -292,76 +288,119 @@ function deadOnArrival(reason: 'unknown_type' | 'invalid_payload', error: Error)
 }
 
 /**
- * The handler's context. `signal` and `logger` are getters so that a job whose handler never reads
- * them costs neither an AbortSignal nor a child logger.
+ * The handler's context. Everything but `job` is a getter on the prototype, so that a run whose
+ * handler reads nothing else costs one object: no AbortSignal, child logger, key string, closures
+ * or hand-off slot until it is read. The object literal with two getters, two closures and a slot
+ * this replaces cost about 3 µs of Node CPU per no-op job (about 12 %; 200,000 jobs at
+ * concurrency 10, three alternating runs each). The methods are getters returning a function
+ * bound to the run, so that a handler may destructure them.
  */
-function jobContext(d: ExecutorDeps, job: RunningJob): JobContext {
-  let logger: Logger | undefined;
+class RunContext implements JobContext {
+  readonly job: JobInfo;
+  // Private fields, not properties: a handler that logs or serializes its context sees `job` only.
+  readonly #d: ExecutorDeps;
+  readonly #run: RunningJob;
+  #logger: Logger | undefined;
+  /** The completing transaction's hand-off slot, made by the first `completeWith`. */
+  declare [HAND_OFF]?: HandOffSlot;
+  declare [CARRIED]?: unknown;
+
+  constructor(d: ExecutorDeps, run: RunningJob) {
+    this.#d = d;
+    this.#run = run;
+    this.job = run.info;
+    if (run.carry !== undefined) this[CARRIED] = run.carry;
+  }
+
+  get signal(): AbortSignal {
+    return this.#run.signal;
+  }
+
+  get logger(): Logger {
+    return (this.#logger ??= this.#d.logger.child({
+      jobId: this.job.id,
+      jobType: this.job.type,
+      attempt: this.job.attempt,
+    }));
+  }
+
+  get idempotencyKey(): string {
+    return this.job.idempotencyKey ?? `job:${this.job.id}`;
+  }
+
+  get extendLease(): JobContext['extendLease'] {
+    return (leaseMs) => extendJobLease(this.#d, this.#run, leaseMs);
+  }
+
+  get completeWith(): JobContext['completeWith'] {
+    return (work) => completeJobWith(this.#d, this.#run, this.#slot(), work);
+  }
+
+  #slot(): HandOffSlot | null {
+    const handOff = this.#d.handOff;
+    if (!handOff || this[HAND_OFF]) return this[HAND_OFF] ?? null;
+    const slot: HandOffSlot = {
+      workerId: this.#d.workerId,
+      depth: this.#run.handOffDepth,
+      limit: handOff.limit,
+      accepts: handOff.accepts,
+      room: () => handOff.room(slot),
+      open: false,
+      pending: [],
+      inserting: 0,
+    };
+    return (this[HAND_OFF] = slot);
+  }
+}
+
+async function extendJobLease(
+  d: ExecutorDeps,
+  job: RunningJob,
+  leaseMs = job.leaseMs,
+): Promise<boolean> {
+  const { rowCount } = await runSql(d.pool, extendLease(d.workerId, job.token, leaseMs));
+  if (rowCount === 1) {
+    job.renewedAt = performance.now();
+    job.leaseMs = Math.max(job.leaseMs, leaseMs);
+    return true;
+  }
+  job.abort(new LockLostError(job.info.id));
+  return false;
+}
+
+/** `completeWith`: the completing transaction, then the successors it handed to this worker. */
+async function completeJobWith<T>(
+  d: ExecutorDeps,
+  job: RunningJob,
+  slot: HandOffSlot | null,
+  work: (tx: pg.PoolClient) => Promise<T>,
+): Promise<T> {
+  if (job.abortReason) throw job.abortReason;
   const handOff = d.handOff;
-  const slot: HandOffSlot | null = handOff && {
-    workerId: d.workerId,
-    depth: job.handOffDepth,
-    limit: handOff.limit,
-    accepts: handOff.accepts,
-    room: () => handOff.room(slot!),
-    open: false,
-    pending: [],
-    inserting: 0,
-  };
-  const ctx: JobContext & { [HAND_OFF]?: HandOffSlot; [CARRIED]?: unknown } = {
-    job: job.info,
-    get signal() {
-      return job.signal;
-    },
-    get logger() {
-      return (logger ??= d.logger.child({
-        jobId: job.info.id,
-        jobType: job.info.type,
-        attempt: job.info.attempt,
-      }));
-    },
-    idempotencyKey: job.info.idempotencyKey ?? `job:${job.info.id}`,
-    extendLease: async (leaseMs = job.leaseMs) => {
-      const { rowCount } = await runSql(d.pool, extendLease(d.workerId, job.token, leaseMs));
-      if (rowCount === 1) {
-        job.renewedAt = performance.now();
-        job.leaseMs = Math.max(job.leaseMs, leaseMs);
-        return true;
-      }
-      job.abort(new LockLostError(job.info.id));
-      return false;
-    },
-    completeWith: async (work) => {
-      if (job.abortReason) throw job.abortReason;
-      if (slot) {
-        slot.open = true;
-        slot.pending = [];
-        handOff!.opened(slot);
-      }
-      try {
-        const value = await completingTransaction(d, job, slot, work);
-        job.settledExplicitly = true;
-        // Committed: the successors inserted leased to this worker exist now; run them here.
-        // Taken out of the slot first, so that nothing adopted can be released below.
-        for (const next of slot?.pending.splice(0) ?? []) {
-          handOff!.adopt(next, job.handOffDepth + 1);
-        }
-        return value;
-      } catch (error) {
-        if (slot) await releaseUnadopted(d, slot.pending);
-        throw error;
-      } finally {
-        if (slot) {
-          handOff!.closed(slot);
-          slot.open = false;
-          slot.pending = [];
-        }
-      }
-    },
-  };
-  if (slot) ctx[HAND_OFF] = slot;
-  if (job.carry !== undefined) ctx[CARRIED] = job.carry;
-  return ctx;
+  if (slot) {
+    slot.open = true;
+    slot.pending = [];
+    handOff!.opened(slot);
+  }
+  try {
+    const value = await completingTransaction(d, job, slot, work);
+    job.settledExplicitly = true;
+    // Committed: the successors inserted leased to this worker exist now; run them here.
+    // Taken out of the slot first, so that nothing adopted can be released below.
+    for (const next of slot?.pending.splice(0) ?? []) {
+      handOff!.adopt(next, job.handOffDepth + 1);
+    }
+    return value;
+  } catch (error) {
+    if (slot) await releaseUnadopted(d, slot.pending);
+    throw error;
+  } finally {
+    if (slot) {
+      handOff!.closed(slot);
+      slot.open = false;
+      slot.pending = [];
+    }
+  }
 }
 
 /**

@@ -544,13 +544,11 @@ export function createWorker(options: WorkerOptions): Worker {
         wake('slot');
       });
     inflight.add(task);
-    turns.set(job, started);
+    job.turn = started;
     if (handOffDepth > 0) buffered.unshift(job);
     else buffered.push(job);
     return task;
   }
-
-  const turns = new WeakMap<RunningJob, (run: boolean) => void>();
 
   /** Starts buffered jobs while slots are free. */
   function pump(): void {
@@ -559,7 +557,7 @@ export function createWorker(options: WorkerOptions): Worker {
     while (active < config.concurrency && buffered.length > 0) {
       const job = buffered.shift()!;
       active += 1;
-      turns.get(job)!(true);
+      job.turn!(true);
     }
   }
 
@@ -613,7 +611,7 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     for (const job of jobs) {
       job.state = 'done';
-      turns.get(job)!(false);
+      job.turn!(false);
     }
   }
 

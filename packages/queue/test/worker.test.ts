@@ -205,6 +205,43 @@ describe('worker outcomes', () => {
     ).toBe(1);
   });
 
+  it('gives a context whose members work destructured and which shows only the job when logged', async () => {
+    await db.pool.query(
+      'CREATE TABLE IF NOT EXISTS public.destructured (job_id text PRIMARY KEY, key text)',
+    );
+    const seen: { keys: string[]; json: string; renewed: boolean; aborted: boolean }[] = [];
+    const job = defineJob({
+      type: 'destructures',
+      payload: z.object({}),
+      handler: async (_p, ctx) => {
+        const { job, signal, logger, idempotencyKey, extendLease, completeWith } = ctx;
+        logger.debug('running');
+        const renewed = await extendLease(60_000);
+        seen.push({
+          keys: Object.keys(ctx),
+          json: JSON.stringify(ctx),
+          renewed,
+          aborted: signal.aborted,
+        });
+        await completeWith((tx) =>
+          tx.query('INSERT INTO public.destructured VALUES ($1, $2)', [job.id, idempotencyKey]),
+        );
+      },
+    });
+    const { id } = await client.enqueue(job, {});
+    await testWorker(db.pool, [job]).runOnce();
+    expect((await jobRow(db.pool, id)).status).toBe('completed');
+    const { rows } = await db.pool.query('SELECT key FROM public.destructured WHERE job_id = $1', [
+      id,
+    ]);
+    expect(rows).toEqual([{ key: `job:${id}` }]);
+    // The worker's pool, logger and lease bookkeeping stay out of a logged or serialized context.
+    expect(seen).toEqual([
+      { keys: ['job'], json: expect.any(String), renewed: true, aborted: false },
+    ]);
+    expect(JSON.parse(seen[0]!.json)).toEqual({ job: expect.objectContaining({ id, attempt: 1 }) });
+  });
+
   it('runs onDead in the same transaction as the dead write', async () => {
     await db.pool.query(
       'CREATE TABLE IF NOT EXISTS public.dead_letters (job_id text PRIMARY KEY, reason text)',
