@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { namedStatement, type StatementRunner } from './prepared.js';
-import { completeJobs, type LockToken } from './sql/settle.js';
+import { completeBatch, type CompletedBatch, type LockToken } from './sql/settle.js';
 
 interface Waiting {
   token: LockToken;
@@ -46,19 +46,24 @@ export class Completer {
       while (this.waiting.length > 0) {
         const batch = this.waiting.splice(0, this.maxBatch);
         try {
-          const { rows } = await this.run<{ id: string }>(
+          const { rows } = await this.run<CompletedBatch>(
             this.pool,
             namedStatement(
-              'skiplock_complete',
-              completeJobs(
+              'skiplock_complete_batch',
+              completeBatch(
                 this.workerId,
                 batch.map((w) => w.token),
-                { durable: !this.asyncCommit },
+                !this.asyncCommit,
               ),
             ),
           );
-          const owned = new Set(rows.map((r) => r.id));
-          for (const w of batch) w.resolve(owned.has(w.token.id));
+          const { completed, ids } = rows[0]!;
+          if (completed === batch.length) {
+            for (const w of batch) w.resolve(true);
+          } else {
+            const owned = new Set(ids);
+            for (const w of batch) w.resolve(owned.has(w.token.id));
+          }
         } catch (error) {
           for (const w of batch) w.reject(error);
         }

@@ -9,7 +9,7 @@ import { createClient, defineJob, migrate } from '../src/index.js';
 import { runSql } from '../src/db.js';
 import { claimJobs } from '../src/sql/claim.js';
 import { extendLeases } from '../src/sql/heartbeat.js';
-import { completeJobs, releaseJobs } from '../src/sql/settle.js';
+import { completeBatch, completeJobs, releaseJobs } from '../src/sql/settle.js';
 import { failExpiredJobs, selectExpiredLeases } from '../src/sql/sweep.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
@@ -202,6 +202,8 @@ describe('claiming', () => {
       for (const settle of [
         completeJobs('w', tokens, { durable: false }),
         completeJobs('w', tokens, { durable: true }),
+        completeBatch('w', tokens, false),
+        completeBatch('w', tokens, true),
         releaseJobs('w', tokens, true),
         releaseJobs('w', tokens, false),
         extendLeases('w', tokens, true),

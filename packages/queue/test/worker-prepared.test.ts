@@ -44,7 +44,7 @@ describe('worker statements', () => {
       [{ n: 1 }, { n: 2 }].map((payload) => ({ payload })),
     );
     expect(await running.runOnce()).toBe(2);
-    expect(await preparedNames(pool)).toEqual(['skiplock_claim', 'skiplock_complete']);
+    expect(await preparedNames(pool)).toEqual(['skiplock_claim', 'skiplock_complete_batch']);
     expect(logs.reasons()).not.toContain('prepared_statements_off');
 
     // What a pooler that moves connections, or a DISCARD ALL, does to a prepared statement: the

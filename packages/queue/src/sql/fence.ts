@@ -22,9 +22,17 @@ export const ownsToken = (workerId: string, token: LockToken) =>
  * statistics drive the update from another index.
  */
 export const ownsTokens = (workerId: string, tokens: readonly LockToken[]) =>
-  sql`j.id = ANY(${sql.param(tokens.map((t) => t.id))}::bigint[])
-      AND (j.id::text || ':' || j.attempts::text) = ANY(${sql.param(tokens.map((t) => `${t.id}:${t.attempt}`))}::text[])
+  sql`j.id = ANY(${arrayLiteral(tokens.map((t) => t.id))}::bigint[])
+      AND (j.id::text || ':' || j.attempts::text) = ANY(${arrayLiteral(tokens.map((t) => `${t.id}:${t.attempt}`))}::text[])
       AND ${fenced(workerId)}`;
+
+/**
+ * An array parameter in PostgreSQL's literal form, for elements that need no quoting: a token's id
+ * is bigint text and its key `id:attempt`, digits and a colon. node-postgres would quote and
+ * escape each element of a JavaScript array (a new string per element: 5 % of the bytes a drain
+ * allocates); joined here, an array of 500 ids is one string.
+ */
+const arrayLiteral = (elements: readonly string[]) => `{${elements.join(',')}}`;
 
 /** What holds a job now, read after a fenced write of it found nothing to change. */
 export interface JobHolderRow {

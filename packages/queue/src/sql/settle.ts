@@ -27,6 +27,26 @@ export function completeJobs(
     RETURNING j.id::text AS id`;
 }
 
+/**
+ * The worker's batched completion: `completeJobs` for a batch, answered with one row, how many it
+ * completed and, only when that is not all of them, their ids. The usual answer, every job, is one
+ * row instead of one per job (parsing 500 rows per batch was about 9 % of the bytes a drain
+ * allocates).
+ */
+export function completeBatch(workerId: string, tokens: readonly LockToken[], durable: boolean) {
+  return sql`
+    WITH done AS (${completeJobs(workerId, tokens, { durable })})
+    SELECT count(*)::int AS completed,
+           CASE WHEN count(*) < ${tokens.length}::int THEN array_agg(id) END AS ids
+    FROM done`;
+}
+
+/** The row `completeBatch` answers with: `ids` only when some of the batch were not completed. */
+export interface CompletedBatch {
+  completed: number;
+  ids: string[] | null;
+}
+
 export interface FailParams {
   workerId: string;
   token: LockToken;

@@ -1,0 +1,77 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createClient, defineJob } from '../src/index.js';
+import { runSql } from '../src/db.js';
+import { Completer } from '../src/completer.js';
+import type { StatementRunner } from '../src/prepared.js';
+import { claimJobs, type ClaimedRow } from '../src/sql/claim.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { jobRow, quiet } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+/** Sends statements unnamed, as `runSql` does, and keeps their texts. */
+function countingRunner(sent: string[]): StatementRunner {
+  return async (target, statement) => {
+    sent.push(statement.text);
+    const result = await (target as typeof db.pool).query(statement.text, statement.values);
+    return { rows: result.rows, rowCount: result.rowCount ?? 0 };
+  };
+}
+
+async function claimThree(queue: string, workerId: string): Promise<ClaimedRow[]> {
+  const job = defineJob({
+    type: `${queue}.job`,
+    queue,
+    payload: z.object({ n: z.number() }),
+    handler: () => {},
+  });
+  await client.enqueueMany(
+    job,
+    [1, 2, 3].map((n) => ({ payload: { n } })),
+  );
+  const { rows } = await runSql<ClaimedRow>(
+    db.pool,
+    claimJobs({ queues: [queue], limit: 3, workerId, agingMs: null, asyncCommit: false }),
+  );
+  expect(rows).toHaveLength(3);
+  return rows;
+}
+
+describe('batched completions', () => {
+  for (const asyncCommit of [false, true]) {
+    it(`complete a batch in one statement, and say which jobs were no longer the worker's (asyncCommit ${asyncCommit})`, async () => {
+      const queue = `completer-${asyncCommit}`;
+      const rows = await claimThree(queue, 'w1');
+      // The second job was swept and claimed again by another worker meanwhile.
+      await db.pool.query(
+        `UPDATE skiplock.jobs SET locked_by = 'w2', attempts = attempts + 1 WHERE id = $1`,
+        [rows[1]!.id],
+      );
+      const sent: string[] = [];
+      const completer = new Completer(db.pool, 'w1', asyncCommit, countingRunner(sent));
+      const owned = await Promise.all(
+        rows.map((r) => completer.complete({ id: r.id, attempt: r.attempts })),
+      );
+      expect(owned).toEqual([true, false, true]);
+      expect(sent).toHaveLength(1);
+      expect((await jobRow(db.pool, rows[0]!.id)).status).toBe('completed');
+      expect(await jobRow(db.pool, rows[1]!.id)).toMatchObject({
+        status: 'processing',
+        locked_by: 'w2',
+      });
+      expect((await jobRow(db.pool, rows[2]!.id)).status).toBe('completed');
+
+      // A batch the worker still owns whole; and one it owns none of.
+      const again = await claimThree(`${queue}-all`, 'w1');
+      expect(
+        await Promise.all(again.map((r) => completer.complete({ id: r.id, attempt: r.attempts }))),
+      ).toEqual([true, true, true]);
+      expect(
+        await Promise.all(again.map((r) => completer.complete({ id: r.id, attempt: r.attempts }))),
+      ).toEqual([false, false, false]);
+      expect(sent).toHaveLength(3);
+    });
+  }
+});
