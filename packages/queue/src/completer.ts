@@ -1,6 +1,9 @@
 import type pg from 'pg';
+import { errorMessage } from './errors.js';
+import type { Logger } from './logger.js';
 import { namedStatement, type StatementRunner } from './prepared.js';
 import { completeBatch, type CompletedBatch, type LockToken } from './sql/settle.js';
+import { retryDelayMs, sleep } from './timers.js';
 
 interface Waiting {
   token: LockToken;
@@ -12,6 +15,10 @@ interface Waiting {
  * Coalesces completions into one fenced UPDATE per flush. Completions that arrive while a flush is
  * in flight ride the next one, so under load one round trip settles many jobs and when idle a
  * completion waits for no timer, only for the current event-loop turn.
+ *
+ * A failed write is tried again here, for the whole batch (up to `attempts` writes, with the
+ * worker's backoff), rather than by each job: one log line per failed write instead of one per
+ * job, and no retry wrapper per job on the path every completion takes.
  */
 export class Completer {
   private waiting: Waiting[] = [];
@@ -24,6 +31,9 @@ export class Completer {
     private readonly asyncCommit: boolean,
     /** How statements are sent (named prepared statements unless the worker turned them off). */
     private readonly run: StatementRunner,
+    /** Writes of one batch before its completions fail (the worker's `settleAttempts`). */
+    private readonly attempts: number,
+    private readonly logger: Logger,
     private readonly maxBatch = 500,
   ) {}
 
@@ -46,18 +56,7 @@ export class Completer {
       while (this.waiting.length > 0) {
         const batch = this.waiting.splice(0, this.maxBatch);
         try {
-          const { rows } = await this.run<CompletedBatch>(
-            this.pool,
-            namedStatement(
-              'skiplock_complete_batch',
-              completeBatch(
-                this.workerId,
-                batch.map((w) => w.token),
-                !this.asyncCommit,
-              ),
-            ),
-          );
-          const { completed, ids } = rows[0]!;
+          const { completed, ids } = await this.write(batch.map((w) => w.token));
           if (completed === batch.length) {
             for (const w of batch) w.resolve(true);
           } else {
@@ -70,6 +69,25 @@ export class Completer {
       }
     } finally {
       this.flushing = null;
+    }
+  }
+
+  private async write(tokens: LockToken[]): Promise<CompletedBatch> {
+    const statement = namedStatement(
+      'skiplock_complete_batch',
+      completeBatch(this.workerId, tokens, !this.asyncCommit),
+    );
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return (await this.run<CompletedBatch>(this.pool, statement)).rows[0]!;
+      } catch (error) {
+        if (attempt >= this.attempts) throw error;
+        this.logger.warn(
+          { reason: 'db_error', attempt, jobs: tokens.length, err: errorMessage(error) },
+          'settle write failed; retrying',
+        );
+        await sleep(retryDelayMs(attempt));
+      }
     }
   }
 }

@@ -141,7 +141,7 @@ type Outcome =
  * the settle do (an enqueue, a dead job's hook) nests under it. Without one, a `continue` job
  * still runs in its enqueue's context (no span of its own), so its trace is not cut.
  */
-export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void> {
+export function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void> {
   const active = d.tracer
     ? openSpan(d.tracer, d, job)
     : continuedContext(
@@ -149,8 +149,14 @@ export async function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void
         job.row.trace_parent,
         job.row.trace_state,
       );
+  // No context to run in: the span, if any, neither records nor carries a context, so ending it
+  // is a no-op too, and the run needs no frame of its own.
+  return active ? executeIn(active, d, job) : execute(d, job);
+}
+
+async function executeIn(active: Context, d: ExecutorDeps, job: RunningJob): Promise<void> {
   try {
-    await (active ? context.with(active, () => execute(d, job)) : execute(d, job));
+    await context.with(active, () => execute(d, job));
   } finally {
     job.span?.end();
   }
@@ -211,6 +217,9 @@ function openSpan(tracer: Tracer, d: ExecutorDeps, job: RunningJob): Context | n
   return active;
 }
 
+/** The outcome of most runs, shared rather than made per job. */
+const SUCCESS: Outcome = Object.freeze({ kind: 'success' });
+
 async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
   const definition = d.definitions.get(job.info.type);
   if (!definition) return deadOnArrival('unknown_type', new UnknownJobTypeError(job.info.type));
@@ -248,11 +257,11 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
       // A handler that ignores its signal cannot hold the attempt past the timeout: the race ends it.
       await raceAbort(job, result);
     }
-    return { kind: 'success' };
+    return SUCCESS;
   } catch (error) {
     // A handler's error, or a schema whose validation threw: the attempt failed.
     const reason: unknown = job.abortReason ?? error;
-    if (job.settledExplicitly) return { kind: 'success' };
+    if (job.settledExplicitly) return SUCCESS;
     const aborted = abortedOutcome(reason);
     if (aborted) return aborted;
     const attemptReason = reason instanceof JobTimeoutError ? 'timeout' : 'error';
@@ -454,7 +463,8 @@ async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durati
   switch (outcome.kind) {
     case 'success': {
       if (!job.settledExplicitly) {
-        const owned = await withRetry(d, () => d.completer.complete(job.token));
+        // The completer tries its batch's write again itself (see Completer).
+        const owned = await d.completer.complete(job.token);
         if (!owned) return lockLost(d, job, durationMs);
       }
       record(d, job, durationMs, 'completed', 'none');

@@ -255,7 +255,7 @@ export function createWorker(options: WorkerOptions): Worker {
     logger,
     who: 'the worker',
   });
-  const completer = new Completer(pool, id, config.asyncCommit, run);
+  const completer = new Completer(pool, id, config.asyncCommit, run, config.settleAttempts, logger);
   /** Every claimed job until it is settled: buffered, running or settling. Heartbeats cover it. */
   const running = new Map<string, RunningJob>();
   /** Claimed jobs waiting for a free slot, in claim order. */
@@ -534,17 +534,33 @@ export function createWorker(options: WorkerOptions): Worker {
         attempt: row.attempts,
       });
     }
-    let started!: (run: boolean) => void;
-    const turn = new Promise<boolean>((resolve) => (started = resolve));
-    const task = turn
-      .then((run) => (run ? executeJob(deps, job) : undefined))
-      .finally(() => {
-        if (running.get(row.id) === job) running.delete(row.id);
-        inflight.delete(task);
-        wake('slot');
-      });
+    // One promise per job for its whole stay (buffered, run, settled), not a chain of them: a
+    // drain allocates per job, and the promises, closures and their collection were a large part
+    // of its Node CPU (see bench/README.md, "Queue hot path").
+    let finish!: (error?: unknown) => void;
+    const task = new Promise<void>((resolve, reject) => {
+      finish = (error) => (error === undefined ? resolve() : reject(error));
+    });
+    const settled = (error?: unknown) => {
+      if (running.get(row.id) === job) running.delete(row.id);
+      inflight.delete(task);
+      wake('slot');
+      finish(error);
+    };
+    job.turn = (run) => {
+      job.turn = null;
+      if (!run) return settled();
+      // executeJob never rejects (nor throws, but for a tracer that does); were it to, the task
+      // fails with its error, as it did when it was a chain of promises.
+      let done: Promise<void>;
+      try {
+        done = executeJob(deps, job);
+      } catch (error) {
+        return settled(error);
+      }
+      done.then(() => settled(), settled);
+    };
     inflight.add(task);
-    job.turn = started;
     if (handOffDepth > 0) buffered.unshift(job);
     else buffered.push(job);
     return task;

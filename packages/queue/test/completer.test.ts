@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, defineJob } from '../src/index.js';
@@ -5,7 +6,9 @@ import { runSql } from '../src/db.js';
 import { Completer } from '../src/completer.js';
 import type { StatementRunner } from '../src/prepared.js';
 import { claimJobs, type ClaimedRow } from '../src/sql/claim.js';
-import { useTestDatabase } from '../../../test/support/db.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
+import { startTcpProxy } from '../../../test/support/tcp-proxy.js';
+import { waitFor } from '../../../test/support/wait.js';
 import { jobRow, quiet } from './fixtures.js';
 
 const db = await useTestDatabase();
@@ -50,7 +53,7 @@ describe('batched completions', () => {
         [rows[1]!.id],
       );
       const sent: string[] = [];
-      const completer = new Completer(db.pool, 'w1', asyncCommit, countingRunner(sent));
+      const completer = new Completer(db.pool, 'w1', asyncCommit, countingRunner(sent), 3, quiet);
       const owned = await Promise.all(
         rows.map((r) => completer.complete({ id: r.id, attempt: r.attempts })),
       );
@@ -74,4 +77,49 @@ describe('batched completions', () => {
       expect(sent).toHaveLength(3);
     });
   }
+
+  it('tries a failed write again for the whole batch, one log line per failed write, and fails the batch after its attempts', async () => {
+    const target = new URL(db.url);
+    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const pool = new pg.Pool({ connectionString: proxy.urlThrough(db.url), max: 1 });
+    pool.on('error', () => {});
+    try {
+      const rows = await claimThree('completer-retry', 'w1');
+      const logs = captureLogs();
+      const sent: string[] = [];
+      const completer = new Completer(pool, 'w1', false, countingRunner(sent), 8, logs.logger);
+      // The network is down: the first writes fail at once; once it is back, the same batch is
+      // written, each job completed exactly once.
+      proxy.sever();
+      const owned = Promise.all(
+        rows.map((r) => completer.complete({ id: r.id, attempt: r.attempts })),
+      );
+      await waitFor(() => sent.length >= 2);
+      proxy.resume();
+      expect(await owned).toEqual([true, true, true]);
+      const retries = logs.lines.filter((l) => l.reason === 'db_error');
+      expect(retries.length).toBe(sent.length - 1);
+      expect(retries[0]).toMatchObject({
+        attempt: 1,
+        jobs: 3,
+        msg: 'settle write failed; retrying',
+      });
+      for (const r of rows) expect((await jobRow(db.pool, r.id)).status).toBe('completed');
+
+      // Down for longer than its attempts: the batch's completions fail (the jobs stay leased to
+      // the worker, for the sweeper), after exactly `attempts` writes.
+      const more = await claimThree('completer-gives-up', 'w1');
+      const few = new Completer(pool, 'w1', false, countingRunner([]), 2, logs.logger);
+      proxy.sever();
+      const failed = await Promise.allSettled(
+        more.map((r) => few.complete({ id: r.id, attempt: r.attempts })),
+      );
+      expect(failed.map((f) => f.status)).toEqual(['rejected', 'rejected', 'rejected']);
+      for (const r of more) expect((await jobRow(db.pool, r.id)).status).toBe('processing');
+    } finally {
+      proxy.resume();
+      await pool.end();
+      await proxy.close();
+    }
+  });
 });
