@@ -69,4 +69,77 @@ describe('stopping a worker whose database hangs', () => {
       }
     },
   );
+
+  it('with the claim loop and the release of its buffer hung at once, stop() waits one grace for both, then the deadline, then one grace', async () => {
+    const target = new URL(db.url);
+    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const logs = captureLogs();
+    let started = 0;
+    let quick = 0;
+    const jobs = defineJob({
+      type: 'hangs-or-not',
+      payload: z.object({ hang: z.boolean() }),
+      leaseMs: 5_000,
+      handler: (p, ctx) => {
+        if (!p.hang) return void (quick += 1);
+        started += 1;
+        return new Promise<void>((_resolve, reject) => {
+          ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error));
+        });
+      },
+    });
+    const pool = new pg.Pool({ connectionString: proxy.urlThrough(db.url), max: 4 });
+    pool.on('error', () => {});
+    const client = createClient({ pool: db.pool, logger: logs.logger });
+    const worker = createWorker({
+      pool,
+      jobs: [jobs],
+      logger: logs.logger,
+      concurrency: 1,
+      listen: false,
+      sweeper: false,
+      retention: false,
+      pollIntervalMs: 20,
+    });
+    try {
+      await worker.start();
+      // Quick handlers first: the worker then claims beyond its one slot (its prefetch), so
+      // jobs wait in its buffer behind the one that hangs, and its loop goes on claiming.
+      await client.enqueueMany(
+        jobs,
+        Array.from({ length: 20 }, () => ({ payload: { hang: false } })),
+      );
+      await waitFor(() => quick === 20);
+      await client.enqueue(jobs, { hang: true });
+      await waitFor(() => started === 1);
+      await client.enqueueMany(
+        jobs,
+        Array.from({ length: 5 }, () => ({ payload: { hang: false } })),
+      );
+      await waitFor(() => worker.inFlight === 6);
+      proxy.freeze();
+      // Polling every 20 ms, the loop now waits on a claim the frozen database never answers.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const graceMs = 1_000;
+      const timeoutMs = 100;
+      const before = performance.now();
+      await worker.stop({ timeoutMs, graceMs });
+      const tookMs = performance.now() - before;
+      // One grace for the loop and the release together, the deadline, one grace to close: about
+      // 2,100 ms. With a grace for each wait it took one more (3,100 ms).
+      expect(tookMs).toBeGreaterThanOrEqual(2 * graceMs);
+      expect(tookMs).toBeLessThan(2 * graceMs + timeoutMs + 500);
+      expect(quick).toBe(20);
+      expect(logs.reasons()).toContain('stop_timeout');
+      // Nothing the frozen database was sent landed: every job is still leased, for the sweeper.
+      const { rows } = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM skiplock.jobs WHERE job_type = 'hangs-or-not' AND status = 'processing'`,
+      );
+      expect(rows[0]!.n).toBe(6);
+    } finally {
+      proxy.sever();
+      await proxy.close();
+      await pool.end().catch(() => {});
+    }
+  });
 });

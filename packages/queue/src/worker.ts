@@ -124,9 +124,11 @@ export interface StopOptions {
   /** How long in-flight jobs may keep running before they are aborted and released. */
   timeoutMs?: number | undefined;
   /**
-   * Bounds each of the stop's other waits (default 10 s each): the claim loop's end, the release
-   * of buffered jobs, starts still holding a slot this worker lent them (`attachWorker` in
-   * `@skiplock/saga`), and, after `timeoutMs`, releasing running jobs and closing connections.
+   * Bounds the stop's other waits (default 10 s): once before `timeoutMs` for the claim loop's
+   * end, the release of buffered jobs and starts still holding a slot this worker lent them
+   * (`attachWorker` in `@skiplock/saga`) together, and once after it for releasing running jobs
+   * and closing connections. With a database that does not answer, stop() returns within
+   * `timeoutMs` plus twice `graceMs`, leaving what it could not release to lease expiry.
    */
   graceMs?: number | undefined;
 }
@@ -637,18 +639,22 @@ export function createWorker(options: WorkerOptions): Worker {
     state = 'stopping';
     wake('stop');
     const graceMs = stopOptions.graceMs ?? STOP_GRACE_MS;
+    // The waits before the drain share one grace: with a database that hangs, each of them can
+    // take all of it, and a grace apiece made stop() take up to four before its deadline.
+    const graceEnds = performance.now() + graceMs;
+    const graceLeft = () => Math.max(0, graceEnds - performance.now());
     // The loop ends at its next turn, unless it waits on a claim the database never answers; the
     // buffer's release is a write too. Both are bounded like the rest of the stop, so a hung
     // database cannot hold stop() (what they leave leased is swept when the leases expire).
-    if (loopDone) await settleWithin(graceMs, loopDone);
-    await settleWithin(graceMs, releaseBuffered());
+    if (loopDone) await settleWithin(graceLeft(), loopDone);
+    await settleWithin(graceLeft(), releaseBuffered());
     // A start this worker lent a slot to may still commit a job leased to it (handed back as it
     // is adopted, see `adopt`): wait for those transactions and that release (bounded), so the
     // job is not left to lease expiry by a pool closed under it.
     if (lent.size > 0) {
-      await settleWithin(graceMs, new Promise<void>((resolve) => (lentClosed = resolve)));
+      await settleWithin(graceLeft(), new Promise<void>((resolve) => (lentClosed = resolve)));
     }
-    await settleWithin(graceMs, lateRelease);
+    await settleWithin(graceLeft(), lateRelease);
     logger.info({ reason: 'shutdown', inFlight: running.size, deadlineMs }, 'worker stopping');
     if (inflight.size > 0) {
       const deadline = new AbortController();
