@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { errorMessage } from './errors.js';
 import type { Logger } from './logger.js';
 import { namedStatement, type StatementRunner } from './prepared.js';
+import type { Statement } from './db.js';
 import { completeBatch, type CompletedBatch, type LockToken } from './sql/settle.js';
 import { retryDelayMs, sleep } from './timers.js';
 
@@ -18,11 +19,14 @@ interface Waiting {
  *
  * A failed write is tried again here, for the whole batch (up to `attempts` writes, with the
  * worker's backoff), rather than by each job: one log line per failed write instead of one per
- * job, and no retry wrapper per job on the path every completion takes.
+ * job, and no retry wrapper per job on the path every completion takes. Batches flushed meanwhile
+ * go out as usual.
  */
 export class Completer {
   private waiting: Waiting[] = [];
   private flushing: Promise<void> | null = null;
+  /** Batches waiting to be written again after a failed write (see `write`). */
+  private readonly retrying = new Set<Promise<void>>();
 
   constructor(
     private readonly pool: pg.Pool,
@@ -45,9 +49,11 @@ export class Completer {
     });
   }
 
-  /** Waits until every completion handed in so far has been written. */
+  /** Waits until every completion handed in so far has been written (or has failed). */
   async drain(): Promise<void> {
-    while (this.flushing) await this.flushing;
+    while (this.flushing || this.retrying.size > 0) {
+      await Promise.all([this.flushing, ...this.retrying]);
+    }
   }
 
   private async flushSoon(): Promise<void> {
@@ -55,39 +61,51 @@ export class Completer {
     try {
       while (this.waiting.length > 0) {
         const batch = this.waiting.splice(0, this.maxBatch);
-        try {
-          const { completed, ids } = await this.write(batch.map((w) => w.token));
-          if (completed === batch.length) {
-            for (const w of batch) w.resolve(true);
-          } else {
-            const owned = new Set(ids);
-            for (const w of batch) w.resolve(owned.has(w.token.id));
-          }
-        } catch (error) {
-          for (const w of batch) w.reject(error);
-        }
+        const statement = namedStatement(
+          'skiplock_complete_batch',
+          completeBatch(
+            this.workerId,
+            batch.map((w) => w.token),
+            !this.asyncCommit,
+          ),
+        );
+        await this.write(batch, statement, 1);
       }
     } finally {
       this.flushing = null;
     }
   }
 
-  private async write(tokens: LockToken[]): Promise<CompletedBatch> {
-    const statement = namedStatement(
-      'skiplock_complete_batch',
-      completeBatch(this.workerId, tokens, !this.asyncCommit),
-    );
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return (await this.run<CompletedBatch>(this.pool, statement)).rows[0]!;
-      } catch (error) {
-        if (attempt >= this.attempts) throw error;
-        this.logger.warn(
-          { reason: 'db_error', attempt, jobs: tokens.length, err: errorMessage(error) },
-          'settle write failed; retrying',
-        );
-        await sleep(retryDelayMs(attempt));
+  /**
+   * Writes one batch and settles its completions; never rejects. A failed write is tried again
+   * after the worker's backoff off the flush loop, so the completions of other batches do not wait
+   * behind it (a lock timeout on one batch's rows must not hold back every later completion).
+   */
+  private async write(batch: Waiting[], statement: Statement, attempt: number): Promise<void> {
+    let answer: CompletedBatch;
+    try {
+      answer = (await this.run<CompletedBatch>(this.pool, statement)).rows[0]!;
+    } catch (error) {
+      if (attempt >= this.attempts) {
+        for (const w of batch) w.reject(error);
+        return;
       }
+      this.logger.warn(
+        { reason: 'db_error', attempt, jobs: batch.length, err: errorMessage(error) },
+        'settle write failed; retrying',
+      );
+      const retry = sleep(retryDelayMs(attempt)).then(() =>
+        this.write(batch, statement, attempt + 1),
+      );
+      this.retrying.add(retry);
+      void retry.then(() => this.retrying.delete(retry));
+      return;
+    }
+    if (answer.completed === batch.length) {
+      for (const w of batch) w.resolve(true);
+    } else {
+      const owned = new Set(answer.ids);
+      for (const w of batch) w.resolve(owned.has(w.token.id));
     }
   }
 }

@@ -109,17 +109,52 @@ describe('batched completions', () => {
       // Down for longer than its attempts: the batch's completions fail (the jobs stay leased to
       // the worker, for the sweeper), after exactly `attempts` writes.
       const more = await claimThree('completer-gives-up', 'w1');
-      const few = new Completer(pool, 'w1', false, countingRunner([]), 2, logs.logger);
+      const tries: string[] = [];
+      const few = new Completer(pool, 'w1', false, countingRunner(tries), 2, logs.logger);
       proxy.sever();
       const failed = await Promise.allSettled(
         more.map((r) => few.complete({ id: r.id, attempt: r.attempts })),
       );
       expect(failed.map((f) => f.status)).toEqual(['rejected', 'rejected', 'rejected']);
+      expect(tries).toHaveLength(2);
       for (const r of more) expect((await jobRow(db.pool, r.id)).status).toBe('processing');
     } finally {
       proxy.resume();
       await pool.end();
       await proxy.close();
+    }
+  });
+
+  it('writes other batches while one waits to be tried again', async () => {
+    // A short lock timeout: a batch whose row another transaction holds fails, and is tried again.
+    const pool = new pg.Pool({ connectionString: db.url, max: 2, options: '-c lock_timeout=100' });
+    const locker = new pg.Client({ connectionString: db.url });
+    await locker.connect();
+    try {
+      const [held, free] = await claimThree('completer-apart', 'w1');
+      const logs = captureLogs();
+      const completer = new Completer(pool, 'w1', false, countingRunner([]), 8, logs.logger);
+      await locker.query('BEGIN');
+      await locker.query('SELECT 1 FROM skiplock.jobs WHERE id = $1 FOR UPDATE', [held!.id]);
+      const order: string[] = [];
+      const first = completer
+        .complete({ id: held!.id, attempt: held!.attempts })
+        .then((owned) => order.push(`held:${owned}`));
+      await waitFor(() => logs.lines.some((l) => l.reason === 'db_error'));
+      // The held job's batch now waits for its retry; a completion handed in meanwhile is written.
+      await completer
+        .complete({ id: free!.id, attempt: free!.attempts })
+        .then((owned) => order.push(`free:${owned}`));
+      expect(order).toEqual(['free:true']);
+      await locker.query('ROLLBACK');
+      await first;
+      expect(order).toEqual(['free:true', 'held:true']);
+      await completer.drain();
+      for (const r of [held!, free!])
+        expect((await jobRow(db.pool, r.id)).status).toBe('completed');
+    } finally {
+      await locker.end();
+      await pool.end();
     }
   });
 });
