@@ -21,6 +21,12 @@ export interface JobInfo {
   idempotencyKey: string | null;
 }
 
+/**
+ * What a handler gets besides its payload. Every member but `job` is a getter, so a handler pays
+ * for what it reads only: use the context itself, pass it on, or destructure the members it needs
+ * (`async (payload, { signal, completeWith }) => ...`); a copy made by spreading it or with
+ * `Object.assign` carries `job` only.
+ */
 export interface JobContext {
   job: JobInfo;
   /** Fires with a `JobTimeoutError`, `LockLostError` or `ShutdownError` as its reason. */

@@ -46,6 +46,11 @@ export class RunningJob implements LeaseHolder {
   carry: unknown = undefined;
   /** When the worker took the row (a claim, an admission's lease, a hand-off). */
   readonly takenAt = performance.now();
+  /**
+   * The OpenTelemetry context the worker took the job in (its claim loop's, or a hand-off's): a
+   * run with no context of its own runs in it, not in that of whatever started it.
+   */
+  readonly takenIn = context.active();
   /** Why the job was aborted (lock lost, timeout, shutdown); null while it may run on. */
   abortReason: Error | null = null;
   /** The run's consumer span (see tracing.ts); null when the worker does not trace. */
@@ -149,9 +154,13 @@ export function executeJob(d: ExecutorDeps, job: RunningJob): Promise<void> {
         job.row.trace_parent,
         job.row.trace_state,
       );
-  // No context to run in: the span, if any, neither records nor carries a context, so ending it
-  // is a no-op too, and the run needs no frame of its own.
-  return active ? executeIn(active, d, job) : execute(d, job);
+  if (active) return executeIn(active, d, job);
+  // No context of its own: the span, if any, neither records nor carries a context, so ending it
+  // is a no-op and the run needs no frame of its own. A job started as another one's slot freed
+  // (from that job's continuation) would run in that job's context: run it in the one it was
+  // taken in. With no SDK registered both are the root context and nothing is switched.
+  if (context.active() !== job.takenIn) return context.with(job.takenIn, () => execute(d, job));
+  return execute(d, job);
 }
 
 async function executeIn(active: Context, d: ExecutorDeps, job: RunningJob): Promise<void> {
@@ -296,37 +305,41 @@ function deadOnArrival(reason: 'unknown_type' | 'invalid_payload', error: Error)
   return { kind: 'failure', error, decision: { kind: 'dead', reason, attemptReason: 'error' } };
 }
 
+/** Where a handler's context keeps its run; a symbol keeps it out of logs, JSON and `Object.keys`. */
+const RUN = Symbol('skiplock.run');
+
 /**
  * The handler's context. Everything but `job` is a getter on the prototype, so that a run whose
  * handler reads nothing else costs one object: no AbortSignal, child logger, key string, closures
- * or hand-off slot until it is read. The object literal with two getters, two closures and a slot
- * this replaces cost about 3 µs of Node CPU per no-op job (about 12 %; 200,000 jobs at
- * concurrency 10, three alternating runs each). The methods are getters returning a function
- * bound to the run, so that a handler may destructure them.
+ * or hand-off slot until it is read. An object literal with getters and closures, as before, cost
+ * about 3 µs of Node CPU per no-op job (about 12 %; 200,000 jobs at concurrency 10, three
+ * alternating runs each; a micro-benchmark made such a literal 20 times slower than this class,
+ * and defining the getters on each object 12 times). The methods are getters returning a function
+ * bound to the run, so that a handler may destructure them. A copy made by spreading the context
+ * has `job` only: see `JobContext`.
  */
 class RunContext implements JobContext {
   readonly job: JobInfo;
-  // Private fields, not properties: a handler that logs or serializes its context sees `job` only.
-  readonly #d: ExecutorDeps;
-  readonly #run: RunningJob;
-  #logger: Logger | undefined;
+  // Under a symbol, not `#` fields: a Proxy of the context, or an object made with it as its
+  // prototype, still reaches the run through the getters.
+  readonly [RUN]: { d: ExecutorDeps; run: RunningJob; logger?: Logger };
   /** The completing transaction's hand-off slot, made by the first `completeWith`. */
   declare [HAND_OFF]?: HandOffSlot;
   declare [CARRIED]?: unknown;
 
   constructor(d: ExecutorDeps, run: RunningJob) {
-    this.#d = d;
-    this.#run = run;
     this.job = run.info;
+    this[RUN] = { d, run };
     if (run.carry !== undefined) this[CARRIED] = run.carry;
   }
 
   get signal(): AbortSignal {
-    return this.#run.signal;
+    return this[RUN].run.signal;
   }
 
   get logger(): Logger {
-    return (this.#logger ??= this.#d.logger.child({
+    const r = this[RUN];
+    return (r.logger ??= r.d.logger.child({
       jobId: this.job.id,
       jobType: this.job.type,
       attempt: this.job.attempt,
@@ -338,28 +351,33 @@ class RunContext implements JobContext {
   }
 
   get extendLease(): JobContext['extendLease'] {
-    return (leaseMs) => extendJobLease(this.#d, this.#run, leaseMs);
+    const { d, run } = this[RUN];
+    return (leaseMs) => extendJobLease(d, run, leaseMs);
   }
 
   get completeWith(): JobContext['completeWith'] {
-    return (work) => completeJobWith(this.#d, this.#run, this.#slot(), work);
+    const { d, run } = this[RUN];
+    return (work) => completeJobWith(d, run, handOffSlot(this, d, run), work);
   }
+}
 
-  #slot(): HandOffSlot | null {
-    const handOff = this.#d.handOff;
-    if (!handOff || this[HAND_OFF]) return this[HAND_OFF] ?? null;
-    const slot: HandOffSlot = {
-      workerId: this.#d.workerId,
-      depth: this.#run.handOffDepth,
-      limit: handOff.limit,
-      accepts: handOff.accepts,
-      room: () => handOff.room(slot),
-      open: false,
-      pending: [],
-      inserting: 0,
-    };
-    return (this[HAND_OFF] = slot);
-  }
+/** The context's hand-off slot, made by its first `completeWith`; null when hand-offs are off. */
+function handOffSlot(ctx: RunContext, d: ExecutorDeps, run: RunningJob): HandOffSlot | null {
+  const handOff = d.handOff;
+  if (!handOff) return null;
+  const made = ctx[HAND_OFF];
+  if (made) return made;
+  const slot: HandOffSlot = {
+    workerId: d.workerId,
+    depth: run.handOffDepth,
+    limit: handOff.limit,
+    accepts: handOff.accepts,
+    room: () => handOff.room(slot),
+    open: false,
+    pending: [],
+    inserting: 0,
+  };
+  return (ctx[HAND_OFF] = slot);
 }
 
 async function extendJobLease(

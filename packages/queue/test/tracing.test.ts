@@ -167,6 +167,68 @@ describe('OpenTelemetry traces', () => {
     await worker.stop();
   });
 
+  it("a buffered job started as another job's slot frees runs in its own context, not in that job's", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let quick = 0;
+    const seen: (string | undefined)[] = [];
+    const activeTrace = () => trace.getSpanContext(context.active())?.traceId;
+    // Runs in its enqueue's trace (`continue`), waiting on the gate.
+    const chained = defineJob({
+      type: 'slot-chained',
+      queue: 'slot-context',
+      trace: 'continue',
+      payload: z.object({}),
+      handler: async () => {
+        seen.push(activeTrace());
+        await gate;
+      },
+    });
+    // A `link` job of a worker that does not trace: it runs in no trace at all.
+    const plain = defineJob({
+      type: 'slot-plain',
+      queue: 'slot-context',
+      payload: z.object({ quick: z.boolean() }),
+      handler: (p) => {
+        if (p.quick) quick += 1;
+        else seen.push(activeTrace());
+      },
+    });
+    const worker = createWorker({
+      pool: db.pool,
+      jobs: [chained, plain],
+      logger: quiet,
+      queues: ['slot-context'],
+      tracing: false,
+      concurrency: 1,
+      listen: false,
+      sweeper: false,
+      retention: false,
+      pollIntervalMs: 20,
+    });
+    await worker.start();
+    try {
+      // Quick handlers first, so the worker claims beyond its one slot and buffers the next job.
+      await client.enqueueMany(
+        plain,
+        Array.from({ length: 20 }, () => ({ payload: { quick: true } })),
+      );
+      await waitFor(() => quick === 20);
+      const sent = await client.enqueue(chained, {});
+      const stored = spanContextOf((await traceColumns(sent.id)).trace_parent, null);
+      await waitFor(() => seen.length === 1);
+      await client.enqueue(plain, { quick: false });
+      await waitFor(() => worker.inFlight === 2);
+      // The chained job ends; its freed slot starts the buffered one from its continuation.
+      release();
+      await waitFor(() => seen.length === 2);
+      expect(seen).toEqual([stored!.traceId, undefined]);
+    } finally {
+      release();
+      await worker.stop();
+    }
+  });
+
   it('a failed attempt marks its span failed with the reason; the retry is a span of its own', async () => {
     otel.reset();
     let calls = 0;

@@ -209,7 +209,14 @@ describe('worker outcomes', () => {
     await db.pool.query(
       'CREATE TABLE IF NOT EXISTS public.destructured (job_id text PRIMARY KEY, key text)',
     );
-    const seen: { keys: string[]; json: string; renewed: boolean; aborted: boolean }[] = [];
+    const seen: {
+      keys: string[];
+      json: string;
+      renewed: boolean;
+      aborted: boolean;
+      viaProxy: string;
+      viaPrototype: string;
+    }[] = [];
     const job = defineJob({
       type: 'destructures',
       payload: z.object({}),
@@ -222,6 +229,9 @@ describe('worker outcomes', () => {
           json: JSON.stringify(ctx),
           renewed,
           aborted: signal.aborted,
+          // A wrapper that forwards to the context, or inherits from it, still reaches the run.
+          viaProxy: new Proxy(ctx, {}).idempotencyKey,
+          viaPrototype: (Object.create(ctx) as typeof ctx).idempotencyKey,
         });
         await completeWith((tx) =>
           tx.query('INSERT INTO public.destructured VALUES ($1, $2)', [job.id, idempotencyKey]),
@@ -237,7 +247,14 @@ describe('worker outcomes', () => {
     expect(rows).toEqual([{ key: `job:${id}` }]);
     // The worker's pool, logger and lease bookkeeping stay out of a logged or serialized context.
     expect(seen).toEqual([
-      { keys: ['job'], json: expect.any(String), renewed: true, aborted: false },
+      {
+        keys: ['job'],
+        json: expect.any(String),
+        renewed: true,
+        aborted: false,
+        viaProxy: `job:${id}`,
+        viaPrototype: `job:${id}`,
+      },
     ]);
     expect(JSON.parse(seen[0]!.json)).toEqual({ job: expect.objectContaining({ id, attempt: 1 }) });
   });
