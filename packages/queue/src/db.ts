@@ -1,6 +1,7 @@
 import { sql, type SQL, type SQLChunk } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
+import { queryAfterBegin } from './begin-with.js';
 
 /**
  * Anything skiplock can run a statement on: a pool, a client (possibly inside the caller's
@@ -55,12 +56,32 @@ export async function runStatement<T>(
   target: Queryable,
   statement: Statement,
   prepared = true,
+  opening?: Opening,
 ): Promise<QueryOutcome<T>> {
   if (isPgQueryable(target)) {
-    const result = await target.query<T & pg.QueryResultRow>(
-      prepared ? statement : { text: statement.text, values: statement.values },
-    );
+    const sent = prepared ? statement : { text: statement.text, values: statement.values };
+    if (opening && !opening.sent) {
+      // A pool would run BEGIN on one connection and the statement on another.
+      if ('idleCount' in target) {
+        throw new TypeError('runStatement: a transaction opens on a client, not on a pool');
+      }
+      opening.sent = true;
+      const together = queryAfterBegin<T & pg.QueryResultRow>(
+        target as pg.ClientBase,
+        opening.begin,
+        sent,
+      );
+      if (together) {
+        const result = await together;
+        return { rows: result.rows, rowCount: result.rowCount ?? 0 };
+      }
+      await target.query(opening.begin);
+    }
+    const result = await target.query<T & pg.QueryResultRow>(sent);
     return { rows: result.rows, rowCount: result.rowCount ?? 0 };
+  }
+  if (opening && !opening.sent) {
+    throw new TypeError('runStatement: a transaction opens on a node-postgres client');
   }
   const result = (await target.execute(toDrizzleSql(statement))) as {
     rows?: T[] | undefined;
@@ -81,14 +102,37 @@ function toDrizzleSql({ text, values }: Statement): SQL {
   return sql.join(chunks);
 }
 
-/** Runs `work` inside a transaction on one pooled connection, released before returning. */
+/**
+ * The `BEGIN` of a transaction that goes with its first statement (`runStatement`'s `opening`):
+ * one round trip fewer. `sent` turns true once a statement has taken it.
+ */
+export interface Opening {
+  readonly begin: string;
+  sent: boolean;
+}
+
+/** Sends `opening`'s BEGIN on its own, unless a statement took it already: before a statement
+ * that cannot take it (one of the caller's, or one run through `runSql`). */
+export async function sendOpening(client: pg.PoolClient, opening: Opening | undefined) {
+  if (!opening || opening.sent) return;
+  opening.sent = true;
+  await client.query(opening.begin);
+}
+
+/**
+ * Runs `work` inside a transaction on one pooled connection, released before returning. With
+ * `opening`, `work` gets the transaction's `BEGIN` unsent and passes it to its first statement
+ * (`runStatement`'s `opening`), which sends both in one round trip; a `work` that sent no
+ * statement commits nothing and sends neither `COMMIT` nor `ROLLBACK`.
+ */
 export function withTransaction<T>(
   pool: pg.Pool,
-  work: (client: pg.PoolClient) => Promise<T>,
+  work: (client: pg.PoolClient, opening: Opening | undefined) => Promise<T>,
+  options: { opening?: boolean } = {},
 ): Promise<T> {
   // READ COMMITTED whatever the server's or role's default: fencing and the saga's joins
   // re-read rows after taking their locks, which a fixed snapshot would not show.
-  return inTransaction(pool, 'BEGIN ISOLATION LEVEL READ COMMITTED', work);
+  return inTransaction(pool, 'BEGIN ISOLATION LEVEL READ COMMITTED', work, options.opening);
 }
 
 /**
@@ -105,7 +149,8 @@ export function withSnapshot<T>(
 async function inTransaction<T>(
   pool: pg.Pool,
   begin: string,
-  work: (client: pg.PoolClient) => Promise<T>,
+  work: (client: pg.PoolClient, opening: Opening | undefined) => Promise<T>,
+  deferBegin = false,
 ): Promise<T> {
   const client = await pool.connect();
   // The pool listens for errors only on idle clients. A backend terminated while this one is
@@ -117,14 +162,15 @@ async function inTransaction<T>(
   };
   client.on('error', onError);
   let broken = false;
+  const opening = deferBegin ? { begin, sent: false } : undefined;
   try {
-    await client.query(begin);
-    const value = await work(client);
-    await client.query('COMMIT');
+    if (!opening) await client.query(begin);
+    const value = await work(client, opening);
+    if (!opening || opening.sent) await client.query('COMMIT');
     return value;
   } catch (error) {
     try {
-      await client.query('ROLLBACK');
+      if (!opening || opening.sent) await client.query('ROLLBACK');
     } catch {
       broken = true;
     }

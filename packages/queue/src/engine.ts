@@ -35,7 +35,15 @@ import {
 } from './sql/admin.js';
 import { tryTransactionLock, type LockKey } from './sql/lock.js';
 
-export { runSql, withSnapshot, withTransaction, type Queryable, type QueryOutcome } from './db.js';
+export {
+  runSql,
+  sendOpening,
+  withSnapshot,
+  withTransaction,
+  type Opening,
+  type Queryable,
+  type QueryOutcome,
+} from './db.js';
 export {
   namedStatement,
   preparedRunner,

@@ -441,16 +441,22 @@ function completingTransaction<T>(
   slot: HandOffSlot | null,
   work: (tx: pg.PoolClient) => Promise<T>,
 ): Promise<T> {
-  return withOwnTransaction(d.pool, async (tx) => {
-    // Hand-offs inserted by a rolled-back try do not exist.
-    if (slot) slot.pending = [];
-    const { rowCount } = await d.run(
-      tx,
-      namedStatement('skiplock_complete', completeJobs(d.workerId, [job.token])),
-    );
-    if (rowCount !== 1) throw new LockLostError(job.info.id);
-    return work(tx);
-  });
+  return withOwnTransaction(
+    d.pool,
+    async (tx, opening) => {
+      // Hand-offs inserted by a rolled-back try do not exist.
+      if (slot) slot.pending = [];
+      // BEGIN goes with the fence: one round trip per completing transaction fewer.
+      const { rowCount } = await d.run(
+        tx,
+        namedStatement('skiplock_complete', completeJobs(d.workerId, [job.token])),
+        opening,
+      );
+      if (rowCount !== 1) throw new LockLostError(job.info.id);
+      return work(tx);
+    },
+    { opening: true },
+  );
 }
 
 function abortedOutcome(reason: unknown): Outcome | null {

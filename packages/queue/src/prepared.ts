@@ -5,6 +5,7 @@ import {
   renderSql,
   runStatement,
   withTransaction,
+  type Opening,
   type QueryOutcome,
   type Queryable,
   type Statement,
@@ -22,9 +23,11 @@ export function namedStatement(prefix: string, query: SQL): Statement {
   return { name: `${prefix}_${hash}`, text, values };
 }
 
+/** Runs `statement` on `target`; with `opening`, the transaction's BEGIN goes with it. */
 export type StatementRunner = <T>(
   target: Queryable,
   statement: Statement,
+  opening?: Opening,
 ) => Promise<QueryOutcome<T>>;
 
 /**
@@ -43,10 +46,10 @@ export function preparedRunner(options: {
   who: string;
 }): StatementRunner {
   let enabled = options.enabled;
-  return async function run<T>(target: Queryable, statement: Statement) {
-    if (!enabled) return runStatement<T>(target, statement, false);
+  return async function run<T>(target: Queryable, statement: Statement, opening?: Opening) {
+    if (!enabled) return runStatement<T>(target, statement, false, opening);
     try {
-      return await runStatement<T>(target, statement, true);
+      return await runStatement<T>(target, statement, true, opening);
     } catch (error) {
       if (!isPreparedStatementError(error)) throw error;
       // Statements that failed together turn them off once, and say so once.
@@ -68,15 +71,17 @@ export function preparedRunner(options: {
  * Runs `work` in a transaction of skiplock's own. When a pooler lost a prepared statement,
  * nothing committed and the sender that failed (worker, client or saga runtime) sends unnamed
  * statements from then on, so the transaction is simply run again: at most once per sender.
- * `work` must expect to run more than once (it runs from its start each time).
+ * `work` must expect to run more than once (it runs from its start each time). `opening`: see
+ * `withTransaction`.
  */
 export async function withOwnTransaction<T>(
   pool: pg.Pool,
-  work: (tx: pg.PoolClient) => Promise<T>,
+  work: (tx: pg.PoolClient, opening: Opening | undefined) => Promise<T>,
+  options: { opening?: boolean } = {},
 ): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await withTransaction(pool, work);
+      return await withTransaction(pool, work, options);
     } catch (error) {
       if (attempt >= 3 || !isPreparedStatementError(error)) throw error;
     }

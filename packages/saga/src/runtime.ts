@@ -17,8 +17,10 @@ import {
   resolvePool,
   resolveTracer,
   runSql,
+  sendOpening,
   storedTrace,
   withOwnTransaction,
+  type Opening,
   type Queryable,
 } from '@skiplock/queue/engine';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
@@ -467,12 +469,14 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         if (!existing.same_input) throw new SagaInputMismatchError(id, existing.status);
         return { id, started: false, status: existing.status };
       };
-      const work = async (tx: Queryable): Promise<StartResult> => {
+      // `opening`: in a transaction of the runtime's own, its BEGIN goes with the saga's insert.
+      const work = async (tx: Queryable, opening?: Opening): Promise<StartResult> => {
         // Rows inserted leased by an earlier try of this transaction were rolled back with it.
         lent?.retry();
         const fields = { ...saga, inputJson, deadlineMs, trace: stored };
         let status: 'running' | 'queued' = 'running';
         if (lockKey !== null) {
+          await sendOpening(tx as pg.PoolClient, opening);
           const holder = await lockHolder(tx, definition.name, lockKey);
           if (holder && holder.id !== id && definition.lock!.whenLocked === 'refuse') {
             const existing = await conflict(tx);
@@ -481,12 +485,16 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           }
           if (holder) status = 'queued';
         }
-        const inserted = await engine.sql<SagaRow>(
+        const inserted = await run<SagaRow>(
           tx,
-          insertSaga({
-            ...(lockKey === null ? fields : { ...fields, lock: { key: lockKey, status } }),
-            returnRow: lent !== null,
-          }),
+          namedStatement(
+            'skiplock_saga',
+            insertSaga({
+              ...(lockKey === null ? fields : { ...fields, lock: { key: lockKey, status } }),
+              returnRow: lent !== null,
+            }),
+          ),
+          opening,
         );
         if (inserted.rowCount === 0) return repeated(await conflict(tx));
         if (status === 'running') {
@@ -507,7 +515,10 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       try {
         result = await inSpan(
           span,
-          () => (startOptions.tx ? work(startOptions.tx) : ownTransaction(work)),
+          () =>
+            startOptions.tx
+              ? work(startOptions.tx)
+              : withOwnTransaction(pool, work, { opening: true }),
           (done, value) => done.setAttribute('skiplock.saga.started', value.started),
         );
         lent?.committed();
