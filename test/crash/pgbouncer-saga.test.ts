@@ -21,8 +21,10 @@ const STEPS = ['reserve', 'charge', 'ship'] as const;
  * A saga's start and each step's completing transaction send their BEGIN with their first
  * statement (a named prepared statement once the connection has parsed it). Through PgBouncer in
  * transaction mode, the server connection under a client changes between transactions, so such a
- * statement can reach a server that never parsed it: the transaction must fail before it
- * commits anything and run again unnamed, every step once.
+ * statement can reach a server that never parsed it (before PgBouncer 1.21, or with
+ * `max_prepared_statements = 0`): the transaction must fail before it commits anything and run
+ * again unnamed, every step once. A PgBouncer that keeps prepared statements must give the same
+ * outcome. The lost statement itself is tested without PgBouncer in begin-with.test.ts.
  */
 describe('sagas through PgBouncer in transaction pooling mode', () => {
   it.skipIf(!pgbouncer)(
@@ -109,9 +111,6 @@ describe('sagas through PgBouncer in transaction pooling mode', () => {
         expect(attempts.rows).toEqual([
           { status: 'completed', attempts: 1, n: SAGAS * STEPS.length },
         ]);
-        // The server connections under the clients did change: at least one sender found its
-        // prepared statement missing and went on unnamed, and said so.
-        expect(logs.reasons()).toContain('prepared_statements_off');
       } finally {
         await Promise.all(workers.map((w) => w.stop({ timeoutMs: 2_000 })));
         await runtime.close();

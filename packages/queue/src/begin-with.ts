@@ -34,10 +34,27 @@ interface QueryHandlers {
 class AfterBegin {
   private begun = false;
 
+  /**
+   * Called once with the statement's outcome. node-postgres wraps it when the client has a
+   * `query_timeout`, to clear its timer, so the inner query reports through it.
+   */
+  callback: (error: Error | undefined, result: unknown) => void;
+
+  private readonly inner: QueryHandlers;
+
   constructor(
     private readonly begin: string,
-    private readonly inner: QueryHandlers,
-  ) {}
+    statement: { name?: string; text: string; values: unknown[] },
+    settle: (error: Error | undefined, result: unknown) => void,
+  ) {
+    this.callback = settle;
+    // Extended mode even without parameters: a simple Query message would end the Sync block
+    // (`queryMode` is node-postgres's, missing from its type declarations).
+    const config = { ...statement, queryMode: 'extended' } as pg.QueryConfig;
+    this.inner = new pg.Query(config, (error: Error | undefined, result: unknown) =>
+      this.callback(error, result),
+    ) as unknown as QueryHandlers;
+  }
 
   /** The client gives the statement's result its type parsers through this. */
   get _result(): unknown {
@@ -45,6 +62,8 @@ class AfterBegin {
   }
 
   submit(connection: WireConnection): Error | null {
+    // `queryAfterBegin` ruled out what the statement's own submit refuses (a name parsed with
+    // another text, values not an array), which would come after BEGIN is written.
     connection.stream.cork?.();
     try {
       // Unnamed and unparameterised: it replaces the unnamed statement, which nothing keeps.
@@ -102,9 +121,10 @@ class AfterBegin {
 /**
  * Sends `begin` and `statement` on `client` in one round trip (see `AfterBegin`), or answers
  * null when it cannot and the caller sends them one after the other: a client that is not
- * node-postgres's own JavaScript client, one in binary mode, or a named statement this connection
- * has not parsed yet (its first Parse goes the usual way, so the client's record of what the
- * connection has parsed stays exact when that Parse fails).
+ * node-postgres's own JavaScript client, one in binary mode or in node-postgres's pipeline mode
+ * (which refuses custom queries), or a named statement this connection has not parsed yet (its
+ * first Parse goes the usual way, so the client's record of what the connection has parsed stays
+ * exact when that Parse fails).
  */
 export function queryAfterBegin<T extends pg.QueryResultRow>(
   client: pg.ClientBase,
@@ -114,11 +134,13 @@ export function queryAfterBegin<T extends pg.QueryResultRow>(
   const wire = client as unknown as {
     connection?: Partial<WireConnection>;
     binary?: boolean;
+    pipeline?: boolean;
   };
   const connection = wire.connection;
   if (
     !connection ||
     wire.binary === true ||
+    wire.pipeline === true ||
     typeof connection.parse !== 'function' ||
     typeof connection.bind !== 'function' ||
     typeof connection.execute !== 'function' ||
@@ -128,13 +150,15 @@ export function queryAfterBegin<T extends pg.QueryResultRow>(
   ) {
     return null;
   }
-  return new Promise((resolve, reject) => {
-    // Extended mode even without parameters: a simple Query message would end the Sync block
-    // (`queryMode` is node-postgres's, missing from its type declarations).
-    const config = { ...statement, queryMode: 'extended' } as pg.QueryConfig;
-    const inner = new pg.Query<T>(config, (error: Error | undefined, result: unknown) =>
+  return new Promise<pg.QueryResult<T>>((resolve, reject) => {
+    const query = new AfterBegin(begin, statement, (error, result) =>
       error ? reject(error) : resolve(result as pg.QueryResult<T>),
-    ) as unknown as QueryHandlers;
-    client.query(new AfterBegin(begin, inner) as unknown as pg.Submittable);
+    );
+    client.query(query as unknown as pg.Submittable);
+  }).catch((error: unknown) => {
+    // As node-postgres does for its own promises: a stack that leads back to the caller, not
+    // to the socket's read.
+    if (error instanceof Error) Error.captureStackTrace(error);
+    throw error;
   });
 }

@@ -1,7 +1,8 @@
-import type pg from 'pg';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { useTestDatabase } from '../../../test/support/db.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { runStatement, withTransaction, type Opening } from '../src/db.js';
+import { preparedRunner, withOwnTransaction } from '../src/prepared.js';
 
 const db = await useTestDatabase();
 
@@ -70,14 +71,16 @@ describe('a statement that opens its transaction', () => {
       expect(await stored()).toEqual([]);
 
       // Unnamed (preparedStatements: false): parsed each time, in the same round trip.
-      const unnamed = opening('BEGIN ISOLATION LEVEL READ COMMITTED');
+      const unnamed = opening('BEGIN ISOLATION LEVEL SERIALIZABLE');
       const beforeUnnamed = count();
       const c = await runStatement<{ isolation: string }>(client, insert(3), false, unnamed);
-      expect(c.rows[0]!.isolation).toBe('read committed');
+      expect(c.rows[0]!.isolation).toBe('serializable');
       expect(count() - beforeUnnamed).toBe(1);
       await client.query('COMMIT');
       expect(await stored()).toEqual([3]);
     } finally {
+      // A failed assertion must not hand the pool a connection inside a transaction.
+      await client.query('ROLLBACK').catch(() => {});
       client.release();
       await db.pool.query('DELETE FROM begin_with');
     }
@@ -92,12 +95,16 @@ describe('a statement that opens its transaction', () => {
       const count = roundTrips(client);
       const error = await runStatement(client, insert(7), true, opening()).catch((e) => e);
       expect(error).toMatchObject({ code: '23505' });
-      expect(count()).toBe(1);
       // BEGIN ran: the failed statement aborted a transaction block, not an implicit one.
       await expect(client.query('SELECT 1')).rejects.toMatchObject({ code: '25P02' });
+      // The error is reported before the server's ReadyForQuery arrives: counted after the
+      // next statement, which waits for it. One for BEGIN and the statement, one for SELECT.
+      expect(count()).toBe(2);
       await client.query('ROLLBACK');
       expect((await client.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
     } finally {
+      // A failed assertion must not hand the pool a connection inside a transaction.
+      await client.query('ROLLBACK').catch(() => {});
       client.release();
       await db.pool.query('DELETE FROM begin_with');
     }
@@ -146,5 +153,135 @@ describe('a statement that opens its transaction', () => {
     ]);
     expect(notices).toEqual([]);
     await db.pool.query('DELETE FROM begin_with');
+  });
+
+  it('fails in its transaction when the server lost the prepared statement, and runs again unnamed', async () => {
+    const client = await db.pool.connect();
+    try {
+      await runStatement(client, insert(20), true, opening());
+      await client.query('ROLLBACK');
+      // What a pooler that moves connections does: the client believes the statement parsed.
+      await client.query('DEALLOCATE ALL');
+      const count = roundTrips(client);
+      const lost = await runStatement(client, insert(21), true, opening()).catch((e) => e);
+      expect(lost).toMatchObject({ code: '26000' });
+      await expect(client.query('SELECT 1')).rejects.toMatchObject({ code: '25P02' });
+      expect(count()).toBe(2);
+      await client.query('ROLLBACK');
+    } finally {
+      // A failed assertion must not hand the pool a connection inside a transaction.
+      await client.query('ROLLBACK').catch(() => {});
+      // Its client still believes the statement parsed: not one to give back to the pool.
+      client.release(true);
+    }
+    expect(await stored()).toEqual([]);
+
+    // The worker's and the saga runtime's way: the transaction runs again, unnamed, once.
+    const one = db.newPool(1);
+    const warm = await one.connect();
+    await runStatement(warm, insert(22), true, opening());
+    await warm.query('ROLLBACK');
+    await warm.query('DEALLOCATE ALL');
+    warm.release();
+    const logs = captureLogs();
+    const run = preparedRunner({ enabled: true, pool: one, logger: logs.logger, who: 'the test' });
+    let tries = 0;
+    const rows = await withOwnTransaction(
+      one,
+      async (tx, open) => {
+        tries += 1;
+        return (await run<{ v: number }>(tx, insert(23), open)).rows;
+      },
+      { opening: true },
+    );
+    expect(rows).toEqual([{ v: 23, isolation: 'read committed' }]);
+    expect(tries).toBe(2);
+    expect(logs.reasons()).toEqual(['prepared_statements_off']);
+    expect(await stored()).toEqual([23]);
+    await db.pool.query('DELETE FROM begin_with');
+  });
+
+  it('fails alone on a value that cannot be sent, its transaction open and usable', async () => {
+    const client = await db.pool.connect();
+    try {
+      await runStatement(client, insert(30), true, opening());
+      await client.query('ROLLBACK');
+      const unsendable = {
+        toPostgres: () => {
+          throw new Error('this value cannot be sent');
+        },
+      };
+      const error = await runStatement(
+        client,
+        { ...insert(31), values: [unsendable] },
+        true,
+        opening(),
+      ).catch((e) => e);
+      expect(error).toBeInstanceOf(Error);
+      expect((error as Error).message).toBe('this value cannot be sent');
+      // BEGIN ran and nothing failed on the server: the transaction takes statements.
+      const { rows } = await client.query<{ isolation: string }>(
+        "SELECT current_setting('transaction_isolation') AS isolation",
+      );
+      expect(rows).toEqual([{ isolation: 'repeatable read' }]);
+      await client.query('ROLLBACK');
+    } finally {
+      // A failed assertion must not hand the pool a connection inside a transaction.
+      await client.query('ROLLBACK').catch(() => {});
+      client.release();
+    }
+    expect(await stored()).toEqual([]);
+  });
+
+  it('leaves no timer behind on a client with a query_timeout', async () => {
+    const client = new pg.Client({ connectionString: db.url, query_timeout: 300 });
+    await client.connect();
+    try {
+      await runStatement(client, insert(40), true, opening());
+      await client.query('ROLLBACK');
+      const ok = await runStatement<{ v: number }>(client, insert(41), true, opening());
+      expect(ok.rows[0]!.v).toBe(41);
+      await client.query('ROLLBACK');
+      // A timer left running would fire after 300 ms, fail the finished query again and pulse
+      // the client's queue: an idle client then emits 'drain'.
+      let drains = 0;
+      client.on('drain', () => (drains += 1));
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(drains).toBe(0);
+      // And the timeout still ends a statement that runs too long.
+      const slow = {
+        name: 'begin_with_slow',
+        text: 'SELECT pg_sleep($1::float8) AS slept',
+        values: [0],
+      };
+      await runStatement(client, slow, true, opening());
+      await client.query('ROLLBACK');
+      await expect(runStatement(client, { ...slow, values: [2] }, true, opening())).rejects.toThrow(
+        'Query read timeout',
+      );
+    } finally {
+      await client.end().catch(() => {});
+    }
+  });
+
+  it('goes in two round trips on a client in node-postgres pipeline mode, which refuses custom queries', async () => {
+    const client = new pg.Client({ connectionString: db.url, pipeline: true } as pg.ClientConfig);
+    await client.connect();
+    try {
+      const result = await runStatement<{ v: number; isolation: string }>(
+        client,
+        insert(50),
+        true,
+        opening(),
+      );
+      expect(result.rows).toEqual([{ v: 50, isolation: 'repeatable read' }]);
+      await client.query('ROLLBACK');
+      const again = await runStatement<{ isolation: string }>(client, insert(51), true, opening());
+      expect(again.rows[0]!.isolation).toBe('repeatable read');
+      await client.query('ROLLBACK');
+    } finally {
+      await client.end();
+    }
+    expect(await stored()).toEqual([]);
   });
 });
