@@ -1,5 +1,5 @@
 import type { AnyJobDefinition, Client, DeadJobInfo, JobContext, Logger } from '@skiplock/queue';
-import type { LocalHandOff, QueryOutcome, Queryable } from '@skiplock/queue/engine';
+import type { LocalHandOff, Opening, QueryOutcome, Queryable } from '@skiplock/queue/engine';
 import type { Tracer } from '@opentelemetry/api';
 import type { SQL } from 'drizzle-orm';
 import type pg from 'pg';
@@ -41,9 +41,10 @@ export interface Engine {
    * `preparedStatements` is off): each connection parses and plans it once. Used for the
    * statements every saga runs (start, the step's lock, history and pointer writes); the rare
    * ones (conflicts, failures, the reconciler) stay unnamed. With every statement prepared, a
-   * side-by-side benchmark run took PostgreSQL CPU per saga from 13.6 to 9.7 ms.
+   * side-by-side benchmark run took PostgreSQL CPU per saga from 13.6 to 9.7 ms. `opening`:
+   * the transaction's BEGIN, sent with this statement (see `withTransaction` of the queue).
    */
-  sql: <T>(tx: Queryable, query: SQL) => Promise<QueryOutcome<T>>;
+  sql: <T>(tx: Queryable, query: SQL, opening?: Opening) => Promise<QueryOutcome<T>>;
   logger: Logger;
   metrics: SagaMetrics;
   entries: ReadonlyMap<string, SagaEntry>;

@@ -321,7 +321,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
   const engine: Engine = {
     pool,
     client,
-    sql: (tx, query) => run(tx, namedStatement('skiplock_saga', query)),
+    sql: (tx, query, opening) => run(tx, namedStatement('skiplock_saga', query), opening),
     logger,
     metrics: createSagaMetrics(options.metrics),
     entries,
@@ -381,7 +381,10 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
   }
 
   /** A transaction of the runtime's own, run again if a pooler lost a prepared statement. */
-  const ownTransaction = <T>(work: (tx: Queryable) => Promise<T>) => withOwnTransaction(pool, work);
+  const ownTransaction = <T>(
+    work: (tx: Queryable, opening: Opening | undefined) => Promise<T>,
+    options?: { opening?: boolean },
+  ) => withOwnTransaction(pool, work, options);
 
   async function lock(tx: Queryable, id: string): Promise<SagaRow> {
     const saga = (await engine.sql<SagaRow>(tx, lockSaga(id))).rows[0];
@@ -485,15 +488,12 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           }
           if (holder) status = 'queued';
         }
-        const inserted = await run<SagaRow>(
+        const inserted = await engine.sql<SagaRow>(
           tx,
-          namedStatement(
-            'skiplock_saga',
-            insertSaga({
-              ...(lockKey === null ? fields : { ...fields, lock: { key: lockKey, status } }),
-              returnRow: lent !== null,
-            }),
-          ),
+          insertSaga({
+            ...(lockKey === null ? fields : { ...fields, lock: { key: lockKey, status } }),
+            returnRow: lent !== null,
+          }),
           opening,
         );
         if (inserted.rowCount === 0) return repeated(await conflict(tx));
@@ -515,10 +515,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       try {
         result = await inSpan(
           span,
-          () =>
-            startOptions.tx
-              ? work(startOptions.tx)
-              : withOwnTransaction(pool, work, { opening: true }),
+          () => (startOptions.tx ? work(startOptions.tx) : ownTransaction(work, { opening: true })),
           (done, value) => done.setAttribute('skiplock.saga.started', value.started),
         );
         lent?.committed();
