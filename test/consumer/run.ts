@@ -59,7 +59,13 @@ function run(
 function runUntil(
   command: string,
   args: string[],
-  options: { cwd: string; env: Record<string, string | undefined>; readyLine: string },
+  options: {
+    cwd: string;
+    env: Record<string, string | undefined>;
+    readyLine: string;
+    /** Runs once the ready line is out, before SIGTERM; given what stdout held then. */
+    whenReady?: (stdout: string) => Promise<void>;
+  },
 ): Promise<Run> {
   return new Promise((resolve) => {
     const child = spawn(command, args, {
@@ -74,7 +80,9 @@ function runUntil(
       stdout += c.toString();
       if (!signalled && stdout.includes(options.readyLine)) {
         signalled = true;
-        child.kill('SIGTERM');
+        const ready = options.whenReady?.(stdout) ?? Promise.resolve();
+        // A failed check is recorded by the caller's own check; the process is stopped either way.
+        void ready.catch(() => {}).finally(() => child.kill('SIGTERM'));
       }
     });
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
@@ -237,16 +245,28 @@ try {
     'skiplock outbox stats counts the event the outbox program relayed',
     outboxStats.stdout,
   );
-  // The dashboard from the installed @skiplock/dashboard (dist/ and its assets/), up and stopped.
+  // The dashboard from the installed @skiplock/dashboard (dist/ and its assets/), up and stopped;
+  // its outbox page loads @skiplock/outbox, an optional peer, from the app's own install.
+  let outboxPage = '';
   const dashboard = await runUntil(bin, ['dashboard', '--port', '0'], {
     cwd: app,
     env: { ...env, SKIPLOCK_LOG_LEVEL: 'info' },
     readyLine: '"reason":"dashboard_listening"',
+    whenReady: async (stdout) => {
+      const url = /"url":"(http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
+      const response = await fetch(`${url}/outbox`);
+      outboxPage = `${response.status} ${await response.text()}`;
+    },
   });
   check(
     dashboard.code === 0 && dashboard.stdout.includes('"url":"http://127.0.0.1:'),
     'skiplock dashboard serves from the installed package on loopback, and SIGTERM stops it',
     `exit ${dashboard.code} signal ${dashboard.signal}\n${dashboard.stdout}\n${dashboard.stderr}`,
+  );
+  check(
+    outboxPage.startsWith('200 ') && outboxPage.includes('data-testid="outbox-delivered"'),
+    'the installed dashboard shows the outbox, from the installed @skiplock/outbox',
+    outboxPage.slice(0, 2_000),
   );
   const worker = await run(bin, ['worker', 'jobs.ts'], { cwd: app, env });
   check(

@@ -31,6 +31,7 @@ import { html, type Html } from './html.js';
 import { jobPage, jobsPage, jobStatuses, type JobFilters } from './pages/jobs.js';
 import type { PageContext } from './pages/layout.js';
 import { messagePage, signInPage } from './pages/misc.js';
+import { outboxPage } from './pages/outbox.js';
 import { overviewPage, type OverviewData } from './pages/overview.js';
 import { sagaPage, sagasPage, sagaStatuses, type SagaFilters } from './pages/sagas.js';
 import {
@@ -108,6 +109,9 @@ const SECURITY_HEADERS: Record<string, string> = {
 
 const MAX_BODY_BYTES = 64 * 1024;
 const JOB_ID = /^[1-9][0-9]{0,18}$/;
+/** Counts on the outbox page stop here ("10,000+"): the page refreshes every few seconds. */
+const OUTBOX_COUNT_CAP = 10_000;
+const DEAD_MESSAGES_PER_PAGE = 50;
 
 const NOTICES: Record<string, (n: number) => string> = {
   job_retried: () => 'Job retried: it runs again now.',
@@ -118,6 +122,9 @@ const NOTICES: Record<string, (n: number) => string> = {
     'Not cancelled: only pending, retry-waiting and slot-waiting jobs can be.',
   bulk_retried: (n) => `${n} dead job${n === 1 ? '' : 's'} retried.`,
   bulk_discarded: (n) => `${n} dead job${n === 1 ? '' : 's'} discarded.`,
+  outbox_retried: (n) => `${n} dead message${n === 1 ? '' : 's'} sent again.`,
+  outbox_kept: (n) =>
+    `${n} dead message${n === 1 ? '' : 's'} sent again; the others were not dead any more, or stay dead while their key has a message in flight (send them again once it settles).`,
   saga_cancel_accepted: () => 'Cancel accepted: the saga compensates its completed steps.',
   saga_cancel_finished: () => 'Not cancelled: the saga has finished.',
   saga_cancel_pivoted: () => 'Not cancelled: the saga is past its pivot.',
@@ -132,6 +139,7 @@ const NOTICES: Record<string, (n: number) => string> = {
   signed_out: () => 'Signed out.',
 };
 const BAD_NOTICES = new Set([
+  'outbox_kept',
   'job_not_retried',
   'job_not_cancelled',
   'saga_cancel_finished',
@@ -140,6 +148,31 @@ const BAD_NOTICES = new Set([
   'signal_duplicate',
   'saga_not_retried',
 ]);
+
+const OUTBOX_NOT_INSTALLED = '@skiplock/outbox is not installed beside the dashboard.';
+
+type OutboxAdmin = Pick<
+  typeof import('@skiplock/outbox'),
+  'outboxCounts' | 'deadMessages' | 'retryDeadMessages'
+>;
+
+/**
+ * `@skiplock/outbox` is an optional peer: only a project with an outbox installs it (and its
+ * broker clients), and only the outbox page loads it. Null when it is not installed; any other
+ * failure to load it (one of its own imports missing) is passed on.
+ */
+async function importOutbox(): Promise<OutboxAdmin | null> {
+  try {
+    return await import('@skiplock/outbox');
+  } catch (error) {
+    const { code, message } = error as { code?: unknown; message?: unknown };
+    const missing = code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
+    if (missing && typeof message === 'string' && message.includes("'@skiplock/outbox'")) {
+      return null;
+    }
+    throw error;
+  }
+}
 
 class HttpError extends Error {
   constructor(
@@ -201,6 +234,14 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   const show: ((what: string, value: unknown) => unknown) | null = options.hidePayloads
     ? null
     : (options.redact ?? ((_what, value) => value));
+  let outboxModule: Promise<OutboxAdmin | null> | null = null;
+  const loadOutbox = () => {
+    outboxModule ??= importOutbox().catch((error: unknown) => {
+      outboxModule = null; // not cached: the next request tries again
+      throw error;
+    });
+    return outboxModule;
+  };
   const assets = new Map<string, Buffer>();
   for (const name of Object.keys(ASSETS)) {
     assets.set(name, readFileSync(new URL(`../assets/${name}`, import.meta.url)));
@@ -417,6 +458,71 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     const job = await client.getJob(id);
     if (!job) throw new HttpError(404, `Job ${id} does not exist (retention may have removed it).`);
     page(r, jobPage(r.ctx, job, show === null ? null : { shown: show(job.jobType, job.payload) }));
+  }
+
+  async function outboxView(r: Request) {
+    const before = r.url.searchParams.get('before')?.trim() || undefined;
+    if (before !== undefined && !JOB_ID.test(before)) {
+      throw new HttpError(400, 'before must be a message id.');
+    }
+    const outbox = await loadOutbox();
+    if (outbox === null) return page(r, outboxPage(r.ctx, { missing: 'package' }));
+    let counts;
+    try {
+      counts = await outbox.outboxCounts(pool, { cap: OUTBOX_COUNT_CAP });
+    } catch (error) {
+      if ((error as { code?: string }).code !== '42P01') throw error;
+      return page(r, outboxPage(r.ctx, { missing: 'table' }));
+    }
+    // One more than a page, to know whether an older page exists.
+    const dead = await outbox.deadMessages(pool, {
+      limit: DEAD_MESSAGES_PER_PAGE + 1,
+      beforeId: before,
+    });
+    const more = dead.length > DEAD_MESSAGES_PER_PAGE;
+    const shown = dead.slice(0, DEAD_MESSAGES_PER_PAGE);
+    page(
+      r,
+      outboxPage(r.ctx, {
+        missing: null,
+        counts,
+        dead: shown,
+        nextBeforeId: more ? shown[shown.length - 1]!.id : null,
+        before,
+        showErrors: show !== null,
+      }),
+    );
+  }
+
+  async function outboxRetry(r: Request) {
+    const form = await readForm(r.req);
+    const operator = authorize(r, form, 'outbox_retry');
+    if (operator === null) return;
+    const ids = [...new Set(form.getAll('id').filter((id) => JOB_ID.test(id)))];
+    if (ids.length > 500) throw new HttpError(400, 'At most 500 messages at a time.');
+    const outbox = await loadOutbox();
+    if (outbox === null) throw new HttpError(409, OUTBOX_NOT_INSTALLED);
+    const revived = await outbox.retryDeadMessages(pool, ids).catch((error: unknown) => {
+      // An id past the bigint range: the admin function names it.
+      if (error instanceof TypeError) throw new HttpError(400, error.message);
+      if ((error as { code?: string }).code === '42P01') {
+        throw new HttpError(409, 'This database has no outbox table.');
+      }
+      throw error;
+    });
+    logger.info(
+      { reason: 'dashboard_outbox_retry', operator, requested: ids.length, messageIds: revived },
+      'dead outbox messages sent again by an operator',
+    );
+    const back = localPath(form.get('return'), `${base}/outbox`);
+    redirect(
+      r.res,
+      withNotice(
+        back,
+        revived.length === ids.length ? 'outbox_retried' : 'outbox_kept',
+        revived.length,
+      ),
+    );
   }
 
   async function sagasList(r: Request) {
@@ -688,6 +794,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       if (first === 'jobs' && second === undefined) return jobsList(r);
       if (first === 'jobs' && second !== undefined && third === undefined)
         return jobDetail(r, second);
+      if (first === 'outbox' && second === undefined) return outboxView(r);
       if (first === 'sagas' && second === undefined) return sagasList(r);
       if (first === 'sagas' && second !== undefined && third === undefined)
         return sagaDetail(r, second);
@@ -708,6 +815,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       });
     }
     if (first === 'jobs' && second === 'bulk' && third === undefined) return bulkAction(r);
+    if (first === 'outbox' && second === 'retry' && third === undefined) return outboxRetry(r);
     if (
       first === 'jobs' &&
       second &&

@@ -4,6 +4,7 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient, createWorker, type JobStatus } from '@skiplock/queue';
+import { createRelay, publishMany, type Sink } from '@skiplock/outbox';
 import { createSagaRuntime, readSaga, type SagaStatus } from '@skiplock/saga';
 import { createDashboard } from '../src/index.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
@@ -264,6 +265,105 @@ describe.skipIf(!chromiumHere)('the dashboard in Chromium', () => {
     });
   });
 
+  it('outbox: messages by status, the dead ones with why, sent again by an operator', async () => {
+    // A sink that refuses bounced mail for good until the cause is "fixed".
+    let bouncing = true;
+    const sink: Sink = {
+      name: 'test',
+      deliver: async (messages) =>
+        messages.map((m) =>
+          bouncing && m.topic === 'mail.bounce'
+            ? { ok: false, error: 'mailbox unknown', permanent: true }
+            : { ok: true },
+        ),
+      close: async () => {},
+    };
+    const relay = createRelay({ pool: db.pool, sink, logger: quiet });
+    const relayAll = async () => {
+      for (let pass = 0; pass < 20 && (await relay.runOnce()).claimed > 0; pass++);
+    };
+    const published = await publishMany(db.pool, [
+      ...Array.from({ length: 4 }, (_, i) => ({ topic: 'mail.sent', key: `u${i}`, payload: i })),
+      ...Array.from({ length: 3 }, (_, i) => ({
+        topic: 'mail.bounce',
+        key: `b${i}`,
+        payload: { card: '4242424242424242' },
+      })),
+    ]);
+    const bounced = published.slice(4);
+    await relayAll();
+    await publishMany(db.pool, [{ topic: 'mail.later', key: 'later', payload: 0 }]);
+
+    // Not signed in (a context of its own): counts and dead messages, no way to change them.
+    const visitor = await context.browser()!.newContext();
+    const look = await visitor.newPage();
+    await look.goto(`${served.url}/outbox`);
+    expect(await look.locator('[data-testid=dead-messages] tbody tr').count()).toBe(3);
+    expect(await look.locator('input[name=id]').count()).toBe(0);
+    expect(await look.locator('main').textContent()).toContain('Sign in with the operator token');
+    await visitor.close();
+
+    await page.goto(`${served.url}/outbox`);
+    expect(await text('[data-testid=outbox-pending] .n')).toBe('1');
+    expect(await text('[data-testid=outbox-delivered] .n')).toBe('4');
+    expect(await text('[data-testid=outbox-dead] .n')).toBe('3');
+    expect(await text('[data-testid=outbox-oldest] .n')).toMatch(/ms|s$/);
+    const shown = await page
+      .locator('[data-testid=dead-messages] tbody tr')
+      .evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-message-id')));
+    expect(shown).toEqual([...bounced].reverse()); // newest first
+    expect(await text('[data-testid=dead-messages]')).toContain('mailbox unknown');
+    expect(await text('main')).not.toContain('4242'); // payloads are not shown
+
+    bouncing = false;
+    await page.check(`input[name=id][value="${bounced[0]}"]`);
+    await page.check(`input[name=id][value="${bounced[1]}"]`);
+    await Promise.all([
+      page.waitForURL(/notice=outbox_retried/),
+      page.click('[data-testid=outbox-retry]'),
+    ]);
+    expect(await text('[data-testid=notice]')).toContain('2 dead messages sent again');
+    expect(await rows('[data-testid=dead-messages] tbody tr')).toBe(1);
+    const { rows: statuses } = await db.pool.query<{ id: string; status: string }>(
+      `SELECT id::text, status::text FROM skiplock.outbox_messages
+       WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [bounced],
+    );
+    expect(statuses.map((r) => r.status)).toEqual(['pending', 'pending', 'dead']);
+    await relayAll();
+    // The open page follows: delivered 4 + 2 + the later one, nothing pending, one dead.
+    await waitFor(async () => (await text('[data-testid=outbox-delivered] .n')) === '7', {
+      what: 'the delivered count refreshed',
+    });
+    expect(await text('[data-testid=outbox-pending] .n')).toBe('0');
+    expect(await text('[data-testid=outbox-dead] .n')).toBe('1');
+
+    // Sending again one that is not dead any more (the page was stale): said, nothing changed.
+    const stale = await page.evaluate(
+      async ([url, id, csrf]) => {
+        const response = await fetch(url!, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+          body: new URLSearchParams({ _csrf: csrf!, id: id! }).toString(),
+        });
+        return response.url;
+      },
+      [
+        `${served.url}/outbox/retry`,
+        bounced[0]!,
+        await page.locator('input[name=_csrf]').first().inputValue(),
+      ],
+    );
+    expect(stale).toMatch(/notice=outbox_kept&n=0/);
+    const retried = logs.lines.filter((l) => l.reason === 'dashboard_outbox_retry');
+    expect(retried).toMatchObject([
+      { operator: 'ann', requested: 2 },
+      { operator: 'ann', requested: 1, messageIds: [] },
+    ]);
+    expect((retried[0]!['messageIds'] as string[]).sort()).toEqual(bounced.slice(0, 2).sort());
+    expect(JSON.stringify(logs.lines)).not.toContain('4242');
+  });
+
   it('sagas: filters by definition, version and status; draws the definition', async () => {
     await page.goto(`${served.url}/sagas`);
     expect(await rows('[data-testid=sagas] tbody tr')).toBe(5);
@@ -446,6 +546,7 @@ describe.skipIf(!chromiumHere)('the dashboard in Chromium', () => {
       ['job', `/jobs/${deadId}`],
       ['sagas', '/sagas'],
       ['saga', '/sagas/order-cancel'],
+      ['outbox', '/outbox'],
     ];
     for (const [name, path] of shots) {
       await page.goto(`${served.url}${path}`);

@@ -138,4 +138,31 @@ describe('dashboard safety', () => {
     expect(await client.getJob(b.id)).toBeNull();
     await client.close();
   });
+
+  // Last in this file: it drops the outbox's table from this file's database.
+  it('outbox page: a bad page id or message id is refused; no outbox table is said, not failed', async () => {
+    const host = { host: `127.0.0.1:${port}` };
+    expect((await send('GET', '/outbox', host)).status).toBe(200);
+    const badPage = await send('GET', '/outbox?before=abc', host);
+    expect(badPage.status).toBe(400);
+    expect(badPage.text).toContain('before must be a message id');
+    const auth = {
+      ...host,
+      origin: `http://127.0.0.1:${port}`,
+      authorization: `Bearer ${token}`,
+      'x-skiplock-operator': 'ada',
+      'content-type': 'application/x-www-form-urlencoded',
+    };
+    // 19 digits, past the bigint range: the outbox's own check names it.
+    const past = await send('POST', '/outbox/retry', auth, 'id=9999999999999999999');
+    expect(past.status).toBe(400);
+    expect(past.text).toContain('is not a message id');
+    await db.pool.query('DROP TABLE skiplock.outbox_messages CASCADE');
+    const missing = await send('GET', '/outbox', host);
+    expect(missing.status).toBe(200);
+    expect(missing.text).toContain('This database has no outbox');
+    const noTable = await send('POST', '/outbox/retry', auth, 'id=1');
+    expect(noTable.status).toBe(409);
+    expect(noTable.text).toContain('no outbox table');
+  });
 });

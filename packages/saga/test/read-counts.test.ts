@@ -1,9 +1,9 @@
 import type { SQL } from 'drizzle-orm';
-import { PgDialect } from 'drizzle-orm/pg-core';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { readSagaCounts, readSagaNames, readSagas } from '../src/index.js';
 import { countSagasByStatus, selectSagaNames, selectSagas } from '../src/sql/read.js';
 import { useTestDatabase } from '../../../test/support/db.js';
+import { explainAnalyze } from '../../../test/support/explain.js';
 
 const db = await useTestDatabase();
 
@@ -21,14 +21,7 @@ beforeAll(async () => {
     ANALYZE skiplock.sagas`);
 });
 
-async function explain(query: SQL): Promise<string> {
-  const q = new PgDialect().sqlToQuery(query);
-  const { rows } = await db.pool.query<{ 'QUERY PLAN': string }>(
-    `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${q.sql}`,
-    q.params,
-  );
-  return rows.map((r) => r['QUERY PLAN']).join('\n');
-}
+const explain = (query: SQL) => explainAnalyze(db.pool, query);
 
 describe('saga reads for the dashboard', () => {
   it('count each status through the status index, stopping at the cap', async () => {

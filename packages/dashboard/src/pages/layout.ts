@@ -81,7 +81,7 @@ export function actionsHint(ctx: PageContext): Html {
   }
 }
 
-export type Section = 'overview' | 'jobs' | 'sagas' | 'sign-in';
+export type Section = 'overview' | 'jobs' | 'sagas' | 'outbox' | 'sign-in';
 
 export function layout(
   ctx: PageContext,
@@ -121,7 +121,7 @@ export function layout(
         <header class="top">
           <a class="brand" href="${href(ctx, '/')}">skiplock</a>
           <nav>
-            ${nav('overview', 'Overview', '/')}${nav('jobs', 'Jobs', '/jobs')}${nav('sagas', 'Sagas', '/sagas')}
+            ${nav('overview', 'Overview', '/')}${nav('jobs', 'Jobs', '/jobs')}${nav('sagas', 'Sagas', '/sagas')}${nav('outbox', 'Outbox', '/outbox')}
           </nav>
           <div class="session">${who}</div>
         </header>

@@ -205,6 +205,30 @@ export function countMessages() {
     FROM skiplock.outbox_messages GROUP BY status`;
 }
 
+/**
+ * Messages by status counted up to `cap` each (a count of `cap + 1` means "more"), through the
+ * pending and settled partial indexes, so a table of millions of delivered rows costs a page that
+ * refreshes every few seconds at most `cap` index entries per status. The oldest pending message
+ * is sought among the first `cap + 1` due ones (pending index order), for the same reason.
+ */
+export function countMessagesCapped(cap: number) {
+  // The status a literal, not a parameter: only a constant lets the planner use a partial index.
+  // Ordered as the index is, so the plan is an index scan that stops at the cap: a bitmap scan
+  // reads every entry of the status first, and a sequential scan may read the whole table
+  // before it finds cap + 1 of a rare status.
+  const upTo = (status: 'pending' | 'delivered' | 'dead') => {
+    const order = status === 'pending' ? sql`run_after, id` : sql`status, settled_at`;
+    return sql`(SELECT count(*)::int FROM (
+      SELECT 1 FROM skiplock.outbox_messages
+      WHERE status = ${sql.raw(`'${status}'`)} ORDER BY ${order} LIMIT ${cap + 1}) s)`;
+  };
+  return sql`
+    SELECT ${upTo('pending')} AS pending, ${upTo('delivered')} AS delivered, ${upTo('dead')} AS dead,
+      (SELECT extract(epoch FROM now() - min(created_at)) * 1000 FROM (
+         SELECT created_at FROM skiplock.outbox_messages WHERE status = 'pending'
+         ORDER BY run_after, id LIMIT ${cap + 1}) p) AS oldest_ms`;
+}
+
 export interface DeadRow {
   id: string;
   topic: string;

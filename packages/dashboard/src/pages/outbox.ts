@@ -1,0 +1,135 @@
+import type { DeadMessage, OutboxCounts } from '@skiplock/outbox';
+import { clip, count, formatDuration, when } from '../format.js';
+import { html, type Html } from '../html.js';
+import { actionsHint, href, layout, type PageContext } from './layout.js';
+
+export type OutboxData =
+  | {
+      /** `package`: `@skiplock/outbox` is not installed; `table`: its migrations were not applied. */
+      missing: 'package' | 'table';
+    }
+  | OutboxShown;
+
+interface OutboxShown {
+  missing: null;
+  counts: OutboxCounts;
+  dead: DeadMessage[];
+  /** The id to page on from (`?before=`), when there may be older dead messages. */
+  nextBeforeId: string | null;
+  before: string | undefined;
+  /** Show each dead message's last error (off with `hidePayloads`: it may echo the message). */
+  showErrors: boolean;
+}
+
+function tiles(counts: OutboxCounts): Html {
+  const tile = (label: string, n: number, status: 'pending' | 'delivered' | 'dead', tone = '') =>
+    html`<div class="tile ${tone}" data-testid="outbox-${status}">
+      <span class="n">${count(n, counts.atLeast.includes(status))}</span
+      ><span class="label">${label}</span>
+    </div>`;
+  return html`<section class="tiles" data-live="outbox-counts">
+    ${tile('Pending', counts.pending, 'pending')}
+    ${tile('Delivered (kept)', counts.delivered, 'delivered')}
+    ${tile('Dead', counts.dead, 'dead', counts.dead > 0 ? 'bad' : '')}
+    <div class="tile" data-testid="outbox-oldest">
+      <span class="n"
+        >${counts.oldestPendingMs === null ? '–' : formatDuration(counts.oldestPendingMs)}</span
+      ><span class="label">Oldest pending</span>
+    </div>
+  </section>`;
+}
+
+function deadTable(ctx: PageContext, data: OutboxShown, selectable: boolean): Html {
+  if (data.dead.length === 0) {
+    return html`<p class="empty" data-testid="no-dead-messages">No dead messages.</p>`;
+  }
+  return html`<table class="grid" data-testid="dead-messages">
+    <thead>
+      <tr>
+        ${selectable ? html`<th><input type="checkbox" data-select-all aria-label="select every dead message" /></th>` : ''}
+        <th class="num">id</th>
+        <th>topic</th>
+        <th>key</th>
+        <th class="num">attempts</th>
+        <th>published</th>
+        <th>dead since</th>
+        <th>last error</th>
+      </tr>
+    </thead>
+    <tbody>
+      ${data.dead.map(
+        (m) =>
+          html`<tr data-message-id="${m.id}">
+            ${selectable ? html`<td><input type="checkbox" name="id" value="${m.id}" aria-label="select message ${m.id}" /></td>` : ''}
+            <td class="num">${m.id}</td>
+            <td>${clip(m.topic, 40)}</td>
+            <td>${clip(m.key, 32)}</td>
+            <td class="num">${m.attempts}</td>
+            <td>${when(m.createdAt, ctx.now)}</td>
+            <td>${when(m.deadAt, ctx.now)}</td>
+            <td class="error">
+              ${data.showErrors ? clip(m.lastError, 90) : html`<span class="none">hidden</span>`}
+            </td>
+          </tr>`,
+      )}
+    </tbody>
+  </table>`;
+}
+
+/**
+ * The transactional outbox: messages by status, and the dead ones (out of attempts, or refused
+ * for good by the sink) with why, to send again once the cause is fixed.
+ */
+export function outboxPage(ctx: PageContext, data: OutboxData) {
+  if (data.missing !== null) {
+    const body = html`<h1>Outbox</h1>
+      <p class="empty" data-testid="outbox-missing">
+        ${
+          data.missing === 'package'
+            ? html`<code>@skiplock/outbox</code> is not installed beside the dashboard: install it
+                in this project to see its messages here.`
+            : html`This database has no outbox: apply <code>@skiplock/outbox</code>'s migrations
+                (its <code>migrate()</code>, or <code>skiplock migrate --outbox</code>) to use it.`
+        }
+      </p>`;
+    return layout(ctx, 'outbox', 'Outbox', body);
+  }
+  const selectable = ctx.mode === 'act' && data.dead.length > 0;
+  const table = deadTable(ctx, data, selectable);
+  const paging = html`<nav class="paging" data-testid="paging">
+    ${data.before ? html`<a href="${href(ctx, '/outbox')}">« newest</a>` : ''}
+    ${
+      data.nextBeforeId
+        ? html`<a href="${href(ctx, '/outbox', { before: data.nextBeforeId })}" data-testid="older"
+            >older »</a
+          >`
+        : ''
+    }
+  </nav>`;
+  const body = html`<h1>Outbox</h1>
+    ${tiles(data.counts)}
+    <h2>Dead messages</h2>
+    <p class="hint">
+      Sent again, a message gets fresh attempts and keeps its id, so a broker's de-duplication still
+      knows it. One whose key has a message in flight stays dead until that one settles.
+    </p>
+    ${actionsHint(ctx)}
+    <section data-live="outbox-dead">
+      ${
+        selectable
+          ? html`<form method="post" action="${href(ctx, '/outbox/retry')}" class="bulk-form">
+              ${table}
+              <div class="bulk">
+                <input type="hidden" name="_csrf" value="${ctx.csrf ?? ''}" />
+                <input type="hidden" name="return" value="${ctx.self}" />
+                <button type="submit" class="primary" data-testid="outbox-retry">
+                  Send the selected dead messages again
+                </button>
+              </div>
+            </form>`
+          : table
+      }
+    </section>
+    ${paging}`;
+  return layout(ctx, 'outbox', 'Outbox', body);
+}

@@ -1,0 +1,69 @@
+import type { SQL } from 'drizzle-orm';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { outboxCounts } from '../src/index.js';
+import { countMessagesCapped } from '../src/sql/messages.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { explainAnalyze } from '../../../test/support/explain.js';
+
+const db = await useTestDatabase();
+
+// 60,000 delivered messages (a day's retention), 2,000 pending (the oldest published an hour
+// ago) and 300 dead, analyzed: a page that counts them every few seconds must walk the partial
+// indexes and stop at its cap.
+beforeAll(async () => {
+  await db.pool.query(`
+    INSERT INTO skiplock.outbox_messages (topic, key, payload, status, attempts, created_at, settled_at)
+    SELECT 'order.paid', 'k' || (g % 500), '{}'::jsonb, 'delivered', 1,
+           now() - interval '2 hours', now() - interval '2 hours' + g * interval '1 ms'
+    FROM generate_series(1, 60000) g;
+    INSERT INTO skiplock.outbox_messages (topic, key, payload, status, attempts, created_at, settled_at, last_error)
+    SELECT 'order.paid', 'd' || g, '{}'::jsonb, 'dead', 5, now() - interval '90 minutes', now(), 'HTTP 500'
+    FROM generate_series(1, 300) g;
+    INSERT INTO skiplock.outbox_messages (topic, key, payload, created_at, run_after)
+    SELECT 'order.paid', 'p' || g, '{}'::jsonb, now() - interval '1 hour' + g * interval '1 ms',
+           now() - interval '1 hour' + g * interval '1 ms'
+    FROM generate_series(1, 2000) g;
+    ANALYZE skiplock.outbox_messages`);
+});
+
+const explain = (query: SQL) => explainAnalyze(db.pool, query);
+
+describe('outbox counts for a page that refreshes', () => {
+  it('walk the pending and settled indexes and stop at the cap', async () => {
+    const plan = await explain(countMessagesCapped(500));
+    expect(plan).not.toMatch(/Seq Scan|Bitmap Heap Scan/);
+    expect(plan).toMatch(/using outbox_messages_pending_idx/);
+    expect(plan).toMatch(/using outbox_messages_settled_idx/);
+    // Four index scans (three counts and the oldest pending), none past the cap + 1 rows.
+    const counted = [...plan.matchAll(/Index (?:Only )?Scan .*actual rows=(\d+) /g)].map((m) =>
+      Number(m[1]),
+    );
+    expect(counted).toHaveLength(4);
+    expect(Math.max(...counted)).toBe(501);
+    expect(plan).not.toMatch(/Sort|Rows Removed by Filter/);
+  });
+
+  it('say which counts reached the cap; without one, count every row', async () => {
+    const capped = await outboxCounts(db.pool, { cap: 500 });
+    expect(capped).toMatchObject({ pending: 500, delivered: 500, dead: 300 });
+    expect(capped.atLeast.sort()).toEqual(['delivered', 'pending']);
+    // The first due pending message was published an hour ago.
+    expect(capped.oldestPendingMs).toBeGreaterThanOrEqual(3_600_000 - 1_000);
+    expect(capped.oldestPendingMs).toBeLessThan(3_600_000 + 60_000);
+
+    const exact = await outboxCounts(db.pool);
+    expect(exact).toMatchObject({ pending: 2_000, delivered: 60_000, dead: 300, atLeast: [] });
+    expect(Math.abs(exact.oldestPendingMs! - capped.oldestPendingMs!)).toBeLessThan(5_000);
+
+    const wide = await outboxCounts(db.pool, { cap: 100_000 });
+    expect(wide).toMatchObject({ pending: 2_000, delivered: 60_000, dead: 300, atLeast: [] });
+  });
+
+  it('refuse a cap that is not a positive integer, naming it', async () => {
+    for (const cap of [0, -1, 1.5, Number.NaN, 20_000_000]) {
+      await expect(outboxCounts(db.pool, { cap })).rejects.toThrow(
+        /outboxCounts: cap must be an integer/,
+      );
+    }
+  });
+});
