@@ -109,6 +109,8 @@ const SECURITY_HEADERS: Record<string, string> = {
 
 const MAX_BODY_BYTES = 64 * 1024;
 const JOB_ID = /^[1-9][0-9]{0,18}$/;
+/** A job or message id: digits within PostgreSQL's bigint. */
+const isRowId = (id: string) => JOB_ID.test(id) && BigInt(id) <= 9_223_372_036_854_775_807n;
 /** Counts on the outbox page stop here ("10,000+"): the page refreshes every few seconds. */
 const OUTBOX_COUNT_CAP = 10_000;
 const DEAD_MESSAGES_PER_PAGE = 50;
@@ -462,7 +464,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
 
   async function outboxView(r: Request) {
     const before = r.url.searchParams.get('before')?.trim() || undefined;
-    if (before !== undefined && !JOB_ID.test(before)) {
+    if (before !== undefined && !isRowId(before)) {
       throw new HttpError(400, 'before must be a message id.');
     }
     const outbox = await loadOutbox();
@@ -498,13 +500,14 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     const form = await readForm(r.req);
     const operator = authorize(r, form, 'outbox_retry');
     if (operator === null) return;
-    const ids = [...new Set(form.getAll('id').filter((id) => JOB_ID.test(id)))];
+    const asked = form.getAll('id');
+    const bad = asked.find((id) => !isRowId(id));
+    if (bad !== undefined) throw new HttpError(400, `"${bad.slice(0, 40)}" is not a message id.`);
+    const ids = [...new Set(asked)];
     if (ids.length > 500) throw new HttpError(400, 'At most 500 messages at a time.');
     const outbox = await loadOutbox();
     if (outbox === null) throw new HttpError(409, OUTBOX_NOT_INSTALLED);
     const revived = await outbox.retryDeadMessages(pool, ids).catch((error: unknown) => {
-      // An id past the bigint range: the admin function names it.
-      if (error instanceof TypeError) throw new HttpError(400, error.message);
       if ((error as { code?: string }).code === '42P01') {
         throw new HttpError(409, 'This database has no outbox table.');
       }
