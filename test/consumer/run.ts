@@ -5,7 +5,7 @@
 // Run: `pnpm test:consumer` (DATABASE_URL, else the same database the tests would start).
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { cp, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -268,6 +268,45 @@ try {
     'the installed dashboard shows the outbox, from the installed @skiplock/outbox',
     outboxPage.slice(0, 2_000),
   );
+  // The same project without @skiplock/outbox (moved aside, then back), as a project with no
+  // outbox installs it: the CLI says what is missing, the dashboard serves the rest.
+  const outboxDir = join(app, 'node_modules/@skiplock/outbox');
+  const aside = join(work, 'outbox-aside');
+  await rename(outboxDir, aside);
+  try {
+    const noOutbox = await run(bin, ['outbox', 'stats'], { cwd: app, env });
+    check(
+      noOutbox.code !== 0 &&
+        noOutbox.stderr.includes('@skiplock/outbox is not installed beside @skiplock/cli'),
+      'without @skiplock/outbox installed, skiplock outbox says it is not installed',
+      `exit ${noOutbox.code}\n${noOutbox.stdout}\n${noOutbox.stderr}`,
+    );
+    const seen: string[] = [];
+    const bare = await runUntil(bin, ['dashboard', '--port', '0'], {
+      cwd: app,
+      env: { ...env, SKIPLOCK_LOG_LEVEL: 'info' },
+      readyLine: '"reason":"dashboard_listening"',
+      whenReady: async (stdout) => {
+        const url = /"url":"(http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
+        for (const path of ['/', '/outbox']) {
+          const response = await fetch(`${url}${path}`);
+          seen.push(`${response.status} ${await response.text()}`);
+        }
+      },
+    });
+    const [overview = '', missing = ''] = seen;
+    check(
+      bare.code === 0 &&
+        overview.startsWith('200 ') &&
+        missing.startsWith('200 ') &&
+        missing.includes('data-testid="outbox-missing"') &&
+        missing.includes('is not installed beside the dashboard'),
+      'without @skiplock/outbox installed, the dashboard serves its pages and its outbox page says so',
+      `exit ${bare.code}\n${bare.stderr}\n${missing.slice(0, 2_000)}`,
+    );
+  } finally {
+    await rename(aside, outboxDir);
+  }
   const worker = await run(bin, ['worker', 'jobs.ts'], { cwd: app, env });
   check(
     worker.code === 1 && worker.stderr.includes('npm install --save-dev tsx'),

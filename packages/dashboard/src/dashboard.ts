@@ -75,10 +75,14 @@ export interface DashboardOptions {
   /**
    * What to show of a job's payload, a saga's input, a step's output or a signal's payload:
    * `what` is the job type, or `saga:<name>:input`, `saga:<name>:<step>:output`,
-   * `saga:<name>:signal:<signal>`. Default: all of it.
+   * `saga:<name>:signal:<signal>`. Default: all of it. It does not reach an outbox message's last
+   * error (shown whole, or hidden with `hidePayloads`): payloads there are never shown.
    */
   redact?: ((what: string, value: unknown) => unknown) | undefined;
-  /** Show no payloads, inputs or outputs at all (default false). */
+  /**
+   * Show no payloads, inputs or outputs at all, nor an outbox message's last error, which may echo
+   * the message (default false).
+   */
   hidePayloads?: boolean | undefined;
   /** Mutations are logged here with the operator's name (default: JSON lines on stdout). */
   logger?: Logger | undefined;

@@ -1,5 +1,6 @@
 import { request } from 'node:http';
 import { createClient, createWorker, defineJob, NonRetryableError } from '@skiplock/queue';
+import { createRelay, deadMessages, publishMany, type Sink } from '@skiplock/outbox';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -25,7 +26,7 @@ function send(
   path: string,
   headers: Record<string, string>,
   body = '',
-): Promise<{ status: number; location: string | undefined; text: string }> {
+): Promise<{ status: number; location: string | undefined; cookie: string; text: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
       {
@@ -39,7 +40,13 @@ function send(
         let text = '';
         res.on('data', (c: Buffer) => (text += c.toString()));
         res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, location: res.headers.location, text }),
+          resolve({
+            status: res.statusCode ?? 0,
+            location: res.headers.location,
+            // name=value of each cookie set, as a browser would send them back
+            cookie: (res.headers['set-cookie'] ?? []).map((c) => c.split(';')[0]).join('; '),
+            text,
+          }),
         );
       },
     );
@@ -137,6 +144,128 @@ describe('dashboard safety', () => {
     expect((await client.getJob(a.id))?.status).toBe('dead');
     expect(await client.getJob(b.id)).toBeNull();
     await client.close();
+  });
+
+  it('outbox: hidePayloads hides the last error; a retry without a right to it changes nothing', async () => {
+    // The receiver's refusal echoes the message, as a webhook's answer may.
+    const echo = 'rejected {"card":"4242424242424242"}';
+    const sink: Sink = {
+      name: 'test',
+      deliver: async (messages) =>
+        messages.map(() => ({ ok: false, error: echo, permanent: true })),
+      close: async () => {},
+    };
+    const [id] = await publishMany(db.pool, [
+      { topic: 'card.charged', key: 'c1', payload: { card: '4242424242424242' } },
+    ]);
+    const relay = createRelay({ pool: db.pool, sink, logger: silent });
+    expect((await relay.runOnce()).claimed).toBe(1);
+    const isDead = async () => (await deadMessages(db.pool)).some((m) => m.id === id);
+    expect(await isDead()).toBe(true);
+    const host = { host: `127.0.0.1:${port}` };
+    const shown = await send('GET', '/outbox', host);
+    expect(shown.text).toContain(`data-message-id="${id}"`);
+    expect(shown.text).toContain('4242424242424242'); // by default the last error is shown
+
+    const hiding = createDashboard({ pool: db.pool, token, hidePayloads: true, logger: silent });
+    const readOnly = createDashboard({ pool: db.pool, token, readOnly: true, logger: silent });
+    const [hidingServed, readOnlyServed] = await Promise.all([serve(hiding), serve(readOnly)]);
+    try {
+      const hidden = await fetch(`${hidingServed.url}/outbox`);
+      const hiddenText = await hidden.text();
+      expect(hidden.status).toBe(200);
+      expect(hiddenText).toContain(`data-message-id="${id}"`);
+      expect(hiddenText).not.toContain('4242424242424242');
+      expect(hiddenText).toContain('hidden');
+
+      // Read-only: refused whatever the token.
+      const refusedReadOnly = await fetch(`${readOnlyServed.url}/outbox/retry`, {
+        method: 'POST',
+        redirect: 'manual',
+        headers: {
+          authorization: `Bearer ${token}`,
+          'x-skiplock-operator': 'ada',
+          'content-type': 'application/x-www-form-urlencoded',
+        },
+        body: `id=${id}`,
+      });
+      expect(refusedReadOnly.status).toBe(403);
+    } finally {
+      await Promise.all([hidingServed.close(), readOnlyServed.close()]);
+      await Promise.all([hiding.close(), readOnly.close()]);
+    }
+
+    const post = { ...host, origin: `http://127.0.0.1:${port}` };
+    const urlencoded = { 'content-type': 'application/x-www-form-urlencoded' };
+    // Neither signed in nor a bearer token; then a wrong bearer token.
+    expect(
+      (await send('POST', '/outbox/retry', { ...post, ...urlencoded }, `id=${id}`)).status,
+    ).toBe(401);
+    const wrongToken = {
+      authorization: 'Bearer not-the-operator-token',
+      'x-skiplock-operator': 'ada',
+    };
+    expect(
+      (await send('POST', '/outbox/retry', { ...post, ...urlencoded, ...wrongToken }, `id=${id}`))
+        .status,
+    ).toBe(401);
+    // Signed in, but a forged CSRF token, then the right one from another origin.
+    const signIn = await send(
+      'POST',
+      '/sign-in',
+      { ...post, ...urlencoded },
+      new URLSearchParams({ operator: 'ada', token, next: '/outbox' }).toString(),
+    );
+    expect(signIn.status).toBe(303);
+    const session = { cookie: signIn.cookie };
+    expect(signIn.cookie).toContain('=');
+    const forged = await send(
+      'POST',
+      '/outbox/retry',
+      { ...post, ...urlencoded, ...session },
+      `_csrf=forged&id=${id}`,
+    );
+    expect(forged.status).toBe(403);
+    const page = await send('GET', '/outbox', { ...host, ...session });
+    const csrf = /name="_csrf" value="([^"]+)"/.exec(page.text)?.[1];
+    expect(csrf).toBeTruthy();
+    const elsewhere = await send(
+      'POST',
+      '/outbox/retry',
+      { ...post, ...urlencoded, ...session, origin: 'https://evil.example' },
+      `_csrf=${csrf}&id=${id}`,
+    );
+    expect(elsewhere.status).toBe(403);
+    expect(await isDead()).toBe(true); // none of those changed anything
+
+    // The same session, form and origin as the page: sent again.
+    const sent = await send(
+      'POST',
+      '/outbox/retry',
+      { ...post, ...urlencoded, ...session },
+      `_csrf=${csrf}&id=${id}&return=/outbox`,
+    );
+    expect(sent.status).toBe(303);
+    expect(sent.location).toContain('notice=outbox_retried');
+    expect(await isDead()).toBe(false);
+  });
+
+  it('outbox: past 10,000 pending, the count and the oldest age are shown as lower bounds', async () => {
+    const host = { host: `127.0.0.1:${port}` };
+    const tile = (text: string, status: string) =>
+      new RegExp(`data-testid="outbox-${status}">\\s*<span[^>]*\\bclass="n"[^>]*>([^<]*)<`).exec(
+        text,
+      )?.[1];
+    const before = await send('GET', '/outbox', host);
+    expect(tile(before.text, 'pending')).not.toContain('+');
+    const many = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({ topic: 'bulk', key: `k${i % 100}`, payload: i }));
+    await publishMany(db.pool, many(10_000));
+    await publishMany(db.pool, many(1));
+    const after = await send('GET', '/outbox', host);
+    expect(tile(after.text, 'pending')).toBe('10,000+');
+    expect(tile(after.text, 'oldest')).toMatch(/^\d.*\+$/);
+    expect(tile(after.text, 'delivered')).not.toContain('+');
   });
 
   // Last in this file: it drops the outbox's table from this file's database.

@@ -25,7 +25,10 @@ export interface OutboxCounts {
   pending: number;
   delivered: number;
   dead: number;
-  /** Age of the oldest pending message in ms, or null when none is pending. */
+  /**
+   * Age of the oldest pending message in ms, or null when none is pending. With `pending` in
+   * `atLeast`, a lower bound: the oldest of the first `cap` due.
+   */
   oldestPendingMs: number | null;
   /**
    * The statuses whose count reached the `cap` given to `outboxCounts`: their count is a lower

@@ -21,6 +21,22 @@ interface OutboxShown {
   showErrors: boolean;
 }
 
+/**
+ * Past the cap the oldest pending message is looked for among the first ones due only, so its age
+ * is a lower bound, marked "+" like the counts: a message held back by its retries may be older.
+ */
+function oldestTile(counts: OutboxCounts): Html {
+  const age = counts.oldestPendingMs;
+  const bounded = age !== null && counts.atLeast.includes('pending');
+  return html`<div class="tile" data-testid="outbox-oldest">
+    <span
+      class="n"
+      title="${bounded ? 'at least: the oldest of the first pending messages due' : ''}"
+      >${age === null ? '–' : `${formatDuration(age)}${bounded ? '+' : ''}`}</span
+    ><span class="label">Oldest pending</span>
+  </div>`;
+}
+
 function tiles(counts: OutboxCounts): Html {
   const tile = (label: string, n: number, status: 'pending' | 'delivered' | 'dead', tone = '') =>
     html`<div class="tile ${tone}" data-testid="outbox-${status}">
@@ -30,12 +46,7 @@ function tiles(counts: OutboxCounts): Html {
   return html`<section class="tiles" data-live="outbox-counts">
     ${tile('Pending', counts.pending, 'pending')}
     ${tile('Delivered (kept)', counts.delivered, 'delivered')}
-    ${tile('Dead', counts.dead, 'dead', counts.dead > 0 ? 'bad' : '')}
-    <div class="tile" data-testid="outbox-oldest">
-      <span class="n"
-        >${counts.oldestPendingMs === null ? '–' : formatDuration(counts.oldestPendingMs)}</span
-      ><span class="label">Oldest pending</span>
-    </div>
+    ${tile('Dead', counts.dead, 'dead', counts.dead > 0 ? 'bad' : '')} ${oldestTile(counts)}
   </section>`;
 }
 
