@@ -147,8 +147,8 @@ export function bookkeepingGrants(roles: RoleNames, table: string): string {
 /**
  * The queue's table. The worker claims, settles, renews leases, sweeps and deletes finished jobs;
  * the producer inserts (enqueue, including `ON CONFLICT DO NOTHING` and the idempotency-key
- * lookup) and reads (`getJob`, `listJobs`, `stats`). The insert trigger's function runs for any
- * role that may insert: trigger functions need no EXECUTE grant, and `pg_notify` is public.
+ * lookup) and reads (`getJob`, `listJobs`, `stats`). An enqueue's wake-up is a `pg_notify` call
+ * inside its insert, which needs no grant: `pg_notify` is public.
  */
 export function queueGrants(roles: RoleNames): string[] {
   const { worker, producer } = roleIdentifiers(roles);

@@ -63,6 +63,61 @@ describe('LISTEN/NOTIFY wake-ups', () => {
     }
   });
 
+  it('each way of inserting due work notifies its queue; a repeat, a later job or a waiting one does not', async () => {
+    const l = await listen();
+    const woken = async () => {
+      await flush(l);
+      const queues = [...l.received].sort();
+      l.received.length = 0;
+      return queues;
+    };
+    try {
+      await client.enqueue(ping, { n: 1 });
+      expect(await woken()).toEqual(['wake']);
+      await client.enqueue(ping, { n: 2 }, { idempotencyKey: 'once' });
+      expect(await woken()).toEqual(['wake']);
+      // The key is taken: nothing inserted, nothing to wake for.
+      await client.enqueue(ping, { n: 3 }, { idempotencyKey: 'once' });
+      expect(await woken()).toEqual([]);
+      // A bulk with keys: the new ones wake their queues, the repeat and the later job do not.
+      await client.enqueueMany(ping, [
+        { payload: { n: 4 }, queue: 'c', idempotencyKey: 'k' },
+        { payload: { n: 5 }, queue: 'd', idempotencyKey: 'once' },
+        { payload: { n: 6 }, idempotencyKey: 'once' },
+        { payload: { n: 7 }, queue: 'e', delayMs: 60_000 },
+      ]);
+      expect(await woken()).toEqual(['c', 'd']);
+      // Singletons: a later job, then a replace that makes it due, which wakes its queue.
+      await client.enqueue(ping, { n: 8 }, { singletonKey: 's', delayMs: 60_000 });
+      expect(await woken()).toEqual([]);
+      await client.enqueue(ping, { n: 9 }, { singletonKey: 's', singletonMode: 'replace' });
+      expect(await woken()).toEqual(['wake']);
+      await client.enqueue(ping, { n: 10 }, { singletonKey: 's' }); // kept: the queued one stays
+      expect(await woken()).toEqual([]);
+      await client.enqueue(ping, { n: 11 }, { singletonKey: 't' });
+      expect(await woken()).toEqual(['wake']);
+      // Waiting for a concurrency slot: an admitter makes it pending (and says so) later.
+      await client.enqueue(ping, { n: 12 }, { concurrencyKey: 'slot' });
+      expect(await woken()).toEqual([]);
+      // In a transaction: at its commit, and only if it commits.
+      const tx = await db.pool.connect();
+      try {
+        await tx.query('BEGIN');
+        await client.enqueue(ping, { n: 13 }, { queue: 'rolled-back', tx });
+        await tx.query('ROLLBACK');
+        await tx.query('BEGIN');
+        await client.enqueue(ping, { n: 14 }, { queue: 'committed', tx });
+        await client.enqueue(ping, { n: 15 }, { queue: 'committed', tx });
+        await tx.query('COMMIT');
+      } finally {
+        tx.release();
+      }
+      expect(await woken()).toEqual(['committed']);
+    } finally {
+      await l.close();
+    }
+  });
+
   it('a listening worker starts new work without waiting for its poll interval', async () => {
     let started = 0;
     const wake = defineJob({

@@ -57,14 +57,34 @@ const RUN_AT = `coalesce($6::timestamptz, now() + coalesce($7::bigint, 0) * inte
 const statusFor = (key: string) =>
   `CASE WHEN ${key} IS NULL THEN 'pending' ELSE 'waiting' END::skiplock.job_status`;
 
+// Wake-ups: each statement that inserts jobs notifies the queues of the due pending jobs it wrote
+// (no trigger: see migration 0016), one notification per queue and statement, none for a job
+// scheduled later, waiting for a concurrency slot, or inserted already leased. PostgreSQL sends
+// them at commit and folds identical ones of a transaction, so a bulk of 10,000 jobs into one
+// queue is one notification.
+
+/** Over the rows in `rows` (queue, status, run_at): one `pg_notify` per queue with due work. */
+const wakeQueuesOf = (rows: string) => `(SELECT count(pg_notify('skiplock_jobs', queue))
+   FROM (SELECT DISTINCT queue FROM ${rows}
+         WHERE status IN ('pending', 'retryable') AND run_at <= now()) due)`;
+
+/** For one returned row: its queue's notification when it is due, pending work. */
+const WAKE_ROW = `(CASE WHEN status IN ('pending', 'retryable') AND run_at <= now()
+         THEN pg_notify('skiplock_jobs', queue) END) IS NULL`;
+
 const INSERT_ONE = `
-INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
-                           max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit,
-                           rate_limit, rate_interval_ms, status, trace_parent, trace_state)
-VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int, $10::int,
-        $11::text, $12::int, $13::int, $14::int, ${statusFor('$11::text')}, $15::text, $16::text)
-ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id::text AS id`;
+WITH ins AS (
+  INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, run_at,
+                             max_attempts, timeout_ms, lease_ms, concurrency_key,
+                             concurrency_limit, rate_limit, rate_interval_ms, status,
+                             trace_parent, trace_state)
+  VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, ${RUN_AT}, $8::int, $9::int,
+          $10::int, $11::text, $12::int, $13::int, $14::int, ${statusFor('$11::text')}, $15::text,
+          $16::text)
+  ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+  RETURNING id, queue, status, run_at
+)
+SELECT id::text AS id, ${WAKE_ROW} AS woke FROM ins`;
 
 /**
  * Inserts one job. Returns its id, or no row when a job with the same idempotency key already
@@ -75,7 +95,7 @@ RETURNING id::text AS id`;
  */
 export function insertJob(row: JobRow): Statement {
   return {
-    name: 'skiplock_insert_job_v5',
+    name: 'skiplock_insert_job_v6',
     text: INSERT_ONE,
     values: [
       row.queue,
@@ -126,7 +146,11 @@ ins AS (
          $7::int, $8::int, $9::int, $10::text, $11::text
   FROM input
 )
-SELECT id::text AS id FROM input ORDER BY ord`;
+SELECT id::text AS id,
+       (SELECT pg_notify('skiplock_jobs', $1::text)
+        WHERE coalesce($5::timestamptz, now() + coalesce($6::bigint, 0) * interval '1 millisecond')
+              <= now()) IS NULL AS woke
+FROM input ORDER BY ord`;
 
 /**
  * Inserts jobs that differ only in their payload and carry no idempotency key: the shared columns
@@ -138,7 +162,7 @@ export function insertUniformJobs(
   payloadJsons: readonly string[],
 ): Statement {
   return {
-    name: 'skiplock_insert_uniform_jobs_v2',
+    name: 'skiplock_insert_uniform_jobs_v3',
     text: INSERT_UNIFORM,
     values: [
       shared.queue,
@@ -196,13 +220,14 @@ ins AS (
          max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit, rate_limit,
          rate_interval_ms, ${statusFor('concurrency_key')}, $14::text, $15::text
   FROM input
+  RETURNING queue, status, run_at
 )
-SELECT id::text AS id FROM input ORDER BY ord`;
+SELECT id::text AS id, ${wakeQueuesOf('ins')} AS woke FROM input ORDER BY ord`;
 
 /** Inserts jobs with options of their own but no idempotency key: nothing can conflict. */
 export function insertUnkeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_unkeyed_jobs_v4',
+    name: 'skiplock_insert_unkeyed_jobs_v5',
     text: INSERT_UNKEYED,
     values: columnArrays(rows, false),
   };
@@ -229,10 +254,11 @@ ins AS (
          rate_interval_ms, ${statusFor('concurrency_key')}, $15::text, $16::text
   FROM input ORDER BY ord
   ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-  RETURNING id
+  RETURNING id, queue, status, run_at
 )
 SELECT coalesce(ins.id, existing.id)::text AS id,
-       ins.id IS NOT NULL AS inserted
+       ins.id IS NOT NULL AS inserted,
+       ${wakeQueuesOf('ins')} AS woke
 FROM input
 LEFT JOIN ins ON ins.id = input.id
 LEFT JOIN skiplock.jobs existing
@@ -248,7 +274,7 @@ ORDER BY input.ord`;
  */
 export function insertKeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_keyed_jobs_v5',
+    name: 'skiplock_insert_keyed_jobs_v6',
     text: INSERT_KEYED,
     values: columnArrays(rows, true),
   };
@@ -283,8 +309,8 @@ RETURNING id::text AS id, queue, job_type, payload, attempts, max_attempts, prio
 /**
  * Inserts one job already claimed by `workerId` (attempt 1, under a lease), for a worker that
  * runs it next itself: a hand-off. The row is exactly what a claim would have made of a pending
- * one, so heartbeats, fenced settles and the sweeper treat it like any claimed job; the NOTIFY
- * trigger skips it (it is not pending). No row when the idempotency key is taken.
+ * one, so heartbeats, fenced settles and the sweeper treat it like any claimed job; it sends no
+ * NOTIFY (no one else is to claim it). No row when the idempotency key is taken.
  */
 export function insertLeasedJob(row: JobRow, workerId: string): Statement {
   return {
@@ -357,14 +383,17 @@ const singletonValues = (row: SingletonRow) => [
 
 // Any unique index may refuse the row: the singleton key's (a queued job holds it), the running
 // one's, or the idempotency key's. Nothing is inserted, and the caller finds which job holds it.
-const INSERT_SINGLETON_KEEP = `${SINGLETON_COLUMNS}
-ON CONFLICT DO NOTHING
-RETURNING id::text AS id, true AS inserted`;
+const INSERT_SINGLETON_KEEP = `
+WITH ins AS (${SINGLETON_COLUMNS}
+  ON CONFLICT DO NOTHING
+  RETURNING id, queue, status, run_at
+)
+SELECT id::text AS id, true AS inserted, ${WAKE_ROW} AS woke FROM ins`;
 
 /** Inserts a job unless a queued job (or, with `singletonRunning`, a running one) has its key. */
 export function insertSingletonKeep(row: SingletonRow): Statement {
   return {
-    name: 'skiplock_insert_singleton_keep_v3',
+    name: 'skiplock_insert_singleton_keep_v4',
     text: INSERT_SINGLETON_KEEP,
     values: singletonValues(row),
   };
@@ -373,38 +402,42 @@ export function insertSingletonKeep(row: SingletonRow): Statement {
 // Debounce: the queued job with the key takes the new payload, priority and run time, and the
 // new enqueue's trace context (its run does what the newest enqueue asked). The arbiter
 // is the index the row's own rule lives in; a running job (with `singleton_running`) is left
-// alone, and then no row comes back.
-const replaceClause = (arbiter: string, guard: string) => `
-ON CONFLICT (queue, singleton_key) WHERE ${arbiter}
-DO UPDATE SET payload = excluded.payload, priority = excluded.priority,
-              run_at = excluded.run_at, max_attempts = excluded.max_attempts,
-              trace_parent = excluded.trace_parent, trace_state = excluded.trace_state,
-              updated_at = now()
-   ${guard}
-RETURNING id::text AS id, (xmax = 0) AS inserted`;
+// alone, and then no row comes back. A replaced job whose new run time is due wakes its queue
+// too: it may have been scheduled later until now.
+const replaceStatement = (arbiter: string, guard: string) => `
+WITH ins AS (${SINGLETON_COLUMNS}
+  ON CONFLICT (queue, singleton_key) WHERE ${arbiter}
+  DO UPDATE SET payload = excluded.payload, priority = excluded.priority,
+                run_at = excluded.run_at, max_attempts = excluded.max_attempts,
+                trace_parent = excluded.trace_parent, trace_state = excluded.trace_state,
+                updated_at = now()
+     ${guard}
+  RETURNING id, (xmax = 0) AS inserted, queue, status, run_at
+)
+SELECT id::text AS id, inserted, ${WAKE_ROW} AS woke FROM ins`;
 
-const INSERT_SINGLETON_REPLACE = `${SINGLETON_COLUMNS}${replaceClause(
+const INSERT_SINGLETON_REPLACE = replaceStatement(
   `singleton_key IS NOT NULL AND NOT singleton_running
      AND status IN ('pending', 'retryable', 'waiting')`,
   '',
-)}`;
+);
 
-const INSERT_SINGLETON_REPLACE_RUNNING = `${SINGLETON_COLUMNS}${replaceClause(
+const INSERT_SINGLETON_REPLACE_RUNNING = replaceStatement(
   `singleton_key IS NOT NULL AND singleton_running
      AND status IN ('pending', 'retryable', 'waiting', 'processing')`,
   `WHERE skiplock.jobs.status <> 'processing'`,
-)}`;
+);
 
 /** Inserts a job, or replaces the payload and run time of the queued job with its key. */
 export function insertSingletonReplace(row: SingletonRow): Statement {
   return row.singleton.running
     ? {
-        name: 'skiplock_insert_singleton_replace_running_v4',
+        name: 'skiplock_insert_singleton_replace_running_v5',
         text: INSERT_SINGLETON_REPLACE_RUNNING,
         values: singletonValues(row),
       }
     : {
-        name: 'skiplock_insert_singleton_replace_v5',
+        name: 'skiplock_insert_singleton_replace_v6',
         text: INSERT_SINGLETON_REPLACE,
         values: singletonValues(row),
       };
