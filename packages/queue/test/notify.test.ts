@@ -2,7 +2,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createAdmitter, createClient, defineJob, type WorkerOptions } from '../src/index.js';
-import { NOTIFY_CHANNEL } from '../src/listener.js';
+import { ADMIT_CHANNEL, NOTIFY_CHANNEL } from '../src/listener.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { quiet, testWorker } from './fixtures.js';
@@ -17,13 +17,22 @@ const ping = defineJob({
   handler: async () => {},
 });
 
-async function listen(): Promise<{ received: string[]; close: () => Promise<void> }> {
+/** Queues woken (`received`) and concurrency keys to admit (`admits`), as they arrive. */
+async function listen(): Promise<{
+  received: string[];
+  admits: string[];
+  close: () => Promise<void>;
+}> {
   const conn = new pg.Client({ connectionString: db.url });
   await conn.connect();
   const received: string[] = [];
-  conn.on('notification', (m) => received.push(m.payload ?? ''));
+  const admits: string[] = [];
+  conn.on('notification', (m) =>
+    (m.channel === ADMIT_CHANNEL ? admits : received).push(m.payload ?? ''),
+  );
   await conn.query(`LISTEN ${NOTIFY_CHANNEL}`);
-  return { received, close: () => conn.end() };
+  await conn.query(`LISTEN ${ADMIT_CHANNEL}`);
+  return { received, admits, close: () => conn.end() };
 }
 
 /** A marker notification proves every earlier notification has been delivered. */
@@ -63,13 +72,18 @@ describe('LISTEN/NOTIFY wake-ups', () => {
     }
   });
 
-  it('each way of inserting due work notifies its queue; a repeat, a later job or a waiting one does not', async () => {
+  it('each way of inserting due work wakes its queue or its key; a repeat or a later job does not', async () => {
     const l = await listen();
     const woken = async () => {
       await flush(l);
       const queues = [...l.received].sort();
       l.received.length = 0;
       return queues;
+    };
+    const admits = () => {
+      const keys = [...l.admits].sort();
+      l.admits.length = 0;
+      return keys;
     };
     try {
       await client.enqueue(ping, { n: 1 });
@@ -96,14 +110,41 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       expect(await woken()).toEqual([]);
       await client.enqueue(ping, { n: 11 }, { singletonKey: 't' });
       expect(await woken()).toEqual(['wake']);
-      // Waiting for a concurrency slot: an admitter makes it pending (and says so) later.
+      // A replace that moves the queued job later has nothing to wake for.
+      await client.enqueue(
+        ping,
+        { n: 12 },
+        { singletonKey: 't', singletonMode: 'replace', delayMs: 60_000 },
+      );
+      expect(await woken()).toEqual([]);
+      expect(admits()).toEqual([]);
+      // Waiting for a concurrency slot: its key goes to the admitters, not its queue to workers.
       await client.enqueue(ping, { n: 12 }, { concurrencyKey: 'slot' });
       expect(await woken()).toEqual([]);
+      expect(admits()).toEqual(['slot']);
+      await client.enqueue(ping, { n: 13 }, { concurrencyKey: 'later', delayMs: 60_000 });
+      await client.enqueueMany(ping, [
+        { payload: { n: 14 }, concurrencyKey: 'x' },
+        { payload: { n: 15 }, concurrencyKey: 'y', idempotencyKey: 'y1' },
+        { payload: { n: 16 } },
+      ]);
+      expect(await woken()).toEqual(['wake']);
+      expect(admits()).toEqual(['x', 'y']);
+      // Past 16 keys in one statement: one "every key" notification.
+      await client.enqueueMany(
+        ping,
+        Array.from({ length: 17 }, (_, i) => ({
+          payload: { n: 100 + i },
+          concurrencyKey: `k${i}`,
+        })),
+      );
+      await flush(l);
+      expect(admits()).toEqual(['*']);
       // In a transaction: at its commit, and only if it commits.
       const tx = await db.pool.connect();
       try {
         await tx.query('BEGIN');
-        await client.enqueue(ping, { n: 13 }, { queue: 'rolled-back', tx });
+        await client.enqueue(ping, { n: 33 }, { queue: 'rolled-back', tx });
         await tx.query('ROLLBACK');
         await tx.query('BEGIN');
         await client.enqueue(ping, { n: 14 }, { queue: 'committed', tx });
@@ -115,6 +156,50 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       expect(await woken()).toEqual(['committed']);
     } finally {
       await l.close();
+    }
+  });
+
+  it('leaves no insert trigger or its function behind on a new database', async () => {
+    const { rows } = await db.pool.query<{ n: number }>(
+      `SELECT (SELECT count(*) FROM pg_trigger
+                WHERE tgrelid = 'skiplock.jobs'::regclass AND NOT tgisinternal)
+            + (SELECT count(*) FROM pg_proc
+                WHERE proname = 'notify_jobs_inserted') AS n`,
+    );
+    expect(Number(rows[0]!.n)).toBe(0);
+  });
+
+  it('a keyed job just enqueued wakes a listening admitter, which runs it without its pass', async () => {
+    let started = 0;
+    const keyed = defineJob({
+      type: 'keyed-wake-up',
+      queue: 'keyed-listen-test',
+      payload: z.object({}),
+      concurrencyKey: () => 'tenant:two',
+      handler: async () => void (started += 1),
+    });
+    // Ten minutes between polls and between admission passes: only the insert's notification can
+    // admit and start this job within the test's deadline.
+    const worker = testWorker(db.newPool(4), [keyed], {
+      listen: true,
+      pollIntervalMs: 600_000,
+      admitter: { intervalMs: 600_000 },
+    });
+    await worker.start();
+    try {
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT 1 FROM pg_stat_activity WHERE application_name = 'skiplock-listener' AND datname = current_database()`,
+        );
+        return rows.length === 1;
+      });
+      await client.enqueue(keyed, {});
+      await waitFor(() => started === 1, {
+        timeoutMs: 10_000,
+        what: 'the notified admitter to admit and start the keyed job',
+      });
+    } finally {
+      await worker.stop();
     }
   });
 

@@ -57,20 +57,31 @@ const RUN_AT = `coalesce($6::timestamptz, now() + coalesce($7::bigint, 0) * inte
 const statusFor = (key: string) =>
   `CASE WHEN ${key} IS NULL THEN 'pending' ELSE 'waiting' END::skiplock.job_status`;
 
-// Wake-ups: each statement that inserts jobs notifies the queues of the due pending jobs it wrote
-// (no trigger: see migration 0016), one notification per queue and statement, none for a job
-// scheduled later, waiting for a concurrency slot, or inserted already leased. PostgreSQL sends
-// them at commit and folds identical ones of a transaction, so a bulk of 10,000 jobs into one
-// queue is one notification.
+// Wake-ups: each statement that inserts jobs wakes who must act on them (no trigger: see migration
+// 0016): the queues of the due pending jobs it wrote on `skiplock_jobs`, and the concurrency keys
+// of the due waiting ones on `skiplock_admit` (or `*` for more than 16 keys), so an admitter gives
+// them their slots at once. Nothing for a job scheduled later or inserted already leased.
+// PostgreSQL sends notifications at commit and folds identical ones of a transaction, so a bulk of
+// 10,000 jobs into one queue is one notification. The statements return the calls' result as a
+// column `_wake`, only so that they are made; it means nothing.
 
-/** Over the rows in `rows` (queue, status, run_at): one `pg_notify` per queue with due work. */
-const wakeQueuesOf = (rows: string) => `(SELECT count(pg_notify('skiplock_jobs', queue))
-   FROM (SELECT DISTINCT queue FROM ${rows}
-         WHERE status IN ('pending', 'retryable') AND run_at <= now()) due)`;
+/** Over `rows` (queue, status, run_at, concurrency_key): one `pg_notify` per queue or key to wake. */
+const wakeFor = (rows: string) => `(SELECT count(pg_notify(channel, payload)) FROM (
+     SELECT DISTINCT 'skiplock_jobs' AS channel, queue AS payload FROM ${rows}
+     WHERE status IN ('pending', 'retryable') AND run_at <= now()
+     UNION ALL
+     SELECT 'skiplock_admit', CASE WHEN count(*) OVER () > 16 THEN '*' ELSE concurrency_key END
+     FROM (SELECT DISTINCT concurrency_key FROM ${rows}
+           WHERE status = 'waiting' AND run_at <= now() LIMIT 17) waiting
+   ) wake)`;
 
-/** For one returned row: its queue's notification when it is due, pending work. */
-const WAKE_ROW = `(CASE WHEN status IN ('pending', 'retryable') AND run_at <= now()
-         THEN pg_notify('skiplock_jobs', queue) END) IS NULL`;
+/** For one returned row (queue, status, run_at, concurrency_key): its wake-up, when it is due. */
+const WAKE_ROW = `(CASE WHEN run_at > now() THEN NULL
+            WHEN status IN ('pending', 'retryable') THEN pg_notify('skiplock_jobs', queue)
+            WHEN status = 'waiting' THEN pg_notify('skiplock_admit', concurrency_key) END)
+       IS NULL`;
+
+const WAKE_COLUMNS = 'queue, status, run_at, concurrency_key';
 
 const INSERT_ONE = `
 WITH ins AS (
@@ -82,9 +93,9 @@ WITH ins AS (
           $10::int, $11::text, $12::int, $13::int, $14::int, ${statusFor('$11::text')}, $15::text,
           $16::text)
   ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-  RETURNING id, queue, status, run_at
+  RETURNING id, ${WAKE_COLUMNS}
 )
-SELECT id::text AS id, ${WAKE_ROW} AS woke FROM ins`;
+SELECT id::text AS id, ${WAKE_ROW} AS _wake FROM ins`;
 
 /**
  * Inserts one job. Returns its id, or no row when a job with the same idempotency key already
@@ -95,7 +106,7 @@ SELECT id::text AS id, ${WAKE_ROW} AS woke FROM ins`;
  */
 export function insertJob(row: JobRow): Statement {
   return {
-    name: 'skiplock_insert_job_v6',
+    name: 'skiplock_insert_job_v7',
     text: INSERT_ONE,
     values: [
       row.queue,
@@ -149,7 +160,7 @@ ins AS (
 SELECT id::text AS id,
        (SELECT pg_notify('skiplock_jobs', $1::text)
         WHERE coalesce($5::timestamptz, now() + coalesce($6::bigint, 0) * interval '1 millisecond')
-              <= now()) IS NULL AS woke
+              <= now()) IS NULL AS _wake
 FROM input ORDER BY ord`;
 
 /**
@@ -162,7 +173,7 @@ export function insertUniformJobs(
   payloadJsons: readonly string[],
 ): Statement {
   return {
-    name: 'skiplock_insert_uniform_jobs_v3',
+    name: 'skiplock_insert_uniform_jobs_v4',
     text: INSERT_UNIFORM,
     values: [
       shared.queue,
@@ -220,14 +231,14 @@ ins AS (
          max_attempts, timeout_ms, lease_ms, concurrency_key, concurrency_limit, rate_limit,
          rate_interval_ms, ${statusFor('concurrency_key')}, $14::text, $15::text
   FROM input
-  RETURNING queue, status, run_at
+  RETURNING ${WAKE_COLUMNS}
 )
-SELECT id::text AS id, ${wakeQueuesOf('ins')} AS woke FROM input ORDER BY ord`;
+SELECT id::text AS id, ${wakeFor('ins')} AS _wake FROM input ORDER BY ord`;
 
 /** Inserts jobs with options of their own but no idempotency key: nothing can conflict. */
 export function insertUnkeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_unkeyed_jobs_v5',
+    name: 'skiplock_insert_unkeyed_jobs_v6',
     text: INSERT_UNKEYED,
     values: columnArrays(rows, false),
   };
@@ -254,11 +265,11 @@ ins AS (
          rate_interval_ms, ${statusFor('concurrency_key')}, $15::text, $16::text
   FROM input ORDER BY ord
   ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-  RETURNING id, queue, status, run_at
+  RETURNING id, ${WAKE_COLUMNS}
 )
 SELECT coalesce(ins.id, existing.id)::text AS id,
        ins.id IS NOT NULL AS inserted,
-       ${wakeQueuesOf('ins')} AS woke
+       ${wakeFor('ins')} AS _wake
 FROM input
 LEFT JOIN ins ON ins.id = input.id
 LEFT JOIN skiplock.jobs existing
@@ -274,7 +285,7 @@ ORDER BY input.ord`;
  */
 export function insertKeyedJobs(rows: readonly JobRow[]): Statement {
   return {
-    name: 'skiplock_insert_keyed_jobs_v6',
+    name: 'skiplock_insert_keyed_jobs_v7',
     text: INSERT_KEYED,
     values: columnArrays(rows, true),
   };
@@ -386,14 +397,14 @@ const singletonValues = (row: SingletonRow) => [
 const INSERT_SINGLETON_KEEP = `
 WITH ins AS (${SINGLETON_COLUMNS}
   ON CONFLICT DO NOTHING
-  RETURNING id, queue, status, run_at
+  RETURNING id, ${WAKE_COLUMNS}
 )
-SELECT id::text AS id, true AS inserted, ${WAKE_ROW} AS woke FROM ins`;
+SELECT id::text AS id, true AS inserted, ${WAKE_ROW} AS _wake FROM ins`;
 
 /** Inserts a job unless a queued job (or, with `singletonRunning`, a running one) has its key. */
 export function insertSingletonKeep(row: SingletonRow): Statement {
   return {
-    name: 'skiplock_insert_singleton_keep_v4',
+    name: 'skiplock_insert_singleton_keep_v5',
     text: INSERT_SINGLETON_KEEP,
     values: singletonValues(row),
   };
@@ -412,9 +423,9 @@ WITH ins AS (${SINGLETON_COLUMNS}
                 trace_parent = excluded.trace_parent, trace_state = excluded.trace_state,
                 updated_at = now()
      ${guard}
-  RETURNING id, (xmax = 0) AS inserted, queue, status, run_at
+  RETURNING id, (xmax = 0) AS inserted, ${WAKE_COLUMNS}
 )
-SELECT id::text AS id, inserted, ${WAKE_ROW} AS woke FROM ins`;
+SELECT id::text AS id, inserted, ${WAKE_ROW} AS _wake FROM ins`;
 
 const INSERT_SINGLETON_REPLACE = replaceStatement(
   `singleton_key IS NOT NULL AND NOT singleton_running
@@ -432,12 +443,12 @@ const INSERT_SINGLETON_REPLACE_RUNNING = replaceStatement(
 export function insertSingletonReplace(row: SingletonRow): Statement {
   return row.singleton.running
     ? {
-        name: 'skiplock_insert_singleton_replace_running_v5',
+        name: 'skiplock_insert_singleton_replace_running_v6',
         text: INSERT_SINGLETON_REPLACE_RUNNING,
         values: singletonValues(row),
       }
     : {
-        name: 'skiplock_insert_singleton_replace_v6',
+        name: 'skiplock_insert_singleton_replace_v7',
         text: INSERT_SINGLETON_REPLACE,
         values: singletonValues(row),
       };
