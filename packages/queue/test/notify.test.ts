@@ -130,7 +130,16 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       ]);
       expect(await woken()).toEqual(['wake']);
       expect(admits()).toEqual(['x', 'y']);
-      // Past 16 keys in one statement: one "every key" notification.
+      // 16 keys in one statement: each by name; past 16: one "every key" notification.
+      await client.enqueueMany(
+        ping,
+        Array.from({ length: 16 }, (_, i) => ({
+          payload: { n: 200 + i },
+          concurrencyKey: `m${i}`,
+        })),
+      );
+      await flush(l);
+      expect(admits()).toEqual(Array.from({ length: 16 }, (_, i) => `m${i}`).sort());
       await client.enqueueMany(
         ping,
         Array.from({ length: 17 }, (_, i) => ({
@@ -140,6 +149,12 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       );
       await flush(l);
       expect(admits()).toEqual(['*']);
+      // A keyed singleton scheduled later, then replaced to be due: its key is woken then.
+      const later = { singletonKey: 'w', concurrencyKey: 'wk' };
+      await client.enqueue(ping, { n: 17 }, { ...later, delayMs: 60_000 });
+      await client.enqueue(ping, { n: 18 }, { ...later, singletonMode: 'replace' });
+      expect(await woken()).toEqual([]);
+      expect(admits()).toEqual(['wk']);
       // In a transaction: at its commit, and only if it commits.
       const tx = await db.pool.connect();
       try {
@@ -170,16 +185,23 @@ describe('LISTEN/NOTIFY wake-ups', () => {
   });
 
   it('a keyed job just enqueued wakes a listening admitter, which runs it without its pass', async () => {
-    let started = 0;
+    const started: string[] = [];
     const keyed = defineJob({
       type: 'keyed-wake-up',
       queue: 'keyed-listen-test',
-      payload: z.object({}),
-      concurrencyKey: () => 'tenant:two',
-      handler: async () => void (started += 1),
+      payload: z.object({ key: z.string() }),
+      concurrencyKey: (p) => p.key,
+      handler: async (p) => void started.push(p.key),
     });
+    // A job already waiting, written with plain SQL (no notification): the admission pass a
+    // listener runs once it listens takes it, so once it has run that pass is over, and what
+    // starts afterwards was woken by its own insert.
+    await db.pool.query(
+      `INSERT INTO skiplock.jobs (queue, job_type, payload, status, concurrency_key, concurrency_limit)
+       VALUES ('keyed-listen-test', 'keyed-wake-up', '{"key":"tenant:warm"}', 'waiting', 'tenant:warm', 1)`,
+    );
     // Ten minutes between polls and between admission passes: only the insert's notification can
-    // admit and start this job within the test's deadline.
+    // admit and start the second job within the test's deadline.
     const worker = testWorker(db.newPool(4), [keyed], {
       listen: true,
       pollIntervalMs: 600_000,
@@ -187,14 +209,12 @@ describe('LISTEN/NOTIFY wake-ups', () => {
     });
     await worker.start();
     try {
-      await waitFor(async () => {
-        const { rows } = await db.pool.query(
-          `SELECT 1 FROM pg_stat_activity WHERE application_name = 'skiplock-listener' AND datname = current_database()`,
-        );
-        return rows.length === 1;
+      await waitFor(() => started.includes('tenant:warm'), {
+        timeoutMs: 10_000,
+        what: "the listener's first admission pass to run the waiting job",
       });
-      await client.enqueue(keyed, {});
-      await waitFor(() => started === 1, {
+      await client.enqueue(keyed, { key: 'tenant:two' });
+      await waitFor(() => started.includes('tenant:two'), {
         timeoutMs: 10_000,
         what: 'the notified admitter to admit and start the keyed job',
       });
