@@ -245,19 +245,27 @@ try {
     'skiplock outbox stats counts the event the outbox program relayed',
     outboxStats.stdout,
   );
+  /** Runs `skiplock dashboard` until it listens, fetches `paths` ("status body" each), stops it. */
+  const dashboardPages = async (paths: string[]) => {
+    const pages: string[] = [];
+    const result = await runUntil(bin, ['dashboard', '--port', '0'], {
+      cwd: app,
+      env: { ...env, SKIPLOCK_LOG_LEVEL: 'info' },
+      readyLine: '"reason":"dashboard_listening"',
+      whenReady: async (stdout) => {
+        const url = /"url":"(http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
+        for (const path of paths) {
+          const response = await fetch(`${url}${path}`);
+          pages.push(`${response.status} ${await response.text()}`);
+        }
+      },
+    });
+    return { ...result, pages };
+  };
   // The dashboard from the installed @skiplock/dashboard (dist/ and its assets/), up and stopped;
   // its outbox page loads @skiplock/outbox, an optional peer, from the app's own install.
-  let outboxPage = '';
-  const dashboard = await runUntil(bin, ['dashboard', '--port', '0'], {
-    cwd: app,
-    env: { ...env, SKIPLOCK_LOG_LEVEL: 'info' },
-    readyLine: '"reason":"dashboard_listening"',
-    whenReady: async (stdout) => {
-      const url = /"url":"(http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
-      const response = await fetch(`${url}/outbox`);
-      outboxPage = `${response.status} ${await response.text()}`;
-    },
-  });
+  const dashboard = await dashboardPages(['/outbox']);
+  const [outboxPage = ''] = dashboard.pages;
   check(
     dashboard.code === 0 && dashboard.stdout.includes('"url":"http://127.0.0.1:'),
     'skiplock dashboard serves from the installed package on loopback, and SIGTERM stops it',
@@ -281,20 +289,8 @@ try {
       'without @skiplock/outbox installed, skiplock outbox says it is not installed',
       `exit ${noOutbox.code}\n${noOutbox.stdout}\n${noOutbox.stderr}`,
     );
-    const seen: string[] = [];
-    const bare = await runUntil(bin, ['dashboard', '--port', '0'], {
-      cwd: app,
-      env: { ...env, SKIPLOCK_LOG_LEVEL: 'info' },
-      readyLine: '"reason":"dashboard_listening"',
-      whenReady: async (stdout) => {
-        const url = /"url":"(http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
-        for (const path of ['/', '/outbox']) {
-          const response = await fetch(`${url}${path}`);
-          seen.push(`${response.status} ${await response.text()}`);
-        }
-      },
-    });
-    const [overview = '', missing = ''] = seen;
+    const bare = await dashboardPages(['/', '/outbox']);
+    const [overview = '', missing = ''] = bare.pages;
     check(
       bare.code === 0 &&
         overview.startsWith('200 ') &&

@@ -85,6 +85,15 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       l.admits.length = 0;
       return keys;
     };
+    /** `count` jobs of one bulk, each with a concurrency key of its own: `<prefix><i>`. */
+    const keyedBulk = (prefix: string, count: number) =>
+      client.enqueueMany(
+        ping,
+        Array.from({ length: count }, (_, i) => ({
+          payload: { n: i },
+          concurrencyKey: `${prefix}${i}`,
+        })),
+      );
     try {
       await client.enqueue(ping, { n: 1 });
       expect(await woken()).toEqual(['wake']);
@@ -131,22 +140,10 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       expect(await woken()).toEqual(['wake']);
       expect(admits()).toEqual(['x', 'y']);
       // 16 keys in one statement: each by name; past 16: one "every key" notification.
-      await client.enqueueMany(
-        ping,
-        Array.from({ length: 16 }, (_, i) => ({
-          payload: { n: 200 + i },
-          concurrencyKey: `m${i}`,
-        })),
-      );
+      await keyedBulk('m', 16);
       await flush(l);
       expect(admits()).toEqual(Array.from({ length: 16 }, (_, i) => `m${i}`).sort());
-      await client.enqueueMany(
-        ping,
-        Array.from({ length: 17 }, (_, i) => ({
-          payload: { n: 100 + i },
-          concurrencyKey: `k${i}`,
-        })),
-      );
+      await keyedBulk('k', 17);
       await flush(l);
       expect(admits()).toEqual(['*']);
       // A keyed singleton scheduled later, then replaced to be due: its key is woken then.
