@@ -9,7 +9,14 @@ import { buildBigTable, tableOf } from './scenarios/big-table.js';
 import { churnRun, drainRun, enqueueRun, latencyRun } from './scenarios/queue-runs.js';
 import { runSagas } from './scenarios/sagas.js';
 import { DIRECT, RELAY, runRelay } from './scenarios/relay.js';
-import { processCurve, sagaInflightCurve, tableSizeCurve } from './scenarios/curves.js';
+import {
+  CLAIM_PROBE,
+  CLAIM_PROBE_COLUMNS,
+  CLAIM_PROBE_NOTE,
+  processCurve,
+  sagaInflightCurve,
+  tableSizeCurve,
+} from './scenarios/curves.js';
 import { renderCharts } from './charts.js';
 import { evaluateTargets } from './targets.js';
 import { dropTemplates } from './templates.js';
@@ -199,13 +206,15 @@ async function main(): Promise<void> {
         metric: 'jobs/s',
         higherIsBetter: true,
         columns: {
-          claimP50Ms: 'claim p50 ms',
-          claimP95Ms: 'claim p95 ms',
+          claimP50Ms: 'claim wait p50 ms',
+          claimP95Ms: 'claim wait p95 ms',
           jobsPerClaim: 'jobs/claim',
+          ...CLAIM_PROBE_COLUMNS,
         },
         rows: [],
         notes: [
-          'Claim latency is the round trip of each claim statement as the worker sees it. Graphile Worker and pg-boss delete or archive finished jobs, so this shape is not theirs; the bare SQL baseline runs on the same shape.',
+          CLAIM_PROBE_NOTE,
+          'Graphile Worker and pg-boss delete or archive finished jobs, so this shape is not theirs; the bare SQL baseline runs on the same shape.',
         ],
       };
       scenarios.push(s);
@@ -222,6 +231,7 @@ async function main(): Promise<void> {
             concurrency: 10,
             timeoutMs: 60_000,
             template: templates.get(tableOf(system))!.template,
+            probe: CLAIM_PROBE,
           }),
         );
       } finally {

@@ -32,16 +32,17 @@ const MAX_SAMPLES = 1_000_000;
  * times each one to its result. Peers that use the same `pg` module are counted the same way.
  *
  * A statement sent with a callback (every `pg.Pool.query` is: the pool hands the client one) gets
- * no promise back, so by default it is timed only to its send. `callbacks` times it to its
- * callback instead: the relay scenario does. The queue scenarios keep the default so that their
- * claim latencies compare with the committed runs; timed to the callback, one quick drain on a
- * loaded machine showed skiplock's claim p50 at 34.5 ms instead of 0.40 (bare SQL 4.68 instead of
- * 0.26, pg-boss 101 instead of 0.06): the wait for the result, the worker's busy event loop
- * included.
+ * no promise back, so it is timed to its callback. With `callbacks: false` it was timed only to
+ * its send, which is what the queue scenarios' claim columns measured up to `50871cf`: not the
+ * claim (bare SQL's claims of 100 on 2 M rows "took" 0.03 ms at p50) but the synchronous part of
+ * `client.query`. Timed to the callback, a claim's time includes the wait for the worker's event
+ * loop, busy with the jobs claimed before (one drain of 60,000 jobs at concurrency 10: skiplock's
+ * claims 0.17–0.19 ms at p50 timed to the send, 14–15 ms timed to the callback), so those
+ * columns are called "claim wait"; the claim's own cost is the claim probe's (`claimProbe`).
  */
 export function installQueryCounter(
   isClaim: (text: string) => boolean,
-  { callbacks = false }: { callbacks?: boolean } = {},
+  { callbacks = true }: { callbacks?: boolean } = {},
 ): QueryCounts {
   if (installed) return installed;
   const counts: QueryCounts = { roundTrips: 0, statements: {} };

@@ -43,7 +43,7 @@ const warmup: OutboxMessage = {
  */
 export async function runRelayTask(task: RelayTask, io: ChildIo): Promise<void> {
   // The relay sends through pg.Pool.query: its claims and settles are timed to their results.
-  installQueryCounter(isRelayClaim, { callbacks: true });
+  installQueryCounter(isRelayClaim);
   const target = await broker(task.broker);
   const batchMs: number[] = [];
   let handled = 0;

@@ -138,27 +138,32 @@ export function evaluateTargets(results: BenchResults): TargetResult[] {
       );
     }
   }
+  // Claims are judged by the probe's claim of the seed's 100 jobs (see CLAIM_PROBE_NOTE): a
+  // drain's own claim timings are not the claim's cost.
   const big = by('big-table');
   if (big) {
     const r = row(big, 'skiplock', '1 process × 10');
-    out.push(
-      atMost(
-        'claim p95 ≤ 2 ms on the 2 M-row table',
-        r ? extraMedian(r, 'claimP95Ms') : null,
-        2,
-        'ms',
-      ),
+    const bare = row(big, 'bare', '1 process × 10');
+    const result = atMost(
+      'claim p95 ≤ 2 ms on the 2 M-row table (a claim of 100)',
+      r ? extraMedian(r, 'probe100P95Ms') : null,
+      2,
+      'ms',
     );
+    const of500 = r ? extraMedian(r, 'probe500P95Ms') : null;
+    const bare100 = bare ? extraMedian(bare, 'probe100P95Ms') : null;
+    result.reference += `; bare SQL's ${fmt(bare100)} ms; a claim of 500: ${fmt(of500)} ms`;
+    out.push(result);
   }
   const sizes = by('table-size');
   if (sizes) {
     const p95 = (config: string) => {
       const r = row(sizes, 'skiplock', config);
-      return r ? extraMedian(r, 'claimP95Ms') : null;
+      return r ? extraMedian(r, 'probe100P95Ms') : null;
     };
     const [at2m, at10m] = [p95('2 M rows'), p95('10 M rows')];
     out.push({
-      target: 'claim p95 at 10 M rows within 1.5× of the 2 M-row figure',
+      target: 'claim p95 at 10 M rows within 1.5× of the 2 M-row figure (a claim of 100)',
       skiplock: `${fmt(at10m)} ms`,
       reference: `2 M rows ${fmt(at2m)} ms (limit ${fmt(at2m === null ? null : 1.5 * at2m)} ms; now ${
         at10m !== null && at2m ? fmt(at10m / at2m, 2) : 'n/a'

@@ -107,9 +107,36 @@ async function perKeySampler(url: string, system: QueueSystem) {
   return state;
 }
 
+/** Claims timed by a probe before the drain, which are not: the first of each size warm up. */
+const PROBE_WARMUP = 2;
+
+/**
+ * Times claims of each size in `batches`, `rounds` of each, with the system's `claimProbe` from
+ * this process before the drain starts. Extras `probe<size>P50Ms` and `probe<size>P95Ms`.
+ */
+async function probeClaims(
+  system: QueueSystem,
+  url: string,
+  { batches, rounds }: { batches: readonly number[]; rounds: number },
+): Promise<{ extra: Record<string, number | null>; claimed: number }> {
+  if (!system.claimProbe) throw new Error(`${system.id} has no claim probe`);
+  const extra: Record<string, number | null> = {};
+  let claimed = 0;
+  for (const batch of batches) {
+    const probe = await system.claimProbe(url, batch, rounds + PROBE_WARMUP);
+    const timed = probe.latenciesMs.slice(PROBE_WARMUP);
+    extra[`probe${batch}P50Ms`] = quantile(timed, 0.5);
+    extra[`probe${batch}P95Ms`] = quantile(timed, 0.95);
+    claimed += probe.claimed;
+  }
+  return { extra, claimed };
+}
+
 /**
  * Drains `jobs` queued jobs with worker processes; the clock runs from `go` until the database
  * shows every job settled (a handler run is not enough: the completion must be committed).
+ * With `probe`, claims are timed on their own first (`probeClaims`), and the drain is of the jobs
+ * they left.
  */
 export async function drainRun(
   ctx: RunContext,
@@ -122,6 +149,7 @@ export async function drainRun(
     template?: string;
     /** Sample the most jobs of one key running at once, on a connection of its own. */
     samplePerKey?: boolean;
+    probe?: { batches: readonly number[]; rounds: number };
   },
 ): Promise<Measurement & { claimLatencies: number[] }> {
   const system = await queueSystem(systemId);
@@ -129,9 +157,11 @@ export async function drainRun(
   const admin = await connect(db.url);
   const sampler = opts.samplePerKey ? await perKeySampler(db.url, system) : null;
   try {
+    const probed = opts.probe ? await probeClaims(system, db.url, opts.probe) : null;
+    const jobs = opts.jobs - (probed?.claimed ?? 0);
     const children = await startWorkers(db.url, systemId, opts.processes, opts.concurrency);
     let reports: ChildReport[];
-    let done = opts.jobs;
+    let done = jobs;
     let elapsedMs: number;
     let after: ServerSample;
     const before = await sampleServer(admin, db.name);
@@ -141,7 +171,7 @@ export async function drainRun(
       sampler?.start();
       const deadline = t0 + opts.timeoutMs;
       // Handler counts come over IPC (cheap); the database is asked only near the end.
-      while (children.reduce((n, c) => n + c.handled, 0) < opts.jobs) {
+      while (children.reduce((n, c) => n + c.handled, 0) < jobs) {
         if (performance.now() > deadline) break;
         await sleep(20);
       }
@@ -152,7 +182,7 @@ export async function drainRun(
       }
       elapsedMs = performance.now() - t0;
       await sampler?.stop();
-      done = opts.jobs - (await remaining(admin, system));
+      done = jobs - (await remaining(admin, system));
       after = await sampleServer(admin, db.name);
     } finally {
       reports = await finish(children);
@@ -168,11 +198,12 @@ export async function drainRun(
         claimP95Ms: quantile(claimLatencies, 0.95),
         claims: claimLatencies.length,
         jobsPerClaim: claimLatencies.length > 0 ? done / claimLatencies.length : null,
+        ...probed?.extra,
         ...(sampler ? { mostPerKey: sampler.most, perKeySamples: sampler.samples } : {}),
       },
       accounting: account(done, delta, reports),
       claimLatencies,
-      ...(done < opts.jobs
+      ...(done < jobs
         ? { note: `stopped at the ${opts.timeoutMs / 1000} s limit after ${done} jobs` }
         : {}),
     };

@@ -33,18 +33,19 @@ CREATE INDEX idx_jobs_stale_processing ON bare.jobs (locked_at) WHERE status = '
 `;
 
 // The seed's batch claim, ordered as in its production version.
-const CLAIM = `
+const claimOf = (limit: number) => `
 WITH next_jobs AS (
   SELECT id FROM bare.jobs
   WHERE queue = $1 AND status = 'pending' AND run_at <= NOW()
   ORDER BY priority DESC, run_at ASC, id ASC
   FOR UPDATE SKIP LOCKED
-  LIMIT ${BATCH}
+  LIMIT ${limit}
 )
 UPDATE bare.jobs j
 SET status = 'processing', locked_at = NOW(), locked_by = $2, attempts = attempts + 1, updated_at = NOW()
 FROM next_jobs WHERE j.id = next_jobs.id
 RETURNING j.id, j.payload`;
+const CLAIM = claimOf(BATCH);
 
 const COMPLETE = `
 UPDATE bare.jobs SET status = 'completed', completed_at = NOW(), updated_at = NOW()
@@ -151,6 +152,25 @@ export const bare: QueueSystem = {
   remainingSql: `SELECT count(*)::int AS n FROM bare.jobs WHERE status <> 'completed'`,
   schema: 'bare',
   isClaim: (text) => text.includes('FOR UPDATE SKIP LOCKED') && text.includes('bare.jobs j'),
+  async claimProbe(url, batch, rounds) {
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    const latenciesMs: number[] = [];
+    let claimed = 0;
+    try {
+      const claim = claimOf(batch);
+      for (let round = 0; round < rounds; round++) {
+        const t0 = performance.now();
+        const { rows } = await client.query<{ id: string }>(claim, ['default', 'bare:probe']);
+        latenciesMs.push(performance.now() - t0);
+        claimed += rows.length;
+        await client.query(COMPLETE, [rows.map((r) => r.id)]);
+      }
+    } finally {
+      await client.end();
+    }
+    return { latenciesMs, claimed };
+  },
 };
 
 export const BARE_SCHEMA_SQL = SCHEMA;

@@ -94,6 +94,34 @@ function skiplockSystem(
     remainingSql: `SELECT count(*)::int AS n FROM skiplock.jobs WHERE status NOT IN ('completed', 'dead', 'cancelled')`,
     schema: 'skiplock',
     isClaim: (text) => text.includes("SET status = 'processing'"),
+    async claimProbe(url, batch, rounds) {
+      // `concurrency: batch` with no prefetch: each runOnce() claims `batch` jobs in one
+      // statement, runs them and commits their completion before the next round.
+      const worker = createWorker({
+        connectionString: url,
+        jobs: [noopJob(undefined, keyed)],
+        concurrency: batch,
+        maxPrefetch: 0,
+        logger,
+        ...workerOptions,
+      });
+      const latenciesMs: number[] = [];
+      let claimed = 0;
+      let sent = 0;
+      let first: number | null = null;
+      worker.on('job:claimed', () => {
+        first ??= performance.now();
+        claimed += 1;
+      });
+      for (let round = 0; round < rounds; round++) {
+        first = null;
+        sent = performance.now();
+        await worker.runOnce();
+        if (first !== null) latenciesMs.push(first - sent);
+      }
+      await worker.stop();
+      return { latenciesMs, claimed };
+    },
     mostActivePerKeySql: `SELECT coalesce(max(n), 0)::int AS n FROM (
       SELECT count(*) AS n FROM skiplock.jobs
       WHERE status = 'processing' AND concurrency_key IS NOT NULL GROUP BY concurrency_key) k`,

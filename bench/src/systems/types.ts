@@ -44,6 +44,24 @@ export interface QueueSystem {
   isClaim(text: string): boolean;
   /** The most jobs of one concurrency key (group) running at one instant, for the keys drain. */
   mostActivePerKeySql?: string;
+  /**
+   * Claims `batch` jobs `rounds` times, one claim after the other, completing each batch before
+   * the next, from a process doing nothing else: each claim's round trip without a busy worker's
+   * event loop in it (see `ClaimProbe`).
+   */
+  claimProbe?(url: string, batch: number, rounds: number): Promise<ClaimProbe>;
+}
+
+/**
+ * What `claimProbe` measured. A drain's own claim timings cannot give the claim's cost: a
+ * statement sent through `pg.Pool.query` is timed only to its send (see `query-counter.ts`), and
+ * timed to its result it waits for the worker's event loop, which runs the jobs claimed before.
+ */
+export interface ClaimProbe {
+  /** From sending each claim to having its rows, in ms. */
+  latenciesMs: number[];
+  /** Jobs the probe claimed (and completed) in all. */
+  claimed: number;
 }
 
 /**
