@@ -113,13 +113,16 @@ function skiplockSystem(
         first ??= performance.now();
         claimed += 1;
       });
-      for (let round = 0; round < rounds; round++) {
-        first = null;
-        sent = performance.now();
-        await worker.runOnce();
-        if (first !== null) latenciesMs.push(first - sent);
+      try {
+        for (let round = 0; round < rounds; round++) {
+          first = null;
+          sent = performance.now();
+          await worker.runOnce();
+          if (first !== null) latenciesMs.push(first - sent);
+        }
+      } finally {
+        await worker.stop();
       }
-      await worker.stop();
       return { latenciesMs, claimed };
     },
     mostActivePerKeySql: `SELECT coalesce(max(n), 0)::int AS n FROM (

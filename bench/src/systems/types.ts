@@ -53,9 +53,9 @@ export interface QueueSystem {
 }
 
 /**
- * What `claimProbe` measured. A drain's own claim timings cannot give the claim's cost: a
- * statement sent through `pg.Pool.query` is timed only to its send (see `query-counter.ts`), and
- * timed to its result it waits for the worker's event loop, which runs the jobs claimed before.
+ * What `claimProbe` measured. A drain's own claim timings cannot give the claim's cost: timed to
+ * its result (see `query-counter.ts`), a claim waits for the worker's event loop, which runs the
+ * jobs claimed before.
  */
 export interface ClaimProbe {
   /** From sending each claim to having its rows, in ms. */
