@@ -60,6 +60,7 @@ describe('concurrency keys across worker processes', () => {
     let maxRunning = 0;
     let maxAdmitted = 0;
     let samples = 0;
+    let samplesBeforeKill = 0;
     let samplesAfterRecovery = 0;
     let killed: ChildHandle | null = null;
     const deadline = Date.now() + 150_000;
@@ -68,6 +69,7 @@ describe('concurrency keys across worker processes', () => {
       samples += 1;
       maxRunning = Math.max(maxRunning, s.running);
       maxAdmitted = Math.max(maxAdmitted, s.admitted);
+      if (!killed) samplesBeforeKill += 1;
       if (s.recovered > 0) samplesAfterRecovery += 1;
       if (s.completed === JOBS) break;
       if (!killed && s.completed >= JOBS / 10) {
@@ -83,7 +85,8 @@ describe('concurrency keys across worker processes', () => {
     }
     const recovered = (await sample()).recovered;
     console.log(
-      `[keys] ${samples} samples (${samplesAfterRecovery} after leases were taken back, ` +
+      `[keys] ${samples} samples (${samplesBeforeKill} before the kill, ` +
+        `${samplesAfterRecovery} after leases were taken back, ` +
         `${recovered} jobs): at most ${maxRunning} of a key processing, ${maxAdmitted} admitted`,
     );
     for (const w of workers) if (w !== killed) w.kill('SIGTERM');
@@ -92,8 +95,11 @@ describe('concurrency keys across worker processes', () => {
     expect(maxRunning).toBeLessThanOrEqual(LIMIT);
     expect(maxAdmitted).toBeLessThanOrEqual(LIMIT);
     // The bound was reached (the test could have failed), and the samples span the recovery.
+    // How many samples fit in the run depends on the machine's load: 376-434 with this file
+    // alone, 88 in a CI run with the whole suite alongside (which an earlier floor of 100
+    // failed). The floor is there to catch a sampler that stalled, not to time the run.
     expect(maxRunning).toBe(LIMIT);
-    expect(samples).toBeGreaterThan(100);
+    expect(samples).toBeGreaterThan(40);
     expect(samplesAfterRecovery).toBeGreaterThan(10);
     const { rows } = await db.pool.query<{ status: string; n: number }>(
       `SELECT status, count(*)::int AS n FROM skiplock.jobs GROUP BY status`,
