@@ -32,18 +32,15 @@ const MAX_SAMPLES = 1_000_000;
  * times each one to its result. Peers that use the same `pg` module are counted the same way.
  *
  * A statement sent with a callback (every `pg.Pool.query` is: the pool hands the client one) gets
- * no promise back, so it is timed to its callback. With `callbacks: false` it was timed only to
- * its send, which is what the queue scenarios' claim columns measured up to `50871cf`: not the
- * claim (bare SQL's claims of 100 on 2 M rows "took" 0.03 ms at p50) but the synchronous part of
- * `client.query`. Timed to the callback, a claim's time includes the wait for the worker's event
+ * no promise back, so it is timed to its callback. Before `46349e5` such a statement was timed
+ * only to its send, and that is what the queue scenarios' claim columns measured up to then (the
+ * committed run of `af2daa8` among them): not the claim (bare SQL's claims of 100 on 2 M rows
+ * "took" 0.03 ms at p50) but the synchronous part of `client.query`. Timed to the callback, a claim's time includes the wait for the worker's event
  * loop, busy with the jobs claimed before (one drain of 60,000 jobs at concurrency 10: skiplock's
  * claims 0.17–0.19 ms at p50 timed to the send, 14–15 ms timed to the callback), so those
  * columns are called "claim wait"; the claim's own cost is the claim probe's (`claimProbe`).
  */
-export function installQueryCounter(
-  isClaim: (text: string) => boolean,
-  { callbacks = true }: { callbacks?: boolean } = {},
-): QueryCounts {
+export function installQueryCounter(isClaim: (text: string) => boolean): QueryCounts {
   if (installed) return installed;
   const counts: QueryCounts = { roundTrips: 0, statements: {} };
   installed = counts;
@@ -75,7 +72,7 @@ export function installQueryCounter(
     };
     const last = args.length - 1;
     const callback = args[last];
-    if (callbacks && last > 0 && typeof callback === 'function') {
+    if (last > 0 && typeof callback === 'function') {
       args[last] = (...results: unknown[]) => {
         done();
         return (callback as (...a: unknown[]) => unknown)(...results);

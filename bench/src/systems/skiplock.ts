@@ -107,7 +107,6 @@ function skiplockSystem(
       });
       const latenciesMs: number[] = [];
       let claimed = 0;
-      let sent = 0;
       let first: number | null = null;
       worker.on('job:claimed', () => {
         first ??= performance.now();
@@ -116,7 +115,7 @@ function skiplockSystem(
       try {
         for (let round = 0; round < rounds; round++) {
           first = null;
-          sent = performance.now();
+          const sent = performance.now();
           await worker.runOnce();
           if (first !== null) latenciesMs.push(first - sent);
         }
