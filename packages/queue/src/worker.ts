@@ -25,7 +25,7 @@ import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics
 import { resolveTracer, type TracingOption } from './tracing.js';
 import { resolvePool, type PoolSource } from './pool.js';
 import { createRetention, type Retention, type RetentionOptions } from './retention.js';
-import { claimJobs, type ClaimedRow } from './sql/claim.js';
+import { claimJobs, inClaimOrder, type ClaimedRow } from './sql/claim.js';
 import { namedStatement, preparedRunner } from './prepared.js';
 import { releaseJobs } from './sql/settle.js';
 import { createSweeper, type Sweeper, type SweeperOptions } from './sweeper.js';
@@ -458,6 +458,7 @@ export function createWorker(options: WorkerOptions): Worker {
     );
     metrics.claimDuration.observe((performance.now() - started) / 1000);
     metrics.claimBatchSize.observe(rows.length);
+    inClaimOrder(rows);
     if (rows.length > 0) {
       let bytes = 0;
       for (const row of rows) bytes += row.payload_bytes ?? 0;

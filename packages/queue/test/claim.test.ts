@@ -264,19 +264,36 @@ describe('claiming', () => {
         payload: z.object({ name: z.string() }),
         handler: ({ name }) => void order.push(name),
       });
-      // Lowest ids first, so id order (how the rows come back from the update) is the wrong order.
-      await client.enqueue(ranked, { name: 'low-old' }, { priority: 0 });
-      await client.enqueue(ranked, { name: 'mid' }, { priority: 5 });
-      await client.enqueue(ranked, { name: 'high' }, { priority: 10 });
-      await db.pool.query(
-        `UPDATE skiplock.jobs SET run_at = now() - interval '10 seconds'
-         WHERE queue = $1 AND payload->>'name' = 'low-old'`,
-        [queue],
+      // Ids rise in this order, which is not the claim order, so id order (how the rows come
+      // back from the update) is wrong at every level: priority, then run_at, then id.
+      for (const [name, priority] of [
+        ['low-old', 0],
+        ['mid', 5],
+        ['high', 10],
+        ['mid-earlier', 5],
+        ['mid-twin', 5],
+        ['low-older', 0],
+      ] as const) {
+        await client.enqueue(ranked, { name }, { priority });
+      }
+      const setRunAt = (name: string, runAt: string) =>
+        db.pool.query(
+          `UPDATE skiplock.jobs SET run_at = ${runAt} WHERE queue = $1 AND payload->>'name' = $2`,
+          [queue, name],
+        );
+      await setRunAt('low-old', `now() - interval '10 seconds'`);
+      await setRunAt('low-older', `now() - interval '20 seconds'`);
+      await setRunAt('mid-earlier', `now() - interval '2 seconds'`);
+      // The same run_at as mid: id breaks the tie.
+      await setRunAt(
+        'mid-twin',
+        `(SELECT run_at FROM skiplock.jobs WHERE queue = $1 AND payload->>'name' = 'mid')`,
       );
-      const worker = testWorker(db.pool, [ranked], { concurrency: 3, agingMs });
-      expect(await worker.runOnce()).toBe(3);
+      const worker = testWorker(db.pool, [ranked], { concurrency: 6, agingMs });
+      expect(await worker.runOnce()).toBe(6);
+      const ranks = ['high', 'mid-earlier', 'mid', 'mid-twin'];
       expect(order).toEqual(
-        agingMs === null ? ['high', 'mid', 'low-old'] : ['low-old', 'high', 'mid'],
+        agingMs === null ? [...ranks, 'low-older', 'low-old'] : ['low-older', 'low-old', ...ranks],
       );
     }
   });
