@@ -94,8 +94,15 @@ const LATENCY_SYSTEMS = quick
   : ['skiplock', 'skiplock-unprepared', 'skiplock-poll', 'graphile', 'graphile-lq', 'pgboss'];
 const CHURN_SYSTEMS = quick ? ['skiplock'] : ['skiplock', 'graphile', 'pgboss'];
 // skiplock-sync waits for the WAL flush on its claims, as bare SQL's claim does: the like-for-like
-// figure beside skiplock's default.
-const BIG_TABLE_SYSTEMS = ['skiplock', 'skiplock-sync', 'skiplock-unprepared', 'bare'];
+// figure beside skiplock's default. skiplock-poll (listen: false) claims on its pool, planned on
+// every call, where the default claims on its LISTEN connection with a generic plan.
+const BIG_TABLE_SYSTEMS = [
+  'skiplock',
+  'skiplock-poll',
+  'skiplock-sync',
+  'skiplock-unprepared',
+  'bare',
+];
 
 function packageVersion(name: string): string {
   try {

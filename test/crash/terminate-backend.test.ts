@@ -42,8 +42,9 @@ async function terminateOne(client: pg.Client, kind: Kind): Promise<boolean> {
   const { rows } = await client.query<{ hit: boolean }>(
     `SELECT pg_terminate_backend(pid) AS hit FROM (
        SELECT pid, CASE
-         WHEN application_name = 'skiplock-listener' THEN 'listener'
+         -- Claims run on the listener's connection while it is up, and on the pool's meanwhile.
          WHEN state = 'active' AND query LIKE '%SKIP LOCKED%' THEN 'claim'
+         WHEN application_name = 'skiplock-listener' THEN 'listener'
          WHEN state = 'active' AND query LIKE '%''completed''%' THEN 'complete'
          WHEN state = 'idle in transaction' THEN 'in_transaction'
          ELSE 'other' END AS kind

@@ -16,18 +16,25 @@ export interface ListenerOptions {
   logger: Logger;
   /** Reconnect attempts in a row before giving up on LISTEN (polling carries on). */
   maxReconnectAttempts?: number | undefined;
+  /**
+   * Run once on each new connection after LISTEN, for the other statements the worker sends on it
+   * (its claims, see `claimClient`); a failure is logged and the connection kept.
+   */
+  sessionSql?: string | undefined;
 }
 
 /**
- * Holds one LISTEN connection per worker. When it drops (database restart, terminated backend),
- * it reconnects with capped, jittered backoff; meanwhile, and for good after too many failures,
- * the worker's polling keeps claims going, so a lost listener only costs latency.
+ * Holds one LISTEN connection per worker, on which the worker also claims (`claimClient`). When it
+ * drops (database restart, terminated backend), it reconnects with capped, jittered backoff;
+ * meanwhile, and for good after too many failures, the worker polls and claims on its pool, so a
+ * lost listener only costs latency.
  */
 export class Listener {
   private client: pg.Client | null = null;
   private readonly stopper = new AbortController();
   private loop: Promise<void> | null = null;
   private connected = false;
+  private readonly waiters = new Set<() => void>();
   reconnects = 0;
 
   constructor(private readonly options: ListenerOptions) {}
@@ -36,8 +43,32 @@ export class Listener {
     return this.connected;
   }
 
+  /**
+   * The connection while it is up and listening, for the worker's claims: a claim sent here needs
+   * no pool checkout, and `sessionSql` has set the connection up for it.
+   */
+  get claimClient(): pg.Client | null {
+    return this.connected ? this.client : null;
+  }
+
   start(): void {
     this.loop ??= this.run();
+  }
+
+  /** Starts listening if it has not, and waits up to `ms` for the connection; says if it is up. */
+  async ready(ms: number): Promise<boolean> {
+    this.start();
+    if (this.connected || this.stopper.signal.aborted) return this.connected;
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.waiters.add(done);
+    });
+    return this.connected;
   }
 
   async stop(): Promise<void> {
@@ -80,11 +111,16 @@ export class Listener {
     this.client = client;
     let ended!: () => void;
     const done = new Promise<void>((resolve) => (ended = resolve));
+    // Not connected from the moment it fails, so no claim is sent on a client already gone.
     client.on('error', (error) => {
+      this.connected = false;
       this.options.logger.debug({ reason: 'listen_error', err: error.message }, 'listener error');
       ended();
     });
-    client.on('end', () => ended());
+    client.on('end', () => {
+      this.connected = false;
+      ended();
+    });
     client.on('notification', (msg) => {
       if (msg.channel === ADMIT_CHANNEL) this.options.onAdmit?.(msg.payload ?? '*');
       else this.options.onNotify(msg.payload ?? '');
@@ -93,6 +129,14 @@ export class Listener {
       await client.connect();
       const channels = this.options.channels ?? [NOTIFY_CHANNEL, ADMIT_CHANNEL];
       await client.query(channels.map((channel) => `LISTEN ${channel}`).join('; '));
+      if (this.options.sessionSql) {
+        await client.query(this.options.sessionSql).catch((error: unknown) => {
+          this.options.logger.warn(
+            { reason: 'listen_session_setting', err: String(error) },
+            'the LISTEN connection kept its defaults for claims',
+          );
+        });
+      }
     } catch (error) {
       this.options.logger.debug({ reason: 'listen_error', err: String(error) }, 'listen failed');
       await client.end().catch(() => {});
@@ -104,6 +148,7 @@ export class Listener {
       return 'connected-then-dropped';
     }
     this.connected = true;
+    for (const waiter of [...this.waiters]) waiter();
     // Work may have arrived while we were not listening.
     this.options.onNotify('*');
     this.options.onAdmit?.('*');

@@ -25,7 +25,7 @@ import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics
 import { resolveTracer, type TracingOption } from './tracing.js';
 import { resolvePool, type PoolSource } from './pool.js';
 import { createRetention, type Retention, type RetentionOptions } from './retention.js';
-import { claimJobs, inClaimOrder, type ClaimedRow } from './sql/claim.js';
+import { CLAIM_SESSION_SQL, claimJobs, inClaimOrder, type ClaimedRow } from './sql/claim.js';
 import { namedStatement, preparedRunner } from './prepared.js';
 import { releaseJobs } from './sql/settle.js';
 import { createSweeper, type Sweeper, type SweeperOptions } from './sweeper.js';
@@ -153,7 +153,11 @@ export interface Worker {
    * attempt. Closes the pool if the worker created it.
    */
   stop(options?: StopOptions): Promise<void>;
-  /** Claims one batch and runs it to its settle, without starting the loop. Returns the count. */
+  /**
+   * Claims one batch and runs it to its settle, without starting the loop. Returns the count.
+   * With `listen` on it claims on the LISTEN connection as the loop does, opening it on first use
+   * and keeping it until `stop()`.
+   */
   runOnce(): Promise<number>;
   /** Renews the leases of running jobs now (normally done on an interval). */
   heartbeat(): Promise<HeartbeatResult>;
@@ -165,6 +169,11 @@ export interface Worker {
 
 /** Default for how long stop() waits for releases and closes after the drain deadline. */
 const STOP_GRACE_MS = 10_000;
+/**
+ * How long runOnce() waits for the LISTEN connection it claims on to come up before it claims on
+ * the pool instead (a connection takes a few ms here; a server that refuses it fails the claim).
+ */
+const RUN_ONCE_LISTEN_WAIT_MS = 2_000;
 
 /** True when `work` settled within `ms`; never rejects. */
 async function settleWithin(ms: number, work: Promise<unknown>): Promise<boolean> {
@@ -415,6 +424,7 @@ export function createWorker(options: WorkerOptions): Worker {
           if (queue === '*' || queues.includes(queue)) wake('work');
         },
         onAdmit: (key) => admitter?.poke(key),
+        sessionSql: CLAIM_SESSION_SQL,
       })
     : null;
 
@@ -443,8 +453,9 @@ export function createWorker(options: WorkerOptions): Worker {
 
   async function claim(limit: number): Promise<ClaimedRow[]> {
     const started = performance.now();
+    // On the LISTEN connection while it is up (see CLAIM_SESSION_SQL), else on the pool.
     const { rows } = await run<ClaimedRow>(
-      pool,
+      listener?.claimClient ?? pool,
       namedStatement(
         'skiplock_claim',
         claimJobs({
@@ -670,10 +681,11 @@ export function createWorker(options: WorkerOptions): Worker {
       (async () => {
         await Promise.allSettled([...inflight]);
         await completer.drain();
+        // The listener may have been opened by runOnce() on a worker never started.
+        await listener?.stop();
         if (wasRunning) {
           await heartbeat.stop();
           await Promise.all([
-            listener?.stop(),
             sweeper?.stop(),
             retention?.stop(),
             scheduler?.stop(),
@@ -767,6 +779,9 @@ export function createWorker(options: WorkerOptions): Worker {
     },
     async runOnce() {
       if (state !== 'idle') throw new ConfigError(`runOnce needs an idle worker; it is ${state}`);
+      // The claim goes where a started worker's would: on the LISTEN connection, opened here
+      // (and kept until stop()) if it is not yet, or on the pool if it does not come up in time.
+      if (listener) await listener.ready(RUN_ONCE_LISTEN_WAIT_MS);
       const rows = await claim(Math.min(config.concurrency, batchSize));
       const tasks = rows.map((row) => accept(row));
       pump();
