@@ -142,4 +142,59 @@ describe('stopping a worker whose database hangs', () => {
       await pool.end().catch(() => {});
     }
   });
+
+  it('with only its LISTEN connection hung, stop() still stops the sweeper and the rest', async () => {
+    const target = new URL(db.url);
+    const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    const logs = captureLogs();
+    const idle = defineJob({ type: 'hangs-listening', payload: z.object({}), handler: () => {} });
+    const pool = new pg.Pool({ connectionString: proxy.urlThrough(db.url), max: 4 });
+    pool.on('error', () => {});
+    const client = createClient({ pool: db.pool, logger: logs.logger });
+    // The LISTEN connection goes through the proxy (it takes the pool's settings) and is the one
+    // frozen: a close it sends is never answered, as on a network that dropped it. The loop naps
+    // (pollIntervalMs), so no claim is on it to cut short. The sweeper runs every 100 ms on the
+    // pool, which still reaches the database: one left running shows at once.
+    const worker = createWorker({
+      pool,
+      jobs: [idle],
+      logger: logs.logger,
+      listen: true,
+      sweeper: { intervalMs: 100 },
+      retention: false,
+      pollIntervalMs: 600_000,
+    });
+    try {
+      await worker.start();
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT 1 FROM pg_stat_activity WHERE application_name = 'skiplock-listener'
+             AND datname = current_database() AND state = 'idle'`,
+        );
+        return rows.length === 1;
+      });
+      proxy.freezeConnections('skiplock-listener');
+      await worker.stop({ timeoutMs: 100, graceMs: 500 });
+      expect(logs.reasons()).toContain('stop_timeout');
+
+      // A job whose lease passed, held by a worker that is gone: a sweeper still running after
+      // stop() would take it back within its interval.
+      const { id } = await client.enqueue(idle, {});
+      await db.pool.query(
+        `UPDATE skiplock.jobs SET status = 'processing', locked_by = 'gone', attempts = 1,
+           lease_expires_at = now() - interval '1 minute' WHERE id = $1`,
+        [id],
+      );
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      const { rows } = await db.pool.query<{ status: string }>(
+        'SELECT status::text FROM skiplock.jobs WHERE id = $1',
+        [id],
+      );
+      expect(rows[0]!.status).toBe('processing');
+    } finally {
+      proxy.sever();
+      await proxy.close();
+      await pool.end().catch(() => {});
+    }
+  });
 });

@@ -10,6 +10,11 @@ export interface TcpProxy {
    */
   freeze(): void;
   /**
+   * Freezes only the connections whose startup message holds `text` (an application_name, say),
+   * as if just those were cut off; `resume()` heals them too.
+   */
+  freezeConnections(text: string): void;
+  /**
    * Cuts the network the other way: every connection through the proxy is reset, and new ones
    * are refused, so queries fail at once instead of hanging.
    */
@@ -40,6 +45,12 @@ interface Link {
   toClient: Buffer[];
   /** Drop the link instead of delivering the server's next bytes (see `cutAfterNextCommit`). */
   cutOnReply?: () => void;
+  /** The client closed its side during a partition: the server hears of it once it heals. */
+  clientEnded?: boolean;
+  /** The client's first bytes (its startup message). */
+  startup?: string;
+  /** Frozen on its own (see `freezeConnections`). */
+  frozen?: boolean;
 }
 
 /** A COMMIT as node-postgres sends it: a simple-protocol Query message ('Q', length, text). */
@@ -82,7 +93,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     }
     const queue = toUpstream ? link.toUpstream : link.toClient;
     const out = toUpstream ? link.upstream : link.client;
-    if (frozen || !out || queue.length > 0) {
+    if (frozen || link.frozen || !out || queue.length > 0) {
       if (held + chunk.length > MAX_HELD_BYTES) return drop(link);
       held += chunk.length;
       queue.push(chunk);
@@ -100,31 +111,41 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     for (const chunk of link.toClient) link.client.write(chunk);
     for (const chunk of link.toClient) held -= chunk.length;
     link.toClient = [];
+    if (link.clientEnded && link.upstream) link.upstream.end();
   };
 
   const openUpstream = (link: Link) => {
     const upstream = connect(target.port, target.host);
     link.upstream = upstream;
     upstream.on('connect', () => {
-      if (!frozen) flush(link);
+      if (!frozen && !link.frozen) flush(link);
     });
     upstream.on('data', (chunk: Buffer) => forward(link, chunk, false));
     upstream.on('error', () => drop(link));
     upstream.on('close', () => {
       // The server's side closed: let the client see it once the partition (if any) heals.
-      if (frozen) return;
+      if (frozen || link.frozen) return;
       drop(link);
     });
   };
 
-  const server = createServer((client) => {
+  // Half-open allowed: a client's close (its FIN) is passed on as bytes are, so during a partition
+  // it is not answered, and a client ending its connection waits as it would on a real network.
+  const server = createServer({ allowHalfOpen: true }, (client) => {
     if (severed) {
       client.destroy();
       return;
     }
     const link: Link = { client, upstream: null, toUpstream: [], toClient: [] };
     links.add(link);
-    client.on('data', (chunk: Buffer) => forward(link, chunk, true));
+    client.on('data', (chunk: Buffer) => {
+      link.startup ??= chunk.toString('latin1');
+      forward(link, chunk, true);
+    });
+    client.on('end', () => {
+      link.clientEnded = true;
+      if (!frozen && !link.frozen && link.toUpstream.length === 0) link.upstream?.end();
+    });
     client.on('error', () => drop(link));
     client.on('close', () => drop(link));
     // A connection made during a partition reaches the server only when it heals.
@@ -148,6 +169,9 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     freeze() {
       frozen = true;
     },
+    freezeConnections(text) {
+      for (const link of links) if (link.startup?.includes(text)) link.frozen = true;
+    },
     cutAfterNextCommit() {
       return new Promise<void>((resolve) => (commitCut = resolve));
     },
@@ -159,6 +183,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
       frozen = false;
       severed = false;
       for (const link of [...links]) {
+        link.frozen = false;
         if (!link.upstream) {
           openUpstream(link);
         } else if (link.upstream.destroyed) {

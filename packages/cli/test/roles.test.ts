@@ -197,6 +197,8 @@ describe('skiplock roles', () => {
       retention: false,
     });
     await denied(() => claimer.runOnce());
+    // runOnce() opened the worker's LISTEN connection; stop() closes it.
+    await claimer.stop();
     await denied(() =>
       producerPool.query(`SELECT id FROM skiplock.jobs FOR UPDATE SKIP LOCKED LIMIT 1`),
     );

@@ -34,10 +34,19 @@ export class Listener {
   private readonly stopper = new AbortController();
   private loop: Promise<void> | null = null;
   private connected = false;
+  private gaveUp = false;
   private readonly waiters = new Set<() => void>();
+  /** Rejects once stop() is called. */
+  private readonly stopped = new Promise<never>((_resolve, reject) =>
+    this.stopper.signal.addEventListener('abort', () => reject(new Error('listener stopped')), {
+      once: true,
+    }),
+  );
   reconnects = 0;
 
-  constructor(private readonly options: ListenerOptions) {}
+  constructor(private readonly options: ListenerOptions) {
+    this.stopped.catch(() => {});
+  }
 
   get isListening(): boolean {
     return this.connected;
@@ -55,10 +64,14 @@ export class Listener {
     this.loop ??= this.run();
   }
 
-  /** Starts listening if it has not, and waits up to `ms` for the connection; says if it is up. */
+  /**
+   * Starts listening if it has not, and waits up to `ms` for the connection; says if it is up. The
+   * wait ends early when an attempt fails (the next comes after a backoff), when the listener gave
+   * up and on stop(): the caller then goes on without it rather than wait for nothing.
+   */
   async ready(ms: number): Promise<boolean> {
     this.start();
-    if (this.connected || this.stopper.signal.aborted) return this.connected;
+    if (this.connected || this.ended) return this.connected;
     await new Promise<void>((resolve) => {
       const done = () => {
         clearTimeout(timer);
@@ -73,8 +86,18 @@ export class Listener {
 
   async stop(): Promise<void> {
     this.stopper.abort();
+    this.wakeWaiters();
     await this.client?.end().catch(() => {});
     await this.loop;
+  }
+
+  /** True once the loop will not connect again (stopped, or gave up). */
+  private get ended(): boolean {
+    return this.stopper.signal.aborted || this.gaveUp;
+  }
+
+  private wakeWaiters(): void {
+    for (const waiter of [...this.waiters]) waiter();
   }
 
   private async run(): Promise<void> {
@@ -82,6 +105,8 @@ export class Listener {
     let failures = 0;
     while (!this.stopper.signal.aborted) {
       const closed = await this.connectOnce();
+      // Whoever waits in ready() goes on without the connection until the next attempt.
+      this.wakeWaiters();
       if (this.stopper.signal.aborted) break;
       if (closed === 'connected-then-dropped') failures = 0;
       failures += 1;
@@ -90,6 +115,7 @@ export class Listener {
           { reason: 'listen_gave_up', attempts: failures - 1 },
           'LISTEN connection keeps failing; relying on polling only',
         );
+        this.gaveUp = true;
         return;
       }
       const delay = retryDelayMs(failures, 30_000);
@@ -126,7 +152,9 @@ export class Listener {
       else this.options.onNotify(msg.payload ?? '');
     });
     try {
-      await client.connect();
+      // node-postgres never settles connect() on a client ended while it connects (stop() during
+      // an attempt a server has not answered yet), so the wait also ends on stop().
+      await Promise.race([client.connect(), this.stopped]);
       const channels = this.options.channels ?? [NOTIFY_CHANNEL, ADMIT_CHANNEL];
       await client.query(channels.map((channel) => `LISTEN ${channel}`).join('; '));
       if (this.options.sessionSql) {
@@ -148,7 +176,7 @@ export class Listener {
       return 'connected-then-dropped';
     }
     this.connected = true;
-    for (const waiter of [...this.waiters]) waiter();
+    this.wakeWaiters();
     // Work may have arrived while we were not listening.
     this.options.onNotify('*');
     this.options.onAdmit?.('*');

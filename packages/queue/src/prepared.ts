@@ -23,11 +23,16 @@ export function namedStatement(prefix: string, query: SQL): Statement {
   return { name: `${prefix}_${hash}`, text, values };
 }
 
-/** Runs `statement` on `target`; with `opening`, the transaction's BEGIN goes with it. */
+/**
+ * Runs `statement` on `target`; with `opening`, the transaction's BEGIN goes with it. `alone`:
+ * `target` is a connection of skiplock's own that runs the statement outside any transaction (the
+ * worker's LISTEN connection), so a statement that failed there can be sent again, as on `pool`.
+ */
 export type StatementRunner = <T>(
   target: Queryable,
   statement: Statement,
   opening?: Opening,
+  alone?: boolean,
 ) => Promise<QueryOutcome<T>>;
 
 /**
@@ -35,7 +40,7 @@ export type StatementRunner = <T>(
  * pooler such as PgBouncer in transaction mode before 1.21 (or with `max_prepared_statements = 0`)
  * moves the client to another server connection, or something ran DISCARD ALL. Either way the
  * failed statement did not run. From then on statements go unnamed (logged once with reason
- * `prepared_statements_off`); one sent on `pool` is simply sent again, one in a caller's
+ * `prepared_statements_off`); one sent on `pool` (or `alone`) is simply sent again, one in a caller's
  * transaction cannot be (the error aborted that transaction), so the caller sees it once.
  */
 export function preparedRunner(options: {
@@ -46,7 +51,12 @@ export function preparedRunner(options: {
   who: string;
 }): StatementRunner {
   let enabled = options.enabled;
-  return async function run<T>(target: Queryable, statement: Statement, opening?: Opening) {
+  return async function run<T>(
+    target: Queryable,
+    statement: Statement,
+    opening?: Opening,
+    alone = false,
+  ) {
     if (!enabled) return runStatement<T>(target, statement, false, opening);
     try {
       return await runStatement<T>(target, statement, true, opening);
@@ -61,7 +71,7 @@ export function preparedRunner(options: {
             `mode?); ${options.who} sends statements unnamed from now on — set preparedStatements: false`,
         );
       }
-      if (target !== options.pool) throw error;
+      if (target !== options.pool && !(alone && opening === undefined)) throw error;
       return runStatement<T>(target, statement, false);
     }
   };

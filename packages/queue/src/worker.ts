@@ -155,8 +155,9 @@ export interface Worker {
   stop(options?: StopOptions): Promise<void>;
   /**
    * Claims one batch and runs it to its settle, without starting the loop. Returns the count.
-   * With `listen` on it claims on the LISTEN connection as the loop does, opening it on first use
-   * and keeping it until `stop()`.
+   * With `listen` (and prepared statements) on it claims on the LISTEN connection as the loop
+   * does, opening it on first use and keeping it until `stop()`: a worker never started must
+   * then still be stopped, or that connection keeps the process alive.
    */
   runOnce(): Promise<number>;
   /** Renews the leases of running jobs now (normally done on an interval). */
@@ -171,7 +172,8 @@ export interface Worker {
 const STOP_GRACE_MS = 10_000;
 /**
  * How long runOnce() waits for the LISTEN connection it claims on to come up before it claims on
- * the pool instead (a connection takes a few ms here; a server that refuses it fails the claim).
+ * the pool instead. A connection takes a few ms here; an attempt that fails ends the wait at once
+ * (the claim then goes on the pool, and fails there too if the server is down).
  */
 const RUN_ONCE_LISTEN_WAIT_MS = 2_000;
 
@@ -423,10 +425,19 @@ export function createWorker(options: WorkerOptions): Worker {
         onNotify: (queue) => {
           if (queue === '*' || queues.includes(queue)) wake('work');
         },
-        onAdmit: (key) => admitter?.poke(key),
+        // Admissions are the admitter's, which runs only in a started worker (runOnce() opens
+        // this connection too, and must not set it going).
+        onAdmit: (key) => {
+          if (state === 'running') admitter?.poke(key);
+        },
         sessionSql: CLAIM_SESSION_SQL,
       })
     : null;
+
+  // The LISTEN connection plans the claim once, generically (CLAIM_SESSION_SQL): that saves
+  // only for a prepared claim; unnamed, the claim goes on the pool and leaves that connection to
+  // its notifications.
+  const claimsOnListener = listener !== null && config.preparedStatements;
 
   let state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   let loopDone: Promise<void> | null = null;
@@ -454,8 +465,9 @@ export function createWorker(options: WorkerOptions): Worker {
   async function claim(limit: number): Promise<ClaimedRow[]> {
     const started = performance.now();
     // On the LISTEN connection while it is up (see CLAIM_SESSION_SQL), else on the pool.
+    const client = claimsOnListener ? (listener?.claimClient ?? null) : null;
     const { rows } = await run<ClaimedRow>(
-      listener?.claimClient ?? pool,
+      client ?? pool,
       namedStatement(
         'skiplock_claim',
         claimJobs({
@@ -466,6 +478,8 @@ export function createWorker(options: WorkerOptions): Worker {
           asyncCommit: config.asyncCommit,
         }),
       ),
+      undefined,
+      client !== null,
     );
     metrics.claimDuration.observe((performance.now() - started) / 1000);
     metrics.claimBatchSize.observe(rows.length);
@@ -605,6 +619,8 @@ export function createWorker(options: WorkerOptions): Worker {
         rows = await claim(limit);
         failures = 0;
       } catch (error) {
+        // A claim cut short by stop() (its connection closed under it) is not a failure.
+        if (state !== 'running') break;
         failures += 1;
         metrics.claimErrors.inc();
         logger.warn(
@@ -681,18 +697,22 @@ export function createWorker(options: WorkerOptions): Worker {
       (async () => {
         await Promise.allSettled([...inflight]);
         await completer.drain();
-        // The listener may have been opened by runOnce() on a worker never started.
-        await listener?.stop();
-        if (wasRunning) {
-          await heartbeat.stop();
-          await Promise.all([
-            sweeper?.stop(),
-            retention?.stop(),
-            scheduler?.stop(),
-            admitter?.stop(),
-            jobGauges?.stop(),
-          ]);
-        }
+        // Every stop() is called at once, so each loop is told to end at once: one that waits on
+        // a database that hangs (the listener's close, say) cannot keep the others running. The
+        // listener may have been opened by runOnce() on a worker never started.
+        await Promise.all([
+          listener?.stop(),
+          ...(wasRunning
+            ? [
+                heartbeat.stop(),
+                sweeper?.stop(),
+                retention?.stop(),
+                scheduler?.stop(),
+                admitter?.stop(),
+                jobGauges?.stop(),
+              ]
+            : []),
+        ]);
         await owned.release();
       })(),
     );
@@ -781,7 +801,9 @@ export function createWorker(options: WorkerOptions): Worker {
       if (state !== 'idle') throw new ConfigError(`runOnce needs an idle worker; it is ${state}`);
       // The claim goes where a started worker's would: on the LISTEN connection, opened here
       // (and kept until stop()) if it is not yet, or on the pool if it does not come up in time.
-      if (listener) await listener.ready(RUN_ONCE_LISTEN_WAIT_MS);
+      if (claimsOnListener) await listener.ready(RUN_ONCE_LISTEN_WAIT_MS);
+      // stop() may have begun while this waited for the connection: nothing is claimed then.
+      if (state !== 'idle') return 0;
       const rows = await claim(Math.min(config.concurrency, batchSize));
       const tasks = rows.map((row) => accept(row));
       pump();
