@@ -10,7 +10,8 @@ const db = await useTestDatabase();
 
 /**
  * The saga's statements go out as named prepared statements. One connection for the runtime and
- * its worker lets the test read that connection's `pg_prepared_statements` and take them away.
+ * its worker lets the test read that connection's `pg_prepared_statements` and take them away
+ * (the worker does not listen: it would claim on its LISTEN connection, out of their reach).
  */
 const pools: pg.Pool[] = [];
 afterAll(async () => {
@@ -44,6 +45,7 @@ function start(pool: pg.Pool, preparedStatements?: boolean, logger = silent) {
     jobs: runtime.jobs,
     logger,
     concurrency: 1,
+    listen: false,
     pollIntervalMs: 20,
     sweeper: false,
     retention: false,

@@ -37,7 +37,7 @@ export interface ClaimedRow {
  * default (`auto`), PostgreSQL plans each claim afresh for good: the generic plan's estimate
  * (`LIMIT $n` guessed at a tenth of the rows) costs it above the custom plans, though both run
  * the same index scans. Measured on the 2 M-row table, claim of 100 on one connection each, 50
- * claims interleaved: p50 1.64 ms generic, 1.90 custom and 1.90 auto; planning 0.31 ms of each
+ * claims interleaved: p50 1.64 ms generic, 1.92 custom and 1.90 auto; planning 0.31 ms of each
  * custom claim. The claim's generic plans are checked on a table never analyzed and on one full
  * of pending jobs (claim.test.ts).
  */
