@@ -166,13 +166,19 @@ describe('stopping a worker whose database hangs', () => {
     });
     try {
       await worker.start();
+      // Up, and done with its first claim (the connection's "work may have arrived" wakes the
+      // loop, which claims there): frozen before that ends, the close would find a query running
+      // and drop the socket at once instead of waiting.
       await waitFor(async () => {
         const { rows } = await db.pool.query(
           `SELECT 1 FROM pg_stat_activity WHERE application_name = 'skiplock-listener'
-             AND datname = current_database() AND state = 'idle'`,
+             AND datname = current_database() AND state = 'idle'
+             AND query LIKE '%FOR UPDATE SKIP LOCKED%'`,
         );
         return rows.length === 1;
       });
+      // The loop then naps for pollIntervalMs; its next turn is not before stop().
+      await new Promise((resolve) => setTimeout(resolve, 50));
       proxy.freezeConnections('skiplock-listener');
       await worker.stop({ timeoutMs: 100, graceMs: 500 });
       expect(logs.reasons()).toContain('stop_timeout');

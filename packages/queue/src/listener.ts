@@ -36,16 +36,24 @@ export class Listener {
   private connected = false;
   private gaveUp = false;
   private readonly waiters = new Set<() => void>();
-  /** Rejects once stop() is called. */
-  private readonly stopped = new Promise<never>((_resolve, reject) =>
-    this.stopper.signal.addEventListener('abort', () => reject(new Error('listener stopped')), {
-      once: true,
-    }),
-  );
   reconnects = 0;
 
-  constructor(private readonly options: ListenerOptions) {
-    this.stopped.catch(() => {});
+  constructor(private readonly options: ListenerOptions) {}
+
+  /** `work`, or a rejection once stop() is called; leaves no handler behind either way. */
+  private async untilStopped<T>(work: Promise<T>): Promise<T> {
+    const signal = this.stopper.signal;
+    let onAbort = () => {};
+    const stopped = new Promise<never>((_resolve, reject) => {
+      onAbort = () => reject(new Error('listener stopped'));
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+    });
+    try {
+      return await Promise.race([work, stopped]);
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
   }
 
   get isListening(): boolean {
@@ -154,7 +162,7 @@ export class Listener {
     try {
       // node-postgres never settles connect() on a client ended while it connects (stop() during
       // an attempt a server has not answered yet), so the wait also ends on stop().
-      await Promise.race([client.connect(), this.stopped]);
+      await this.untilStopped(client.connect());
       const channels = this.options.channels ?? [NOTIFY_CHANNEL, ADMIT_CHANNEL];
       await client.query(channels.map((channel) => `LISTEN ${channel}`).join('; '));
       if (this.options.sessionSql) {

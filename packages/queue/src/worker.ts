@@ -692,31 +692,37 @@ export function createWorker(options: WorkerOptions): Worker {
     for (const job of running.values()) job.abort(new ShutdownError());
     // Releasing and closing are bounded too: with a database that hangs instead of failing, a
     // worker must still stop. What did not land is recovered by the sweeper when leases expire.
+    // The listener may have been opened by runOnce() on a worker never started. Each stop() may
+    // be called twice (see below); allSettled, so that one failing does not skip the rest.
+    const stopServices = () =>
+      Promise.allSettled([
+        listener?.stop(),
+        ...(wasRunning
+          ? [
+              heartbeat.stop(),
+              sweeper?.stop(),
+              retention?.stop(),
+              scheduler?.stop(),
+              admitter?.stop(),
+              jobGauges?.stop(),
+            ]
+          : []),
+      ]);
     const finished = await settleWithin(
       graceMs,
       (async () => {
         await Promise.allSettled([...inflight]);
         await completer.drain();
         // Every stop() is called at once, so each loop is told to end at once: one that waits on
-        // a database that hangs (the listener's close, say) cannot keep the others running. The
-        // listener may have been opened by runOnce() on a worker never started.
-        await Promise.all([
-          listener?.stop(),
-          ...(wasRunning
-            ? [
-                heartbeat.stop(),
-                sweeper?.stop(),
-                retention?.stop(),
-                scheduler?.stop(),
-                admitter?.stop(),
-                jobGauges?.stop(),
-              ]
-            : []),
-        ]);
+        // a database that hangs (the listener's close, say) cannot keep the others running.
+        await stopServices();
         await owned.release();
       })(),
     );
     if (!finished) {
+      // What hung may come before the services' stop() (the completer's drain, say): tell them
+      // now, so none runs on after stop() returned.
+      void stopServices();
       logger.error(
         { reason: 'stop_timeout', graceMs, unsettled: running.size },
         'database did not answer while stopping; leaving the rest to lease expiry',
@@ -806,6 +812,12 @@ export function createWorker(options: WorkerOptions): Worker {
       if (state !== 'idle') return 0;
       const rows = await claim(Math.min(config.concurrency, batchSize));
       const tasks = rows.map((row) => accept(row));
+      // stop() began during the claim and has released its buffer already: hand these back.
+      if (state !== 'idle') {
+        await releaseBuffered();
+        await Promise.all(tasks);
+        return 0;
+      }
       pump();
       await Promise.all(tasks);
       await completer.drain();

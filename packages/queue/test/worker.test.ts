@@ -337,4 +337,26 @@ describe('worker outcomes', () => {
     expect(row.attempts).toBe(0);
     expect(row.locked_by).toBeNull();
   });
+
+  it('runOnce() whose claim is in flight when stop() begins hands the jobs back unrun', async () => {
+    let ran = 0;
+    const job = defineJob({
+      type: 'run-once-stopped',
+      queue: 'run-once-stopped',
+      payload: z.object({}),
+      handler: () => void (ran += 1),
+    });
+    const { id } = await client.enqueue(job, {});
+    const worker = testWorker(db.newPool(2), [job]);
+    // runOnce() sends its claim at once (listen is off); stop() begins before it is answered,
+    // and has released its (still empty) buffer by the time the claimed row arrives.
+    const once = worker.runOnce();
+    const stopped = worker.stop();
+    expect(await once).toBe(0);
+    await stopped;
+    expect(ran).toBe(0);
+    const row = await jobRow(db.pool, id);
+    expect(row.status).toBe('pending');
+    expect(row.locked_by).toBeNull();
+  });
 });
