@@ -92,6 +92,10 @@ export function createAdmitter(
   let pokedKeys = new Set<string>();
   let fullPassWanted = false;
   let flushing: Promise<void> | null = null;
+  // Set by stop(), for good (an IntervalService does not start again): a settle or notification
+  // that lands after it (a handler that outlived the worker's grace, say) must not start a flush
+  // on a pool its owner may have ended.
+  let stopped = false;
   // Where the next full pass goes on, so a bounded pass still reaches every key in turn.
   let cursor: string | null = null;
 
@@ -137,6 +141,7 @@ export function createAdmitter(
   }
 
   function remember(set: Set<string>, key: string): void {
+    if (stopped) return;
     if (key === '*' || set.size >= MAX_REMEMBERED_KEYS) fullPassWanted = true;
     else set.add(key);
     flushing ??= flushSoon();
@@ -175,6 +180,7 @@ export function createAdmitter(
   return {
     start: () => service.start(),
     async stop() {
+      stopped = true;
       await service.stop();
       while (flushing) await flushing;
     },

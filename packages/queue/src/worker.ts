@@ -692,18 +692,19 @@ export function createWorker(options: WorkerOptions): Worker {
     for (const job of running.values()) job.abort(new ShutdownError());
     // Releasing and closing are bounded too: with a database that hangs instead of failing, a
     // worker must still stop. What did not land is recovered by the sweeper when leases expire.
-    // The listener may have been opened by runOnce() on a worker never started. Each stop() may
-    // be called twice (see below); allSettled, so that one failing does not skip the rest.
+    // The listener may have been opened by runOnce() on a worker never started, and the admitter
+    // may be admitting for a job runOnce() settled (stop() waits for that). Each stop() may be
+    // called twice (see below); allSettled, so that one failing does not skip the rest.
     const stopServices = () =>
       Promise.allSettled([
         listener?.stop(),
+        admitter?.stop(),
         ...(wasRunning
           ? [
               heartbeat.stop(),
               sweeper?.stop(),
               retention?.stop(),
               scheduler?.stop(),
-              admitter?.stop(),
               jobGauges?.stop(),
             ]
           : []),

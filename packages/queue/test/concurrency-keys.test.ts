@@ -381,4 +381,32 @@ describe('concurrency keys', () => {
     }
     expect(events).toEqual(['start 0', 'end 0', 'start 1', 'end 1']);
   });
+
+  it("runOnce() on a worker never started admits the key's next job, and stop() waits for it", async () => {
+    const one = defineJob({ ...tenantJob, type: 'tenant.once', concurrencyLimit: 1 });
+    await client.enqueueMany(one, [
+      { payload: { tenant: 'o', n: 0 } },
+      { payload: { tenant: 'o', n: 1 } },
+    ]);
+    await admitter.runOnce();
+    const worker = testWorker(db.pool, [one], { queues: ['ck'] });
+    expect(await worker.runOnce()).toBe(1);
+    // The settled job freed its key's slot; the admission that follows is the admitter's, and a
+    // worker's stop() waits for it (before, it was left running after stop() returned).
+    await worker.stop();
+    expect(await byKey()).toEqual({ 'tenant:o': { completed: 1, pending: 1 } });
+  });
+
+  it('a stopped admitter starts no admission: a late settle cannot reach an ended pool', async () => {
+    const pool = db.newPool(1);
+    const late = createAdmitter({ pool, logger: quiet });
+    late.start();
+    await late.stop();
+    await pool.end();
+    late.freed('tenant:late');
+    late.poke('*');
+    // stop() waits for a flush in progress: one started above would have failed on the ended pool.
+    await late.stop();
+    expect(await metricValue(late.metrics, 'skiplock_admit_failures_total')).toBe(0);
+  });
 });
