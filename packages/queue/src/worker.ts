@@ -441,6 +441,10 @@ export function createWorker(options: WorkerOptions): Worker {
 
   let state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   let loopDone: Promise<void> | null = null;
+  // runOnce()'s claim while it is in flight, with its rows taken into the buffer: stop() waits for
+  // it (bounded, as for the loop's) before it releases the buffer, so what the claim leased is
+  // handed back on a pool and a LISTEN connection still open.
+  let onceClaim: Promise<void> | null = null;
   let stopping: Promise<void> | null = null;
   let workRequested = false;
   let napping: { why: 'slot' | 'work'; done: () => void } | null = null;
@@ -674,15 +678,21 @@ export function createWorker(options: WorkerOptions): Worker {
     // The loop ends at its next turn, unless it waits on a claim the database never answers; the
     // buffer's release is a write too. Both are bounded like the rest of the stop, so a hung
     // database cannot hold stop() (what they leave leased is swept when the leases expire).
-    if (loopDone) await settleWithin(graceLeft(), loopDone);
-    await settleWithin(graceLeft(), releaseBuffered());
+    // Which of those waits the grace cut short, for stop_timeout.
+    const cut: string[] = [];
+    const within = async (what: string, work: Promise<unknown>) => {
+      if (!(await settleWithin(graceLeft(), work))) cut.push(what);
+    };
+    if (loopDone) await within('claim', loopDone);
+    if (onceClaim) await within('claim', onceClaim);
+    await within('release', releaseBuffered());
     // A start this worker lent a slot to may still commit a job leased to it (handed back as it
     // is adopted, see `adopt`): wait for those transactions and that release (bounded), so the
     // job is not left to lease expiry by a pool closed under it.
     if (lent.size > 0) {
-      await settleWithin(graceLeft(), new Promise<void>((resolve) => (lentClosed = resolve)));
+      await within('lent', new Promise<void>((resolve) => (lentClosed = resolve)));
     }
-    await settleWithin(graceLeft(), lateRelease);
+    await within('release', lateRelease);
     logger.info({ reason: 'shutdown', inFlight: running.size, deadlineMs }, 'worker stopping');
     if (inflight.size > 0) {
       const deadline = new AbortController();
@@ -695,20 +705,31 @@ export function createWorker(options: WorkerOptions): Worker {
     // The listener may have been opened by runOnce() on a worker never started, and the admitter
     // may be admitting for a job runOnce() settled (stop() waits for that). Each stop() may be
     // called twice (see below); allSettled, so that one failing does not skip the rest.
-    const stopServices = () =>
-      Promise.allSettled([
-        listener?.stop(),
-        admitter?.stop(),
-        ...(wasRunning
-          ? [
-              heartbeat.stop(),
-              sweeper?.stop(),
-              retention?.stop(),
-              scheduler?.stop(),
-              jobGauges?.stop(),
-            ]
-          : []),
-      ]);
+    type Stoppable = readonly [string, { stop(): Promise<void> } | null];
+    const services: Stoppable[] = [
+      ['listener', listener],
+      ['admitter', admitter],
+      ...(wasRunning
+        ? ([
+            ['heartbeat', heartbeat],
+            ['sweeper', sweeper],
+            ['retention', retention],
+            ['scheduler', scheduler],
+            ['gauges', jobGauges],
+          ] satisfies Stoppable[])
+        : []),
+    ];
+    const stopServices = async () => {
+      const results = await Promise.allSettled(services.map(([, service]) => service?.stop()));
+      results.forEach((result, i) => {
+        if (result.status === 'rejected') {
+          logger.warn(
+            { reason: 'stop_failed', service: services[i]![0], err: errorMessage(result.reason) },
+            'a service failed to stop',
+          );
+        }
+      });
+    };
     const finished = await settleWithin(
       graceMs,
       (async () => {
@@ -724,8 +745,11 @@ export function createWorker(options: WorkerOptions): Worker {
       // What hung may come before the services' stop() (the completer's drain, say): tell them
       // now, so none runs on after stop() returned.
       void stopServices();
+      cut.push('close');
+    }
+    if (cut.length > 0) {
       logger.error(
-        { reason: 'stop_timeout', graceMs, unsettled: running.size },
+        { reason: 'stop_timeout', graceMs, unsettled: running.size, cut: [...new Set(cut)] },
         'database did not answer while stopping; leaving the rest to lease expiry',
       );
     }
@@ -811,11 +835,28 @@ export function createWorker(options: WorkerOptions): Worker {
       if (claimsOnListener) await listener.ready(RUN_ONCE_LISTEN_WAIT_MS);
       // stop() may have begun while this waited for the connection: nothing is claimed then.
       if (state !== 'idle') return 0;
-      const rows = await claim(Math.min(config.concurrency, batchSize));
-      const tasks = rows.map((row) => accept(row));
-      // stop() began during the claim and has released its buffer already: hand these back.
+      let rows: ClaimedRow[] = [];
+      let tasks: Promise<void>[] = [];
+      const claimed = (async () => {
+        rows = await claim(Math.min(config.concurrency, batchSize));
+        tasks = rows.map((row) => accept(row));
+      })();
+      onceClaim = claimed.then(
+        () => {},
+        () => {},
+      );
+      try {
+        await claimed;
+      } catch (error) {
+        // A claim cut short by stop() (the LISTEN connection closed under it) claimed nothing
+        // this worker can hand back; what the server committed goes back as its lease expires.
+        if (state !== 'idle') return 0;
+        throw error;
+      } finally {
+        onceClaim = null;
+      }
+      // stop() began during the claim: it waited for this claim and hands its jobs back itself.
       if (state !== 'idle') {
-        await releaseBuffered();
         await Promise.all(tasks);
         return 0;
       }

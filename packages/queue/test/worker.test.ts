@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
   createClient,
+  createWorker,
   defineJob,
   JobTimeoutError,
   NonRetryableError,
@@ -338,25 +339,97 @@ describe('worker outcomes', () => {
     expect(row.locked_by).toBeNull();
   });
 
-  it('runOnce() whose claim is in flight when stop() begins hands the jobs back unrun', async () => {
-    let ran = 0;
+  it.each([
+    ['on a pool of its own', false],
+    ['on the LISTEN connection', true],
+  ])(
+    'runOnce() whose claim is in flight when stop() begins: stop() hands the jobs back before it returns (claim %s)',
+    async (_where, listen) => {
+      let ran = 0;
+      const queue = `run-once-stopped-${String(listen)}`;
+      const job = defineJob({
+        type: queue,
+        queue,
+        payload: z.object({}),
+        handler: () => void (ran += 1),
+      });
+      const { id } = await client.enqueue(job, {});
+      // The worker owns its pool, so stop() ends it: a hand-back after stop() returned would
+      // find it closed (and the LISTEN connection, where the claim ran, closed under it).
+      const worker = createWorker({
+        connectionString: db.url,
+        jobs: [job],
+        logger: quiet,
+        sweeper: false,
+        retention: false,
+        listen,
+      });
+      // A SHARE lock on the table holds the claim (its UPDATE waits for it) until the test lets
+      // it go, so stop() surely begins while the claim is in flight.
+      const blocker = await db.pool.connect();
+      let once: Promise<number> | null = null;
+      try {
+        await blocker.query('BEGIN');
+        await blocker.query('LOCK TABLE skiplock.jobs IN SHARE MODE');
+        once = worker.runOnce();
+        await waitFor(
+          async () =>
+            (
+              await db.pool.query<{ n: number }>(
+                `SELECT count(*)::int AS n FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+              )
+            ).rows[0]!.n === 1,
+          { what: 'the claim waiting for the lock' },
+        );
+      } finally {
+        const stopped = worker.stop();
+        await blocker.query('COMMIT');
+        blocker.release();
+        await stopped;
+      }
+      // stop() has returned: the job is back, unrun and with no attempt spent.
+      const row = await jobRow(db.pool, id);
+      expect(row.status).toBe('pending');
+      expect(row.locked_by).toBeNull();
+      expect(row.attempts).toBe(0);
+      expect(await once).toBe(0);
+      expect(ran).toBe(0);
+    },
+  );
+
+  it('logs stop_timeout, naming the wait, when a claim outlives the grace with no job running', async () => {
     const job = defineJob({
-      type: 'run-once-stopped',
-      queue: 'run-once-stopped',
+      type: 'stop-grace',
+      queue: 'stop-grace',
       payload: z.object({}),
-      handler: () => void (ran += 1),
+      handler: () => {},
     });
-    const { id } = await client.enqueue(job, {});
-    const worker = testWorker(db.newPool(2), [job]);
-    // runOnce() sends its claim at once (listen is off); stop() begins before it is answered,
-    // and has released its (still empty) buffer by the time the claimed row arrives.
-    const once = worker.runOnce();
-    const stopped = worker.stop();
-    expect(await once).toBe(0);
-    await stopped;
-    expect(ran).toBe(0);
-    const row = await jobRow(db.pool, id);
-    expect(row.status).toBe('pending');
-    expect(row.locked_by).toBeNull();
+    const logs = captureLogs();
+    const worker = testWorker(db.newPool(2), [job], { logger: logs.logger });
+    // The loop's claim waits behind a SHARE lock for as long as the test holds it: to the worker,
+    // a database that does not answer while no job runs.
+    const blocker = await db.pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query('LOCK TABLE skiplock.jobs IN SHARE MODE');
+      await worker.start();
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query<{ n: number }>(
+              `SELECT count(*)::int AS n FROM pg_stat_activity
+               WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+            )
+          ).rows[0]!.n === 1,
+        { what: 'the claim waiting for the lock' },
+      );
+      await worker.stop({ graceMs: 200 });
+    } finally {
+      await blocker.query('COMMIT');
+      blocker.release();
+    }
+    const line = logs.lines.find((l) => l['reason'] === 'stop_timeout');
+    expect(line?.['cut']).toEqual(['claim']);
   });
 });
