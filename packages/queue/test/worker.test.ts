@@ -15,6 +15,19 @@ import { fastBackoff, jobRow, quiet, testWorker } from './fixtures.js';
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
 
+/** Until one statement of this database waits for a lock: the claim held by a test's SHARE lock. */
+const claimWaitingForLock = () =>
+  waitFor(
+    async () =>
+      (
+        await db.pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity
+           WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+        )
+      ).rows[0]!.n === 1,
+    { what: 'the claim waiting for the lock' },
+  );
+
 describe('worker outcomes', () => {
   it('retries a failing job with backoff in the database clock, then dead with every error kept', async () => {
     const attempts: number[] = [];
@@ -372,16 +385,7 @@ describe('worker outcomes', () => {
         await blocker.query('BEGIN');
         await blocker.query('LOCK TABLE skiplock.jobs IN SHARE MODE');
         once = worker.runOnce();
-        await waitFor(
-          async () =>
-            (
-              await db.pool.query<{ n: number }>(
-                `SELECT count(*)::int AS n FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'`,
-              )
-            ).rows[0]!.n === 1,
-          { what: 'the claim waiting for the lock' },
-        );
+        await claimWaitingForLock();
       } finally {
         const stopped = worker.stop();
         await blocker.query('COMMIT');
@@ -414,16 +418,7 @@ describe('worker outcomes', () => {
       await blocker.query('BEGIN');
       await blocker.query('LOCK TABLE skiplock.jobs IN SHARE MODE');
       await worker.start();
-      await waitFor(
-        async () =>
-          (
-            await db.pool.query<{ n: number }>(
-              `SELECT count(*)::int AS n FROM pg_stat_activity
-               WHERE datname = current_database() AND wait_event_type = 'Lock'`,
-            )
-          ).rows[0]!.n === 1,
-        { what: 'the claim waiting for the lock' },
-      );
+      await claimWaitingForLock();
       await worker.stop({ graceMs: 200 });
     } finally {
       await blocker.query('COMMIT');
