@@ -22,7 +22,7 @@ const profileArgs = (): string[] => {
   return dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}`] : [];
 };
 
-/** Starts a benchmark child process (TypeScript through tsx) for one task. */
+/** Starts a benchmark child process for one task: its own TypeScript through tsx, skiplock built. */
 export function spawnChild(task: ChildTask): ChildHandle {
   const child: ChildProcess = fork(CHILD, [], {
     execArgv: [...profileArgs(), '--import', 'tsx'],

@@ -108,6 +108,7 @@ export function renderMarkdown(results: BenchResults): string {
     `- versions: ${Object.entries(h.versions)
       .map(([k, v]) => `${k} ${v}`)
       .join(', ')}`,
+    ...(h.code ? [`- skiplock's code: ${h.code}`] : []),
     `- "skiplock ×": skiplock's median divided by the row's (for latency and sizes, the row's divided by skiplock's), so above 1 means skiplock is ahead`,
     `- accounting per job: round trips = statements sent by the benchmark processes (counted in \`pg.Client.prototype.query\`); xacts = committed + rolled back transactions of the database (pg_stat_database); WAL = \`pg_current_wal_lsn()\` difference (server-wide); node CPU = \`process.cpuUsage()\` of the benchmark processes; pg CPU = /proc CPU time of the database's backends and the server's background processes`,
     '',

@@ -63,6 +63,8 @@ export interface BenchHeader {
   /** 1/5/15-minute load averages: other work on the machine shows here. */
   load: { before: number[]; after: number[] };
   versions: Record<string, string>;
+  /** Which of skiplock's code ran: the built JavaScript a user installs, or the TypeScript sources. */
+  code?: string;
 }
 
 export interface BenchResults {
