@@ -108,8 +108,8 @@ const BIG_TABLE_SYSTEMS = [
  * `pnpm bench` builds the packages and runs without the `skiplock-source` condition, so skiplock
  * is measured as npm installs it (its `dist/` JavaScript), as the peers are. Through tsx the
  * sources carry esbuild's `__name` wrapper on every function and closure they create, and cost
- * more Node CPU per job: 0.039 against 0.033 ms in a 20,000-job drain at concurrency 10 (medians
- * of 4 fresh processes each, alternating).
+ * more Node CPU per job: 0.037 and 0.043 against 0.033 ms in the drain at concurrency 10 (two
+ * side-by-side runs each; bench/README.md, "What changed since the previous committed run").
  */
 function skiplockCode(): string {
   const entry = import.meta.resolve('@skiplock/queue');
