@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import type { SQL } from 'drizzle-orm';
 import type pg from 'pg';
 import {
@@ -11,6 +10,7 @@ import {
   type Statement,
 } from './db.js';
 import type { Logger } from './logger.js';
+import { statementName } from './statement-name.js';
 
 /**
  * A drizzle query as a named statement. The name is derived from the text, so each distinct text
@@ -19,8 +19,7 @@ import type { Logger } from './logger.js';
  */
 export function namedStatement(prefix: string, query: SQL): Statement {
   const { text, values } = renderSql(query);
-  const hash = createHash('sha1').update(text).digest('hex').slice(0, 16);
-  return { name: `${prefix}_${hash}`, text, values };
+  return { name: statementName(prefix, text), text, values };
 }
 
 /**

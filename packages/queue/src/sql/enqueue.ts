@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
 import type { Statement } from '../db.js';
+import { statementName } from '../statement-name.js';
 
 export interface JobRow {
   queue: string;
@@ -377,8 +377,7 @@ export function insertLeasedJobThen(
   });
   const text = `WITH handed_off_job AS (${INSERT_LEASED}), ${ctes.join(', ')}
 SELECT * FROM handed_off_job`;
-  const hash = createHash('sha1').update(text).digest('hex').slice(0, 16);
-  return { name: `skiplock_insert_leased_then_${hash}`, text, values };
+  return { name: statementName('skiplock_insert_leased_then', text), text, values };
 }
 
 type SingletonRow = JobRow & { singleton: NonNullable<JobRow['singleton']> };
