@@ -111,6 +111,8 @@ const MAX_RETRY_AFTER_MS = 3_600_000;
 const MAX_DELAY_MS = 86_400_000;
 /** After `stop()`'s timeout aborts the deliveries, this long for their settles before giving up. */
 const STOP_GRACE_MS = 5_000;
+/** After a batch's signal aborts, this long (at most a quarter of the lease) for the sink's answer. */
+const ANSWER_GRACE_MS = 1_000;
 /** Messages one maintenance statement sends to dead. */
 const EXPIRE_BATCH = 1_000;
 
@@ -288,10 +290,20 @@ export function createRelay(options: RelayOptions): Relay {
     const timer = setTimeout(abort, Math.max(1, Math.floor(leaseMs / 2)));
     hardStop.signal.addEventListener('abort', abort, { once: true });
     if (hardStop.signal.aborted) abort();
-    // A sink that ignores its signal must not hold the relay past the deadline.
+    // A sink that ignores its signal must not hold the relay past the deadline. One that heeds it
+    // answers at once, saying which messages it never sent (`notSent`: their attempt is given
+    // back), so the relay waits a little more for that answer (`ANSWER_GRACE_MS`, at most a
+    // quarter of the lease: still settled before the lease runs out). Failing the batch as the
+    // signal fired threw those answers away, and every message of it counted an attempt, unsent
+    // ones too (a batch of 3 to a slow webhook receiver with `maxAttempts: 1`: all 3 dead, 1 sent).
+    let grace: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
-      const fail = () =>
-        reject(new Error(`sink ${sink.name} did not return by the batch deadline`));
+      const fail = () => {
+        grace = setTimeout(
+          () => reject(new Error(`sink ${sink.name} did not return by the batch deadline`)),
+          Math.max(1, Math.min(ANSWER_GRACE_MS, Math.floor(leaseMs / 4))),
+        );
+      };
       if (batch.signal.aborted) fail();
       else batch.signal.addEventListener('abort', fail, { once: true });
     });
@@ -313,6 +325,7 @@ export function createRelay(options: RelayOptions): Relay {
       return messages.map(() => ({ ok: false, error: text }));
     } finally {
       clearTimeout(timer);
+      clearTimeout(grace);
       hardStop.signal.removeEventListener('abort', abort);
     }
   }

@@ -51,7 +51,9 @@ export type Delivery =
  * message, in the batch's order. Publish with `message.id` as the broker's message id where the
  * broker has one. A failure of one message is a `Delivery`; a throw fails the whole batch, and
  * every message in it is retried. `signal` aborts when the relay's deadline for the batch passes
- * (before the batch's lease could run out) or the relay stops without waiting.
+ * (before the batch's lease could run out) or the relay stops without waiting; then answer at once
+ * (within a second, or a quarter of the lease when that is shorter), each message not published
+ * `notSent`, or the relay fails the whole batch and every message in it counts an attempt.
  */
 export interface Sink {
   /** Names the sink in logs: `nats`, `rabbitmq`, `webhook`. */

@@ -367,6 +367,60 @@ describe('relay', () => {
     expect(Number(rows[1]?.wait_ms)).toBeLessThanOrEqual(0);
   });
 
+  it('gives back the attempt of messages a sink reports unsent when the batch deadline aborts it', async () => {
+    const [id] = await publishMany(db.pool, [{ topic: 'abort.test', key: 'U', payload: 1 }]);
+    // As the RabbitMQ and webhook sinks do: on abort, answer at once, nothing published.
+    const sink: Sink = {
+      name: 'abortable',
+      deliver: (messages, signal) =>
+        new Promise((resolve) => {
+          signal.addEventListener('abort', () =>
+            resolve(messages.map(() => ({ ok: false, error: 'aborted', notSent: true }))),
+          );
+        }),
+      close: async () => {},
+    };
+    // The deadline is half the lease (100 ms); with maxAttempts 1 a counted attempt is dead.
+    const relay = createRelay({
+      pool: db.pool,
+      sink,
+      logger: silent,
+      leaseMs: 200,
+      maxAttempts: 1,
+      backoff: quickBackoff,
+      topics: ['abort.test'],
+    });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, retried: 1, dead: 0 });
+    expect(await statusOf([id!])).toMatchObject([{ status: 'pending', attempts: 0 }]);
+  });
+
+  it('keeps the attempts of webhook messages never sent before the deadline', async () => {
+    const receiver = await startReceiver();
+    receiver.respond(() => ({ status: 200, delayMs: 1_000 }));
+    const ids = await publishMany(db.pool, [
+      { topic: 'slowhook.test', payload: 1 },
+      { topic: 'slowhook.test', payload: 2 },
+      { topic: 'slowhook.test', payload: 3 },
+    ]);
+    // One request at a time: the 300 ms deadline passes during the first; 2 and 3 never go.
+    const relay = createRelay({
+      pool: db.pool,
+      sink: webhookSink({ url: receiver.url, secret, concurrency: 1 }),
+      logger: silent,
+      leaseMs: 600,
+      maxAttempts: 1,
+      topics: ['slowhook.test'],
+    });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 3 });
+    expect(receiver.requests).toHaveLength(1);
+    const rows = await statusOf(ids);
+    expect(rows[0]).toMatchObject({ status: 'dead', attempts: 1 });
+    expect(rows.slice(1)).toMatchObject([
+      { status: 'pending', attempts: 0 },
+      { status: 'pending', attempts: 0 },
+    ]);
+  });
+
   it('stops within its timeout even when the sink ignores its signal and never returns', async () => {
     await publishMany(db.pool, [{ topic: 'hang.test', key: 'H', payload: 1 }]);
     let called = false;
