@@ -1,5 +1,6 @@
 import {
   createClient,
+  createSweeper,
   createWorker,
   defineJob,
   type AnyJobDefinition,
@@ -455,5 +456,67 @@ describe('parallel starts handed to a local worker', () => {
     open();
     await worker.stop();
     await runtime.close();
+  });
+});
+
+describe('a hand-off from a step that worked on after its transaction opened', () => {
+  it('leases the next step from the insert, so a sweep leaves it with the worker running it', async () => {
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    let bRuns = 0;
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const saga = defineSaga({ name: 'late-handoff', version: 1, input: z.object({}) })
+      .step('a', {
+        ...fast,
+        run: async (ctx) => {
+          await ctx.transaction((tx) => tx.query('SELECT 1'));
+          // The completing transaction is open from here: work on for longer than b's lease.
+          await sleep(1_500);
+          return 'a';
+        },
+      })
+      .step('b', {
+        ...fast,
+        leaseMs: 1_000,
+        run: async () => {
+          bRuns += 1;
+          await held;
+          return 'b';
+        },
+      });
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger: silent });
+    const worker = createWorker({
+      pool: db.pool,
+      jobs: runtime.jobs,
+      logger: silent,
+      concurrency: 2,
+      pollIntervalMs: 20,
+      heartbeatIntervalMs: 900,
+      sweeper: false,
+      retention: false,
+    });
+    await worker.start();
+    const sweeper = createSweeper({ pool: db.pool, jobs: runtime.jobs, logger: silent });
+    try {
+      await runtime.start(saga, { id: 'lease-from-insert', input: {} });
+      await waitFor(() => (bRuns === 1 ? true : null), { what: 'b to start' });
+      const { rows } = await db.pool.query<{ left_ms: number; locked_by: string }>(
+        `SELECT extract(epoch FROM lease_expires_at - now()) * 1000 AS left_ms, locked_by
+         FROM skiplock.jobs WHERE idempotency_key = 'saga:lease-from-insert:b'`,
+      );
+      // Its lease counts from the hand-off's insert: most of b's 1,000 ms are left.
+      expect(Number(rows[0]!.left_ms)).toBeGreaterThan(500);
+      expect(rows[0]!.locked_by).toBe(worker.id);
+      expect(await sweeper.runOnce()).toMatchObject({ recovered: 0 });
+      release();
+      const view = await settled(runtime, 'lease-from-insert');
+      expect(view.status).toBe('completed');
+      expect(timeline(view)).toEqual(['a:completed', 'b:completed']);
+      expect(bRuns).toBe(1);
+    } finally {
+      release();
+      await worker.stop({ timeoutMs: 1_000 });
+      await runtime.close();
+    }
   });
 });

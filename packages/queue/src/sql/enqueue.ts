@@ -317,21 +317,25 @@ INSERT INTO skiplock.jobs (queue, job_type, payload, idempotency_key, priority, 
                            max_attempts, timeout_ms, lease_ms, status, attempts, locked_by,
                            locked_at, lease_expires_at, trace_parent, trace_state)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::int, now(), $6::int, $7::int, $8::int,
-        'processing', 1, $9::text, now(), now() + $8::int * interval '1 millisecond', $10::text,
-        $11::text)
+        'processing', 1, $9::text, clock_timestamp(),
+        clock_timestamp() + $8::int * interval '1 millisecond', $10::text, $11::text)
 ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id::text AS id, queue, job_type, payload, attempts, max_attempts, priority, timeout_ms,
           lease_ms, idempotency_key, concurrency_key, trace_parent, trace_state`;
 
 /**
  * Inserts one job already claimed by `workerId` (attempt 1, under a lease), for a worker that
- * runs it next itself: a hand-off. The row is exactly what a claim would have made of a pending
+ * runs it next itself: a hand-off. The lease runs from the insert (`clock_timestamp()`), not from
+ * its transaction's start (`now()`): a saga step's completing transaction opens when the step
+ * calls `ctx.transaction` and commits when it returns, so a step that worked on for longer than
+ * its successor's lease committed the successor with its lease already run out, and a sweep took
+ * it from the healthy worker that had just started it (found in review). The row is exactly what a claim would have made of a pending
  * one, so heartbeats, fenced settles and the sweeper treat it like any claimed job; it sends no
  * NOTIFY (no one else is to claim it). No row when the idempotency key is taken.
  */
 export function insertLeasedJob(row: JobRow, workerId: string): Statement {
   return {
-    name: 'skiplock_insert_leased_job_v3',
+    name: 'skiplock_insert_leased_job_v4',
     text: INSERT_LEASED,
     values: [
       row.queue,
