@@ -334,19 +334,26 @@ export function createRelay(options: RelayOptions): Relay {
     'outbox-retention',
     maintenanceMs,
     async () => {
-      const { rows: expiredRows } = await runSql<{ id: string }>(
+      const { rows: expiredRows } = await runSql<{ id: string; lease_ran_out: boolean }>(
         pool,
-        expireLastAttempts(maxAttempts, EXPIRE_BATCH),
+        expireLastAttempts(maxAttempts, EXPIRE_BATCH, topics),
       );
-      for (const { id } of expiredRows) {
-        logger.error(
-          { reason: 'outbox_dead_lease', id, sink: sink.name },
-          'outbox message dead: its last attempt never settled',
-        );
+      for (const { id, lease_ran_out } of expiredRows) {
+        if (lease_ran_out) {
+          logger.error(
+            { reason: 'outbox_dead_lease', id, sink: sink.name },
+            'outbox message dead: its last attempt never settled',
+          );
+        } else {
+          logger.error(
+            { reason: 'outbox_dead_attempts', id, sink: sink.name, maxAttempts },
+            'outbox message dead: out of attempts under this relay',
+          );
+        }
       }
       let deleted = 0;
       for (let round = 0; round < RETENTION_ROUNDS && !stopping.signal.aborted; round++) {
-        const { rowCount } = await runSql(pool, deleteDelivered(retainMs, RETENTION_BATCH));
+        const { rowCount } = await runSql(pool, deleteDelivered(retainMs, RETENTION_BATCH, topics));
         deleted += rowCount;
         if (rowCount < RETENTION_BATCH) break;
       }

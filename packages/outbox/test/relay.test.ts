@@ -485,6 +485,85 @@ describe('relay', () => {
     expect(logs.reasons()).toContain('outbox_dead_lease');
   });
 
+  it('sends dead a message out of attempts under a lowered maxAttempts, and its key goes on', async () => {
+    const logs = captureLogs();
+    const [a1, a2] = await publishMany(db.pool, [
+      { topic: 'lowered.test', key: 'L', payload: 'a1' },
+      { topic: 'lowered.test', key: 'L', payload: 'a2' },
+    ]);
+    let failing = true;
+    const sink: Sink = {
+      name: 'flaky',
+      deliver: async (messages) =>
+        messages.map(() => (failing ? { ok: false, error: 'down' } : { ok: true as const })),
+      close: async () => {},
+    };
+    // Deployed with maxAttempts 10 first: a1 fails 3 times and waits for its 4th.
+    const before = createRelay({
+      pool: db.pool,
+      sink,
+      logger: silent,
+      maxAttempts: 10,
+      backoff: { baseMs: 0, maxMs: 0, factor: 1, jitter: 0 },
+      topics: ['lowered.test'],
+    });
+    for (let i = 0; i < 3; i++) expect(await before.runOnce()).toMatchObject({ claimed: 1 });
+    failing = false;
+    // Then with maxAttempts 3: no claim takes a1 again, so maintenance sends it dead.
+    const after = createRelay({
+      pool: db.pool,
+      sink,
+      logger: logs.logger,
+      maxAttempts: 3,
+      topics: ['lowered.test'],
+    });
+    expect(await after.retainOnce()).toMatchObject({ expired: 1 });
+    expect((await statusOf([a1!]))[0]).toMatchObject({
+      status: 'dead',
+      attempts: 3,
+      last_error: 'out of attempts: 3 started, maxAttempts 3; last error: down',
+    });
+    expect(logs.reasons()).toContain('outbox_dead_attempts');
+    expect(await after.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
+    expect((await statusOf([a2!]))[0]?.status).toBe('delivered');
+  });
+
+  it("leaves other topics' messages to their own relays: no expiry, no retention", async () => {
+    const [leased, old] = await publishMany(db.pool, [
+      { topic: 'theirs.test', key: 'T', payload: 1 },
+      { topic: 'theirs.test', payload: 2 },
+    ]);
+    // A relay of theirs.test (maxAttempts 10) died on the first one's 3rd attempt.
+    await db.pool.query(
+      `UPDATE skiplock.outbox_messages SET attempts = 3, lease_id = gen_random_uuid(),
+         lease_until = now() - interval '1 second' WHERE id = $1`,
+      [leased],
+    );
+    await db.pool.query(
+      `UPDATE skiplock.outbox_messages SET status = 'delivered',
+         settled_at = now() - interval '2 days' WHERE id = $1`,
+      [old],
+    );
+    const sink: Sink = {
+      name: 'unused',
+      deliver: async (m) => m.map(() => ({ ok: true as const })),
+      close: async () => {},
+    };
+    const mine = createRelay({
+      pool: db.pool,
+      sink,
+      logger: silent,
+      maxAttempts: 3,
+      retainDeliveredMs: 3_600_000,
+      topics: ['mine.test'],
+    });
+    expect(await mine.retainOnce()).toEqual({ deleted: 0, expired: 0 });
+    expect(await statusOf([leased!, old!])).toMatchObject([
+      { status: 'pending', attempts: 3 },
+      { status: 'delivered' },
+    ]);
+  });
+
   it('refuses bad options by name', () => {
     const sink: Sink = { name: 'none', deliver: async () => [], close: async () => {} };
     expect(() => createRelay({ pool: db.pool, sink, batchSize: 0 })).toThrow(

@@ -167,31 +167,55 @@ export function settleDelivered(leaseId: string, asyncCommit: boolean, ids: stri
 }
 
 /**
- * Sends to dead the messages whose last attempt's lease ran out: the relay died or hung while
- * delivering them (a message that crashes its relay every time would otherwise crash-loop the
- * relays and hold its key for good). The claim no longer takes them once they are out of attempts.
+ * Sends to dead the messages of `topics` (all, when null) that are out of attempts and not
+ * leased: those whose last attempt's lease ran out (the relay died or hung while delivering them:
+ * a message that crashes its relay every time would otherwise crash-loop the relays and hold its
+ * key for good), and those that failed their last attempt under a relay allowed more of them
+ * (`maxAttempts` lowered since), which no claim takes again and which held their key for good
+ * (found in review). Each relay expires its own topics only, by its own `maxAttempts`: another
+ * relay's messages may have attempts left under that relay's setting.
  */
-export function expireLastAttempts(maxAttempts: number, limit: number) {
+export function expireLastAttempts(
+  maxAttempts: number,
+  limit: number,
+  topics: readonly string[] | null,
+) {
+  const topicFilter = topics ? sql`AND topic = ANY(${sql.param(topics)}::text[])` : sql``;
   return sql`
-    UPDATE skiplock.outbox_messages
+    UPDATE skiplock.outbox_messages m
     SET status = 'dead', settled_at = now(), lease_id = NULL, lease_until = NULL, locked_by = NULL,
-        last_error = 'its last attempt''s lease ran out: the relay died or hung delivering it'
-    WHERE id IN (
-      SELECT id FROM skiplock.outbox_messages
-      WHERE status = 'pending' AND attempts >= ${maxAttempts} AND lease_until < now()
+        last_error = CASE WHEN m.lease_until IS NULL
+          THEN format('out of attempts: %s started, maxAttempts %s; last error: %s',
+                      m.attempts, ${maxAttempts}::int, coalesce(m.last_error, 'none'))
+          ELSE 'its last attempt''s lease ran out: the relay died or hung delivering it' END
+    FROM (
+      SELECT id, lease_until IS NOT NULL AS lease_ran_out FROM skiplock.outbox_messages
+      WHERE status = 'pending' AND attempts >= ${maxAttempts}
+        AND (lease_until IS NULL OR lease_until < now()) ${topicFilter}
       ORDER BY id
       LIMIT ${limit}
-      FOR UPDATE SKIP LOCKED)
-    RETURNING id::text AS id`;
+      FOR UPDATE SKIP LOCKED) e
+    WHERE m.id = e.id
+    RETURNING m.id::text AS id, e.lease_ran_out`;
 }
 
-/** Deletes up to `limit` delivered messages settled before the cut-off, oldest first. */
-export function deleteDelivered(olderThanMs: number, limit: number) {
+/**
+ * Deletes up to `limit` delivered messages of `topics` (all, when null) settled before the
+ * cut-off, oldest first: each relay keeps its own topics' history for its own
+ * `retainDeliveredMs`.
+ */
+export function deleteDelivered(
+  olderThanMs: number,
+  limit: number,
+  topics: readonly string[] | null,
+) {
+  const topicFilter = topics ? sql`AND topic = ANY(${sql.param(topics)}::text[])` : sql``;
   return sql`
     DELETE FROM skiplock.outbox_messages
     WHERE id IN (
       SELECT id FROM skiplock.outbox_messages
       WHERE status = 'delivered' AND settled_at < now() - ${olderThanMs}::bigint * interval '1 millisecond'
+        ${topicFilter}
       ORDER BY settled_at
       LIMIT ${limit}
       FOR UPDATE SKIP LOCKED)`;
