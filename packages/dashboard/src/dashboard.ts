@@ -130,7 +130,7 @@ const NOTICES: Record<string, (n: number) => string> = {
   bulk_discarded: (n) => `${n} dead job${n === 1 ? '' : 's'} discarded.`,
   outbox_retried: (n) => `${n} dead message${n === 1 ? '' : 's'} sent again.`,
   outbox_kept: (n) =>
-    `${n} dead message${n === 1 ? '' : 's'} sent again; the others were not dead any more, or stay dead while their key has a message in flight (send them again once it settles).`,
+    `${n} dead message${n === 1 ? '' : 's'} sent again; the others were not dead any more, or stay dead while their key has a pending message (send them again once those settle).`,
   saga_cancel_accepted: () => 'Cancel accepted: the saga compensates its completed steps.',
   saga_cancel_finished: () => 'Not cancelled: the saga has finished.',
   saga_cancel_pivoted: () => 'Not cancelled: the saga is past its pivot.',

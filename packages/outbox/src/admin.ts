@@ -118,8 +118,9 @@ export async function deadMessages(
 
 /**
  * Sends dead messages back for delivery with fresh attempts; returns the ids it revived. A dead
- * message whose key has a message in flight right now stays dead (reviving it would put two of
- * the key in flight); call again once that one settled. Up to 1,000 ids per call.
+ * message whose key has a pending message (in flight, or waiting out a backoff) stays dead
+ * (reviving it could put two of the key in flight); call again once those settled. Publishers of
+ * the keys wait for the revive to commit. Up to 1,000 ids per call.
  */
 export async function retryDeadMessages(pool: pg.Pool, ids: readonly string[]): Promise<string[]> {
   if (ids.length > MAX_IDS) {
@@ -128,7 +129,7 @@ export async function retryDeadMessages(pool: pg.Pool, ids: readonly string[]): 
   for (const id of ids) checkId(id, 'retryDeadMessages');
   if (ids.length === 0) return [];
   return withTransaction(pool, async (tx) => {
-    // First wait for any claim in progress on those keys, so the revive sees its lease.
+    // First hold the keys' publishers back, so the revive's snapshot is the keys' last word.
     await runSql(tx, lockKeysOfDead(ids));
     const { rows } = await runSql<{ id: string }>(tx, retryDead(ids));
     return rows.map((r) => r.id);

@@ -333,6 +333,60 @@ describe('relay', () => {
     expect((await statusOf([d1!, d2!])).map((r) => r.status)).toEqual(['delivered', 'delivered']);
   });
 
+  it('keeps a dead message dead while its key has any pending message, and holds its publishers back', async () => {
+    const [d1, d2] = await publishMany(db.pool, [
+      { topic: 'revive-pending.test', key: 'RP', payload: 'd1' },
+      { topic: 'revive-pending.test', key: 'RP', payload: 'd2' },
+    ]);
+    await db.pool.query(
+      `UPDATE skiplock.outbox_messages SET status = 'dead', settled_at = now(), attempts = 1
+       WHERE id = $1`,
+      [d1],
+    );
+    // d2 is pending, not in flight: a claim that began before a revive would still see d1 dead
+    // and take d2 as the first of its key, beside the revived d1.
+    expect(await retryDeadMessages(db.pool, [d1!])).toEqual([]);
+    const sink: Sink = {
+      name: 'ok',
+      deliver: async (m) => m.map(() => ({ ok: true as const })),
+      close: async () => {},
+    };
+    const relay = createRelay({
+      pool: db.pool,
+      sink,
+      logger: silent,
+      topics: ['revive-pending.test'],
+    });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
+    // A publisher of the key in an open transaction: the revive waits for it, then sees its
+    // message pending and leaves d1 dead.
+    const publisher = await db.pool.connect();
+    try {
+      await publisher.query('BEGIN');
+      const [d3] = await publishMany(publisher, [
+        { topic: 'revive-pending.test', key: 'RP', payload: 'd3' },
+      ]);
+      let settled = false;
+      const revive = retryDeadMessages(db.pool, [d1!]).finally(() => (settled = true));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(settled).toBe(false);
+      await publisher.query('COMMIT');
+      expect(await revive).toEqual([]);
+      expect(await relay.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
+      expect(await statusOf([d2!, d3!])).toMatchObject([
+        { status: 'delivered' },
+        { status: 'delivered' },
+      ]);
+    } finally {
+      await publisher.query('ROLLBACK').catch(() => {});
+      publisher.release();
+    }
+    // The key has nothing pending now: d1 is revived, and it is the key's next message.
+    expect(await retryDeadMessages(db.pool, [d1!])).toEqual([d1]);
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
+    expect((await statusOf([d1!]))[0]).toMatchObject({ status: 'delivered', attempts: 1 });
+  });
+
   it('settles whatever delay a sink asks for, and gives back the attempt of a message never sent', async () => {
     const [odd, unsent] = await publishMany(db.pool, [
       { topic: 'odd.test', payload: 1 },

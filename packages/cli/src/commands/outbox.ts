@@ -155,10 +155,10 @@ export const outboxRetryCommand: Command = {
   usage: [
     'usage: skiplock outbox retry <id>... [--json] [--database-url URL]',
     '',
-    `Up to ${MAX_RETRY_IDS} ids. A revived message keeps its id and its place in its key's`,
-    'order. One that is not dead (or does not exist) is left as it is, and so is a dead one whose',
-    'key has a message in flight right now (retry it once that one settled). Exits 1 when any',
-    'id was not revived.',
+    `Up to ${MAX_RETRY_IDS} ids. A revived message keeps its id and is its key's next message.`,
+    'One that is not dead (or does not exist) is left as it is, and so is a dead one whose key',
+    'has a pending message (in flight or waiting to retry; retry it once those settled). Exits 1',
+    'when any id was not revived.',
   ].join('\n'),
   async run(args, io) {
     const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
@@ -185,7 +185,7 @@ export const outboxRetryCommand: Command = {
     if (left.length > 0) {
       io.stderr(
         `not revived: ${left.join(', ')} (not dead, no such message, or its key has a ` +
-          'message in flight; `skiplock outbox dead` lists the dead ones)\n',
+          'pending message; `skiplock outbox dead` lists the dead ones)\n',
       );
     }
     return left.length === 0 ? 0 : 1;

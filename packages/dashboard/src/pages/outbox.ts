@@ -122,7 +122,7 @@ export function outboxPage(ctx: PageContext, data: OutboxData) {
     <h2>Dead messages</h2>
     <p class="hint">
       Sent again, a message gets fresh attempts and keeps its id, so a broker's de-duplication still
-      knows it. One whose key has a message in flight stays dead until that one settles.
+      knows it. One whose key has a pending message stays dead until those settle.
     </p>
     ${actionsHint(ctx)}
     <section data-live="outbox-dead">

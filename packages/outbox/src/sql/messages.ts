@@ -275,22 +275,27 @@ export function selectDead(limit: number, beforeId: string | null) {
 }
 
 /**
- * Locks the pending messages of the keys of these dead ones, waiting for a claim in progress to
- * commit, so that `retryDead` (the next statement, with a fresh snapshot) sees its lease.
+ * Takes the publishers' transaction lock of each key of these dead messages (`insertMessages`'
+ * locks, in the same lock-id order), so no message of those keys commits until the revive does,
+ * and the revive's next statement, with a fresh snapshot, sees every message of the keys that
+ * committed before.
  */
 export function lockKeysOfDead(ids: readonly string[]) {
   return sql`
-    SELECT p.id FROM skiplock.outbox_messages p
-    WHERE p.status = 'pending'
-      AND p.key IN (SELECT d.key FROM skiplock.outbox_messages d
-                    WHERE d.id = ANY(${sql.param(ids)}::bigint[]) AND d.status = 'dead')
-    FOR UPDATE`;
+    SELECT count(pg_advisory_xact_lock(${PUBLISH_LOCK_CLASS}, k.h)) AS locked
+    FROM (SELECT DISTINCT hashtext(d.key) AS h FROM skiplock.outbox_messages d
+          WHERE d.id = ANY(${sql.param(ids)}::bigint[]) AND d.status = 'dead' AND d.key IS NOT NULL
+          ORDER BY 1) AS k`;
 }
 
 /**
- * Sends dead messages back to pending with a fresh attempt count. A retried message keeps its id,
- * so it takes its old place in its key's order: later pending messages of the key wait behind it
- * again. One whose key has a message in flight stays dead (its key would have two in flight).
+ * Sends dead messages back to pending with a fresh attempt count. A retried message keeps its id.
+ * One whose key has any pending message (in flight or waiting out a backoff) stays dead: a claim
+ * that took its snapshot before the revive committed still sees it dead, so it could take the
+ * key's later pending message as the first of its key while the revived one went to another
+ * relay, two of the key in flight (found in review: a claim that took a second over a backlog,
+ * a revive during it). Revived while its key has nothing pending, under the publishers' lock
+ * (`lockKeysOfDead`), it is its key's only pending message.
  */
 export function retryDead(ids: readonly string[]) {
   return sql`
@@ -299,6 +304,6 @@ export function retryDead(ids: readonly string[]) {
     WHERE d.status = 'dead' AND d.id = ANY(${sql.param(ids)}::bigint[])
       AND (d.key IS NULL OR NOT EXISTS (
         SELECT 1 FROM skiplock.outbox_messages e
-        WHERE e.key = d.key AND e.status = 'pending' AND e.lease_until >= now()))
+        WHERE e.key = d.key AND e.status = 'pending'))
     RETURNING d.id::text AS id`;
 }
