@@ -30,6 +30,13 @@ const TOPIC_PATTERN = /^[A-Za-z0-9_:/-]+(\.[A-Za-z0-9_:/-]+)*$/;
 // INSERT and abort the caller's transaction, which a refused message must never do.
 // eslint-disable-next-line no-control-regex -- NUL is exactly what it looks for
 const BAD_TEXT = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+// A key travels as a NATS header, and header values as NATS, AMQP and HTTP headers: a control
+// character (CR and LF split a header; fetch refuses the others) could never be sent, and space
+// or tab at either end is trimmed on the way, so the consumer would read another value. Refused
+// at publish, where the caller hears it, not as a message dead at delivery (found in review).
+// eslint-disable-next-line no-control-regex -- control characters are exactly what it looks for
+const CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f]/;
+const EDGE_SPACE = /^[ \t]|[ \t]$/;
 
 /**
  * Checks one message: its topic, key and headers, its payload against the topic's schema when
@@ -72,6 +79,10 @@ export async function checkMessage(
     });
   } else if (typeof key === 'string' && BAD_TEXT.test(key)) {
     issues.push({ path: `${path}.key`, message: 'holds a NUL character or a lone surrogate' });
+  } else if (typeof key === 'string' && (CONTROL.test(key) || /\t/.test(key))) {
+    issues.push({ path: `${path}.key`, message: 'holds a control character' });
+  } else if (typeof key === 'string' && EDGE_SPACE.test(key)) {
+    issues.push({ path: `${path}.key`, message: 'begins or ends with a space' });
   }
   checkHeaders(headers, `${path}.headers`, issues);
   let payload: unknown = input.payload;
@@ -137,6 +148,10 @@ function checkHeaders(headers: unknown, path: string, issues: PublishIssue[]): v
         path: `${path}.${name}`,
         message: 'holds a NUL character or a lone surrogate',
       });
+    } else if (CONTROL.test(value)) {
+      issues.push({ path: `${path}.${name}`, message: 'holds a control character' });
+    } else if (EDGE_SPACE.test(value)) {
+      issues.push({ path: `${path}.${name}`, message: 'begins or ends with a space or tab' });
     }
   }
 }

@@ -162,6 +162,23 @@ describe('publish', () => {
       'message.headers.h: holds a NUL character',
       { topic: 't', payload: 1, headers: { h: '\ud800' } },
     ],
+    // Sent as a NATS header, a key with CR or LF could never go; fetch refuses any control
+    // character in a header value; brokers and HTTP trim a space at either end.
+    ['message.key: holds a control character', { topic: 't', key: 'a\rb', payload: 1 }],
+    ['message.key: holds a control character', { topic: 't', key: 'a\u0001b', payload: 1 }],
+    ['message.key: begins or ends with a space', { topic: 't', key: ' k', payload: 1 }],
+    [
+      'message.headers.h: holds a control character',
+      { topic: 't', payload: 1, headers: { h: 'a\u0001b' } },
+    ],
+    [
+      'message.headers.h: holds a control character',
+      { topic: 't', payload: 1, headers: { h: 'a\u007fb' } },
+    ],
+    [
+      'message.headers.h: begins or ends with a space or tab',
+      { topic: 't', payload: 1, headers: { h: 'v ' } },
+    ],
   ] as const)('refuses a message: %s', async (expected, message) => {
     const error = await publish(db.pool, message as never).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(InvalidMessageError);

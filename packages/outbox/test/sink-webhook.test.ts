@@ -276,6 +276,26 @@ describe('webhookSink outcomes', () => {
     expect(received).toHaveLength(1);
   });
 
+  it('fails for good, with no request, a header value fetch would refuse; refuses one among its own at start', async () => {
+    const { base, received } = await receiver((_, res) => res.writeHead(204).end());
+    const webhook = sink({ url: base });
+    // Stored before publish refused control characters: Headers takes it, fetch does not.
+    const [control, wide] = await webhook.deliver(
+      [
+        message('1', { headers: { 'x-trace': 'a\u0001b' } }),
+        message('2', { headers: { 'x-trace': '\u20ac' } }),
+      ],
+      never,
+    );
+    expect(failure(control)).toMatchObject({
+      permanent: true,
+      error: 'message header "x-trace" is not a valid header name or value',
+    });
+    expect(failure(wide)).toMatchObject({ permanent: true });
+    expect(received).toHaveLength(0);
+    expect(() => sink({ url: base, headers: { 'x-static': 'a\u007fb' } })).toThrow(ConfigError);
+  });
+
   it('fails a refused connection retryably', async () => {
     const closed = createServer();
     await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));

@@ -226,8 +226,16 @@ function isHttpUrl(value: unknown): boolean {
   }
 }
 
+/**
+ * What fetch sends as a header value: tab, visible ASCII, space and bytes 0x80-0xFF. `Headers`
+ * takes a control character other than CR, LF and NUL, and fetch then refuses the request, which
+ * read as a network error and was retried through every backoff (found in review).
+ */
+const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
 /** Sets one header; returns its name when invalid, because fetch's own error echoes the value. */
 function setHeader(headers: Headers, name: string, value: string): string | undefined {
+  if (!FIELD_VALUE.test(value)) return name;
   try {
     headers.set(name, value);
     return undefined;
