@@ -185,6 +185,14 @@ describe('publish', () => {
     expect((error as Error).message).toContain(expected);
   });
 
+  it('refuses a payload nested deeper than 1,000 levels by name, not with a RangeError', async () => {
+    let payload: unknown = 1;
+    for (let i = 0; i < 20_000; i++) payload = [payload];
+    const error = await publish(db.pool, { topic: 't', payload }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidMessageError);
+    expect((error as Error).message).toContain('nests arrays and objects deeper than 1000 levels');
+  });
+
   it('refuses a payload over maxPayloadBytes, saying its size', async () => {
     const error = await outbox
       .publish(db.pool, { topic: 'invoice.voided', payload: { invoiceId: 'x'.repeat(3_000) } })

@@ -6,6 +6,12 @@ export interface JsonProblem {
 
 const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 const identifier = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+/**
+ * Deepest nesting of arrays and objects accepted. Deeper, the walk below (and JSON.stringify)
+ * ran out of stack and the caller got a bare RangeError (20,000 levels, found in review), where
+ * a refused payload must name what is wrong.
+ */
+export const MAX_JSON_DEPTH = 1_000;
 
 function textProblem(s: string): string | null {
   if (s.includes('\u0000'))
@@ -47,7 +53,7 @@ export function findJsonProblem(
   notes?: JsonNotes,
 ): JsonProblem | null {
   const seen = new Set<object>();
-  function walk(v: unknown, path: string): JsonProblem | null {
+  function walk(v: unknown, path: string, depth: number): JsonProblem | null {
     if (
       v !== null &&
       typeof v === 'object' &&
@@ -72,10 +78,13 @@ export function findJsonProblem(
           const kind = v instanceof Map ? 'a Map' : 'a Set';
           return { path, message: `is ${kind}, which JSON stores as {}; send an object or array` };
         }
+        if (depth >= MAX_JSON_DEPTH) {
+          return { path, message: `nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels` };
+        }
         seen.add(v);
         if (Array.isArray(v)) {
           for (let i = 0; i < v.length; i++) {
-            const p = walk(v[i], `${path}[${i}]`);
+            const p = walk(v[i], `${path}[${i}]`, depth + 1);
             if (p) return p;
           }
         } else {
@@ -83,7 +92,7 @@ export function findJsonProblem(
             const p0 = child(path, key);
             const keyProblem = textProblem(key);
             if (keyProblem) return { path: p0, message: `has a key that ${keyProblem}` };
-            const p = walk((v as Record<string, unknown>)[key], p0);
+            const p = walk((v as Record<string, unknown>)[key], p0, depth + 1);
             if (p) return p;
           }
         }
@@ -111,5 +120,5 @@ export function findJsonProblem(
       message: `is ${whole === undefined ? 'undefined' : `a ${typeof whole}`}, which JSON cannot hold`,
     };
   }
-  return walk(value, root);
+  return walk(value, root, 0);
 }

@@ -43,6 +43,13 @@ const loose = defineJob({
   handler: async () => {},
 });
 
+/** `levels` arrays, each holding the next, around a 1. */
+function nested(levels: number): unknown {
+  let v: unknown = 1;
+  for (let i = 0; i < levels; i++) v = [v];
+  return v;
+}
+
 describe('payloads JSON cannot hold', () => {
   const circular: Record<string, unknown> = { a: 1 };
   circular['self'] = circular;
@@ -58,6 +65,20 @@ describe('payloads JSON cannot hold', () => {
     expect(error).toBeInstanceOf(InvalidPayloadError);
     expect((error as InvalidPayloadError).issues[0]!.path).toBe(path);
     expect(await count()).toBe(0);
+  });
+
+  it('accepts arrays and objects nested 1,000 levels deep, and refuses deeper by name', async () => {
+    const { id, inserted } = await client.enqueue(loose, nested(1_000));
+    expect(inserted).toBe(true);
+    // 20,000 deep: a bare RangeError from the walk's recursion before the depth bound.
+    for (const levels of [1_001, 20_000]) {
+      const error = await client.enqueue(loose, nested(levels)).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(InvalidPayloadError);
+      const [issue] = (error as InvalidPayloadError).issues;
+      expect(issue!.path).toBe(`payload${'[0]'.repeat(1_000)}`);
+      expect(issue!.message).toBe('nests arrays and objects deeper than 1000 levels');
+    }
+    await db.pool.query(`DELETE FROM skiplock.jobs WHERE id = $1`, [id]);
   });
 });
 
