@@ -128,11 +128,24 @@ export async function sendOpening(client: pg.PoolClient, opening: Opening | unde
 export function withTransaction<T>(
   pool: pg.Pool,
   work: (client: pg.PoolClient, opening: Opening | undefined) => Promise<T>,
-  options: { opening?: boolean } = {},
+  options: TransactionOptions = {},
 ): Promise<T> {
   // READ COMMITTED whatever the server's or role's default: fencing and the saga's joins
   // re-read rows after taking their locks, which a fixed snapshot would not show.
-  return inTransaction(pool, 'BEGIN ISOLATION LEVEL READ COMMITTED', work, options.opening);
+  return inTransaction(pool, 'BEGIN ISOLATION LEVEL READ COMMITTED', work, options);
+}
+
+export interface TransactionOptions {
+  /** Defer `BEGIN` to `work`'s first statement (see `withTransaction`). */
+  opening?: boolean | undefined;
+  /**
+   * Ends the transaction when it aborts while `work` runs, whatever `work` is waiting on: the
+   * call rejects with the signal's reason at once and the connection is closed, not returned to
+   * the pool, so the server rolls the transaction back and frees its locks, and a `work` that
+   * goes on later finds its client closed instead of someone else's transaction. A job's
+   * completing transaction passes the job's signal: its timeout or lost lease ends it.
+   */
+  signal?: AbortSignal | undefined;
 }
 
 /**
@@ -150,8 +163,9 @@ async function inTransaction<T>(
   pool: pg.Pool,
   begin: string,
   work: (client: pg.PoolClient, opening: Opening | undefined) => Promise<T>,
-  deferBegin = false,
+  { opening: deferBegin = false, signal }: TransactionOptions = {},
 ): Promise<T> {
+  signal?.throwIfAborted();
   const client = await pool.connect();
   // The pool listens for errors only on idle clients. A backend terminated while this one is
   // checked out but between statements (idle in transaction) would emit an unhandled 'error' and
@@ -162,15 +176,18 @@ async function inTransaction<T>(
   };
   client.on('error', onError);
   let broken = false;
+  let aborted = false;
   const opening = deferBegin ? { begin, sent: false } : undefined;
   try {
     if (!opening) await client.query(begin);
-    const value = await work(client, opening);
+    const value = await untilAborted(work(client, opening), signal, () => (aborted = true));
     if (!opening || opening.sent) await client.query('COMMIT');
     return value;
   } catch (error) {
     try {
-      if (!opening || opening.sent) await client.query('ROLLBACK');
+      // Aborted, `work` may still have a statement on the connection, and a ROLLBACK would wait
+      // behind it: closing the connection rolls back instead.
+      if (!aborted && (!opening || opening.sent)) await client.query('ROLLBACK');
     } catch {
       broken = true;
     }
@@ -178,6 +195,33 @@ async function inTransaction<T>(
   } finally {
     client.off('error', onError);
     // A connection whose ROLLBACK failed is in an unknown state; destroy it instead of reusing it.
-    client.release(broken || lost);
+    client.release(broken || lost || aborted);
   }
+}
+
+/** `work`, or a rejection with `signal`'s reason as soon as it aborts (`onAbort` first). */
+function untilAborted<T>(
+  work: Promise<T>,
+  signal: AbortSignal | undefined,
+  onAbort: () => void,
+): Promise<T> {
+  if (!signal) return work;
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => {
+      onAbort();
+      reject(signal.reason);
+    };
+    if (signal.aborted) abort();
+    else signal.addEventListener('abort', abort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener('abort', abort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', abort);
+        reject(error);
+      },
+    );
+  });
 }

@@ -455,7 +455,11 @@ function completingTransaction<T>(
       if (rowCount !== 1) throw new LockLostError(job.info.id);
       return work(tx);
     },
-    { opening: true },
+    // The attempt's timeout, lost lease or shutdown ends the transaction too: it holds the job's
+    // row lock since the fence, so a `work` that never returned kept the settle, heartbeat and
+    // sweeper off the job for good (found in review: a saga step's ctx.transaction callback
+    // awaiting a call without a timeout, stuck past its 300 ms timeout and its lease).
+    { opening: true, signal: job.signal },
   );
 }
 

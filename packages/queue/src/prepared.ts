@@ -8,6 +8,7 @@ import {
   type QueryOutcome,
   type Queryable,
   type Statement,
+  type TransactionOptions,
 } from './db.js';
 import type { Logger } from './logger.js';
 import { statementName } from './statement-name.js';
@@ -86,7 +87,7 @@ export function preparedRunner(options: {
 export async function withOwnTransaction<T>(
   pool: pg.Pool,
   work: (tx: pg.PoolClient, opening: Opening | undefined) => Promise<T>,
-  options: { opening?: boolean } = {},
+  options: TransactionOptions = {},
 ): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
