@@ -188,6 +188,8 @@ describe.skipIf(!available)('natsSink against the broker', () => {
       good,
       { ...tooLarge, payload: 'x'.repeat(maxPayload + 1) },
       { ...badSubject, topic: `${prefix}.has space` },
+      // A JetStream instruction: the stream would refuse the message on every attempt.
+      { ...badSubject, headers: { 'Nats-Expected-Last-Sequence': '1' } },
       alsoGood,
     ];
 
@@ -197,6 +199,12 @@ describe.skipIf(!available)('natsSink against the broker', () => {
       { ok: true },
       { ok: false, error: expect.stringMatching(/max_payload/), permanent: true },
       { ok: false, error: expect.any(String), permanent: true },
+      {
+        ok: false,
+        error:
+          'message header "Nats-Expected-Last-Sequence" is reserved by NATS JetStream (Nats-*)',
+        permanent: true,
+      },
       { ok: true },
     ]);
     expect(await streamCount(jsm, name)).toBe(2);

@@ -92,6 +92,15 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
   };
 
   const publish = async (js: JetStreamClient, message: OutboxMessage): Promise<Delivery> => {
+    const reserved = Object.keys(message.headers).find((name) => /^nats-/i.test(name));
+    if (reserved !== undefined) {
+      // JetStream reads `Nats-*` headers as instructions (`Nats-Expected-Last-Sequence` makes the
+      // stream refuse the message, `Nats-Msg-Id` would fight the sink's own de-duplication id,
+      // `Nats-Rollup` purges the subject): no retry can publish it as the producer meant.
+      return failed(`message header "${reserved}" is reserved by NATS JetStream (Nats-*)`, {
+        permanent: true,
+      });
+    }
     try {
       // A PubAck with `duplicate: true` means the stream already holds the message: delivered.
       await js.publish(subject(message), encodePayload(message), {
