@@ -43,6 +43,8 @@ export interface JobContext {
    * Completes the job inside a transaction and runs `work` in the same transaction, so that the
    * handler's own writes and the completion commit together. The completion is fenced by the
    * claim's lock token: if the worker lost the job, this throws `LockLostError` and nothing commits.
+   * The attempt's timeout, a lost lease or the shutdown deadline ends the transaction even while
+   * `work` waits: this rejects with that reason, nothing commits, and `tx` is closed.
    */
   completeWith<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T>;
 }

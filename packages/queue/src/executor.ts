@@ -1,6 +1,6 @@
 import { context, type Context, type Span, type Tracer } from '@opentelemetry/api';
 import type pg from 'pg';
-import { runSql, withTransaction } from './db.js';
+import { runSql, withTransaction, type TransactionAbort } from './db.js';
 import { namedStatement, withOwnTransaction, type StatementRunner } from './prepared.js';
 import type { AnyJobDefinition, DeadJobInfo, JobContext, JobInfo } from './define.js';
 import {
@@ -30,7 +30,7 @@ import { retryDelayMs, sleep } from './timers.js';
 import { continuedContext, failSpan, startProcess } from './tracing.js';
 
 /** A claimed job from claim to settle; the heartbeat sees it as a lease holder. */
-export class RunningJob implements LeaseHolder {
+export class RunningJob implements LeaseHolder, TransactionAbort {
   readonly token: LockToken;
   readonly info: JobInfo;
   leaseMs: number;
@@ -59,6 +59,8 @@ export class RunningJob implements LeaseHolder {
   turn: ((run: boolean) => void) | null = null;
   /** Called once on abort, while a handler runs: ends the race in `run`. */
   onAbort: ((reason: Error) => void) | null = null;
+  /** Called once on abort, while completing transactions run: ends them (see `TransactionAbort`). */
+  private transactionAborts: ((reason: Error) => void)[] | null = null;
   // An AbortSignal costs microseconds to build (it is an EventTarget), so the controller is made
   // only when a handler reads `ctx.signal`; most no-op and quick handlers never do.
   private controller: AbortController | null = null;
@@ -95,6 +97,16 @@ export class RunningJob implements LeaseHolder {
     this.abortReason = reason;
     this.controller?.abort(reason);
     this.onAbort?.(reason);
+    for (const end of this.transactionAborts?.splice(0) ?? []) end(reason);
+  }
+
+  /** `TransactionAbort`: the job's completing transactions end with its run. */
+  onceAborted(listener: (reason: Error) => void): () => void {
+    (this.transactionAborts ??= []).push(listener);
+    return () => {
+      const at = this.transactionAborts?.indexOf(listener) ?? -1;
+      if (at >= 0) this.transactionAborts!.splice(at, 1);
+    };
   }
 }
 
@@ -459,7 +471,7 @@ function completingTransaction<T>(
     // row lock since the fence, so a `work` that never returned kept the settle, heartbeat and
     // sweeper off the job for good (found in review: a saga step's ctx.transaction callback
     // awaiting a call without a timeout, stuck past its 300 ms timeout and its lease).
-    { opening: true, signal: job.signal },
+    { opening: true, abort: job },
   );
 }
 

@@ -219,6 +219,44 @@ describe('worker outcomes', () => {
     ).toBe(1);
   });
 
+  it("ends a completeWith transaction at the job's timeout, cancelling a statement stuck on a lock", async () => {
+    await db.pool.query(
+      'CREATE TABLE IF NOT EXISTS public.contended (id int PRIMARY KEY, v int NOT NULL)',
+    );
+    await db.pool.query('INSERT INTO public.contended VALUES (1, 0) ON CONFLICT DO NOTHING');
+    const stuck = defineJob({
+      type: 'stuck-on-lock',
+      payload: z.object({}),
+      timeoutMs: 300,
+      backoff: { baseMs: 1, maxMs: 5, jitter: 0 },
+      handler: async (_p, ctx) => {
+        await ctx.completeWith((tx) =>
+          tx.query('UPDATE public.contended SET v = v + 1 WHERE id = 1'),
+        );
+      },
+    });
+    // Another transaction holds the row: the job's UPDATE waits for it, holding the job's row.
+    const blocker = await db.pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT 1 FROM public.contended WHERE id = 1 FOR UPDATE');
+      const { id } = await client.enqueue(stuck, {});
+      // runOnce returns once the attempt is settled: its failure's write needs the job's row,
+      // which the completing transaction held until its statement was cancelled.
+      await testWorker(db.pool, [stuck]).runOnce();
+      const row = await jobRow(db.pool, id);
+      expect(row.status).toBe('retryable');
+      expect(row.errors[0]).toMatchObject({ reason: 'timeout' });
+      // The UPDATE rolled back: the blocker still holds the row, and nothing was written.
+      expect((await blocker.query('SELECT v FROM public.contended WHERE id = 1')).rows).toEqual([
+        { v: 0 },
+      ]);
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+  });
+
   it('gives a context whose members work destructured and which shows only the job when logged', async () => {
     await db.pool.query(
       'CREATE TABLE IF NOT EXISTS public.destructured (job_id text PRIMARY KEY, key text)',

@@ -48,7 +48,9 @@ interface SharedContext<I, O extends StepOutputs> {
   /**
    * Runs `work` in the transaction that also completes this step's job and records its result,
    * so writes to the same database commit exactly once, together with the step. Call it at most
-   * once per attempt; the transaction stays open until `run` returns, then commits.
+   * once per attempt; the transaction stays open until `run` returns, then commits. The step's
+   * timeout, a lost lease or the worker's shutdown deadline rolls it back first, even while `work`
+   * waits: this rejects with that reason and `tx` is closed.
    */
   transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T>;
 }

@@ -16,7 +16,8 @@ describe('a step whose ctx.transaction callback never returns', () => {
     let lateQuery: unknown = null;
     const saga = defineSaga({ name: 'stuck-in-tx', version: 1, input: z.object({}) }).step('a', {
       ...fast,
-      timeoutMs: 300,
+      // Only the first run hangs; the second must finish well inside it, on a loaded machine too.
+      timeoutMs: 2_000,
       leaseMs: 60_000,
       run: async (ctx) => {
         runs += 1;
