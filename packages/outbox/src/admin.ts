@@ -119,8 +119,9 @@ export async function deadMessages(
 /**
  * Sends dead messages back for delivery with fresh attempts; returns the ids it revived. A dead
  * message whose key has a pending message (in flight, or waiting out a backoff) stays dead
- * (reviving it could put two of the key in flight); call again once those settled. Publishers of
- * the keys wait for the revive to commit. Up to 1,000 ids per call.
+ * (reviving it could put two of the key in flight), and so does one whose key a publisher's
+ * transaction holds right now; call again once those settled. Publishers of the revived keys
+ * wait for the revive to commit (one statement). Up to 1,000 ids per call.
  */
 export async function retryDeadMessages(pool: pg.Pool, ids: readonly string[]): Promise<string[]> {
   if (ids.length > MAX_IDS) {
@@ -130,8 +131,8 @@ export async function retryDeadMessages(pool: pg.Pool, ids: readonly string[]): 
   if (ids.length === 0) return [];
   return withTransaction(pool, async (tx) => {
     // First hold the keys' publishers back, so the revive's snapshot is the keys' last word.
-    await runSql(tx, lockKeysOfDead(ids));
-    const { rows } = await runSql<{ id: string }>(tx, retryDead(ids));
+    const { rows: held } = await runSql<{ locked: number[] }>(tx, lockKeysOfDead(ids));
+    const { rows } = await runSql<{ id: string }>(tx, retryDead(ids, held[0]?.locked ?? []));
     return rows.map((r) => r.id);
   });
 }

@@ -48,7 +48,10 @@ export interface RelayOptions {
   backoff?: BackoffOptions | undefined;
   /** Poll interval when no notification arrives (default 1 s). */
   pollIntervalMs?: number | undefined;
-  /** Keep delivered messages this long (default 24 h); dead ones stay until retried or deleted. */
+  /**
+   * Keep delivered messages this long (default 24 h); dead ones stay until retried or deleted.
+   * Retention is the table's, whatever the topics: relays sharing it share the shortest.
+   */
   retainDeliveredMs?: number | undefined;
   /** How often retention runs (default 60 s). */
   retentionIntervalMs?: number | undefined;
@@ -82,7 +85,10 @@ export interface RelayPassResult {
 export interface RetentionResult {
   /** Delivered messages past `retainDeliveredMs`, deleted. */
   deleted: number;
-  /** Messages whose last attempt's lease ran out (their relay died), sent to dead. */
+  /**
+   * Messages of this relay's topics out of attempts and not leased, sent to dead: their last
+   * attempt's lease ran out (their relay died), or `maxAttempts` was lowered below their count.
+   */
   expired: number;
 }
 
@@ -92,12 +98,13 @@ export interface Relay {
   /**
    * Stops claiming, then waits up to `timeoutMs` (default 30 s) for batches in flight to be
    * delivered and settled; past it their deliveries are aborted and settled as failed attempts
-   * (due again after their backoff). Closes what the relay opened, never the sink.
+   * (due again after their backoff), except messages the sink reports it never sent, whose
+   * attempt is given back. Closes what the relay opened, never the sink.
    */
   stop(options?: { timeoutMs?: number }): Promise<void>;
   /** One claim, delivery and settle; what tests and `skiplock outbox relay --once` call. */
   runOnce(): Promise<RelayPassResult>;
-  /** One bounded maintenance pass: retention, and messages that died with their relay. */
+  /** One bounded maintenance pass: retention, and this relay's messages out of attempts. */
   retainOnce(): Promise<RetentionResult>;
 }
 
@@ -353,7 +360,7 @@ export function createRelay(options: RelayOptions): Relay {
       }
       let deleted = 0;
       for (let round = 0; round < RETENTION_ROUNDS && !stopping.signal.aborted; round++) {
-        const { rowCount } = await runSql(pool, deleteDelivered(retainMs, RETENTION_BATCH, topics));
+        const { rowCount } = await runSql(pool, deleteDelivered(retainMs, RETENTION_BATCH));
         deleted += rowCount;
         if (rowCount < RETENTION_BATCH) break;
       }

@@ -36,6 +36,9 @@ const BAD_TEXT = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])
 // at publish, where the caller hears it, not as a message dead at delivery (found in review).
 // eslint-disable-next-line no-control-regex -- control characters are exactly what it looks for
 const CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f]/;
+/** In a key, a tab too: a key is an identifier, never formatted text. */
+// eslint-disable-next-line no-control-regex -- control characters are exactly what it looks for
+const KEY_CONTROL = /[\u0000-\u001f\u007f]/;
 const EDGE_SPACE = /^[ \t]|[ \t]$/;
 
 /**
@@ -79,7 +82,7 @@ export async function checkMessage(
     });
   } else if (typeof key === 'string' && BAD_TEXT.test(key)) {
     issues.push({ path: `${path}.key`, message: 'holds a NUL character or a lone surrogate' });
-  } else if (typeof key === 'string' && (CONTROL.test(key) || /\t/.test(key))) {
+  } else if (typeof key === 'string' && KEY_CONTROL.test(key)) {
     issues.push({ path: `${path}.key`, message: 'holds a control character' });
   } else if (typeof key === 'string' && EDGE_SPACE.test(key)) {
     issues.push({ path: `${path}.key`, message: 'begins or ends with a space' });

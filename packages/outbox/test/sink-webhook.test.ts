@@ -276,23 +276,26 @@ describe('webhookSink outcomes', () => {
     expect(received).toHaveLength(1);
   });
 
-  it('fails for good, with no request, a header value fetch would refuse; refuses one among its own at start', async () => {
+  it('fails for good without a request a header value fetch would refuse, sends one with whitespace at its ends, refuses a bad one of its own at start', async () => {
     const { base, received } = await receiver((_, res) => res.writeHead(204).end());
     const webhook = sink({ url: base });
     // Stored before publish refused control characters: Headers takes it, fetch does not.
-    const [control, wide] = await webhook.deliver(
+    const [control, wide, trimmed] = await webhook.deliver(
       [
         message('1', { headers: { 'x-trace': 'a\u0001b' } }),
         message('2', { headers: { 'x-trace': '\u20ac' } }),
+        // Whitespace at either end is stripped by Headers and sent, as it always was.
+        message('3', { headers: { 'x-trace': 'ok\n' } }),
       ],
       never,
     );
+    expect(trimmed).toEqual({ ok: true });
     expect(failure(control)).toMatchObject({
       permanent: true,
       error: 'message header "x-trace" is not a valid header name or value',
     });
     expect(failure(wide)).toMatchObject({ permanent: true });
-    expect(received).toHaveLength(0);
+    expect(received.map((r) => r.headers['x-trace'])).toEqual(['ok']);
     expect(() => sink({ url: base, headers: { 'x-static': 'a\u007fb' } })).toThrow(ConfigError);
   });
 

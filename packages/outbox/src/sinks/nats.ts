@@ -92,7 +92,7 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
   };
 
   const publish = async (js: JetStreamClient, message: OutboxMessage): Promise<Delivery> => {
-    const reserved = Object.keys(message.headers).find((name) => /^nats-/i.test(name));
+    const reserved = Object.keys(message.headers).find((name) => NATS_RESERVED.test(name));
     if (reserved !== undefined) {
       // JetStream reads `Nats-*` headers as instructions (`Nats-Expected-Last-Sequence` makes the
       // stream refuse the message, `Nats-Msg-Id` would fight the sink's own de-duplication id,
@@ -251,6 +251,9 @@ async function watch(nc: NatsConnection, logger: Logger): Promise<void> {
     }
   }
 }
+
+/** Header names JetStream reads as instructions. */
+const NATS_RESERVED = /^nats-/i;
 
 function headersOf(message: OutboxMessage): MsgHdrs {
   const h = headers();

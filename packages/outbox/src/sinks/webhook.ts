@@ -235,7 +235,8 @@ const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 
 /** Sets one header; returns its name when invalid, because fetch's own error echoes the value. */
 function setHeader(headers: Headers, name: string, value: string): string | undefined {
-  if (!FIELD_VALUE.test(value)) return name;
+  // `Headers` strips HTTP whitespace (CR, LF, tab, space) at either end first, as before.
+  if (!FIELD_VALUE.test(value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, ''))) return name;
   try {
     headers.set(name, value);
     return undefined;

@@ -200,22 +200,17 @@ export function expireLastAttempts(
 }
 
 /**
- * Deletes up to `limit` delivered messages of `topics` (all, when null) settled before the
- * cut-off, oldest first: each relay keeps its own topics' history for its own
- * `retainDeliveredMs`.
+ * Deletes up to `limit` delivered messages settled before the cut-off, oldest first, whatever
+ * their topic: relays sharing the table share its retention, the shortest `retainDeliveredMs`
+ * winning. Scoping it to a relay's topics would filter after the settled index, so a relay with
+ * a short retention would step over every other topic's rows it keeps, on every pass.
  */
-export function deleteDelivered(
-  olderThanMs: number,
-  limit: number,
-  topics: readonly string[] | null,
-) {
-  const topicFilter = topics ? sql`AND topic = ANY(${sql.param(topics)}::text[])` : sql``;
+export function deleteDelivered(olderThanMs: number, limit: number) {
   return sql`
     DELETE FROM skiplock.outbox_messages
     WHERE id IN (
       SELECT id FROM skiplock.outbox_messages
       WHERE status = 'delivered' AND settled_at < now() - ${olderThanMs}::bigint * interval '1 millisecond'
-        ${topicFilter}
       ORDER BY settled_at
       LIMIT ${limit}
       FOR UPDATE SKIP LOCKED)`;
@@ -275,17 +270,21 @@ export function selectDead(limit: number, beforeId: string | null) {
 }
 
 /**
- * Takes the publishers' transaction lock of each key of these dead messages (`insertMessages`'
- * locks, in the same lock-id order), so no message of those keys commits until the revive does,
- * and the revive's next statement, with a fresh snapshot, sees every message of the keys that
- * committed before.
+ * Tries the publishers' transaction lock of each key of these dead messages (`insertMessages`'
+ * locks, in the same lock-id order) and returns the keys' lock ids it holds, to commit: no
+ * message of those keys commits until the revive does, and the revive's next statement, with a
+ * fresh snapshot, sees every message of them that committed before. It never waits: a key whose
+ * publisher is in a transaction is not taken, and its dead messages stay dead this time, rather
+ * than stall that key's and the other keys' publishers behind a business transaction, or
+ * deadlock with one that publishes keys in two statements.
  */
 export function lockKeysOfDead(ids: readonly string[]) {
   return sql`
-    SELECT count(pg_advisory_xact_lock(${PUBLISH_LOCK_CLASS}, k.h)) AS locked
+    SELECT coalesce(array_agg(k.h), '{}') AS locked
     FROM (SELECT DISTINCT hashtext(d.key) AS h FROM skiplock.outbox_messages d
           WHERE d.id = ANY(${sql.param(ids)}::bigint[]) AND d.status = 'dead' AND d.key IS NOT NULL
-          ORDER BY 1) AS k`;
+          ORDER BY 1) AS k
+    WHERE pg_try_advisory_xact_lock(${PUBLISH_LOCK_CLASS}, k.h)`;
 }
 
 /**
@@ -294,16 +293,19 @@ export function lockKeysOfDead(ids: readonly string[]) {
  * that took its snapshot before the revive committed still sees it dead, so it could take the
  * key's later pending message as the first of its key while the revived one went to another
  * relay, two of the key in flight (found in review: a claim that took a second over a backlog,
- * a revive during it). Revived while its key has nothing pending, under the publishers' lock
- * (`lockKeysOfDead`), it is its key's only pending message.
+ * a revive during it). So does one whose key's publish lock `lockKeysOfDead` did not get
+ * (`locked`: the lock ids it holds). Revived while its key has nothing pending, under that lock,
+ * the revived messages are their key's only pending ones.
  */
-export function retryDead(ids: readonly string[]) {
+export function retryDead(ids: readonly string[], locked: readonly number[]) {
   return sql`
     UPDATE skiplock.outbox_messages d
     SET status = 'pending', attempts = 0, run_after = now(), settled_at = NULL
     WHERE d.status = 'dead' AND d.id = ANY(${sql.param(ids)}::bigint[])
-      AND (d.key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM skiplock.outbox_messages e
-        WHERE e.key = d.key AND e.status = 'pending'))
+      AND (d.key IS NULL OR (
+        hashtext(d.key) = ANY(${sql.param(locked)}::int[])
+        AND NOT EXISTS (
+          SELECT 1 FROM skiplock.outbox_messages e
+          WHERE e.key = d.key AND e.status = 'pending')))
     RETURNING d.id::text AS id`;
 }
