@@ -30,8 +30,21 @@ export class Completion {
       this.output = { resolve, reject };
     });
     output.catch(() => {});
+    let ran = false;
     return new Promise<T>((resolve, reject) => {
       this.done = this.job.completeWith(async (tx) => {
+        // The queue runs a completing transaction again when a pooler lost a prepared statement
+        // (see `withOwnTransaction`). The step has its first run's result already and may have
+        // built its output from it, so running `work` again here would record an output from a
+        // transaction that rolled back (found in review: an order id that does not exist). This
+        // attempt fails instead; the next runs the whole step, its statements unnamed by then.
+        if (ran) {
+          throw new SagaError(
+            'transaction_rerun',
+            "the step's transaction had to be run again (a pooler lost a prepared statement); the step runs again",
+          );
+        }
+        ran = true;
         let value: T;
         try {
           value = await work(tx);

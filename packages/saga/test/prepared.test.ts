@@ -114,3 +114,70 @@ describe('saga statements', () => {
     }
   });
 });
+
+describe('a step transaction whose prepared statement a pooler lost after the step wrote', () => {
+  it('fails the attempt instead of recording an output from the rolled-back run; the step runs again', async () => {
+    await db.pool.query('CREATE TABLE prepared_orders (id serial PRIMARY KEY, saga text)');
+    const calls: number[] = [];
+    let loseOnce = false;
+    const orders = defineSaga({ name: 'prepared-orders', version: 1, input: z.object({}) })
+      .step('a', {
+        ...fast,
+        run: async (ctx) => {
+          const id = await ctx.transaction(async (tx) => {
+            const { rows } = await tx.query<{ id: number }>(
+              'INSERT INTO prepared_orders (saga) VALUES ($1) RETURNING id',
+              [ctx.sagaId],
+            );
+            calls.push(rows[0]!.id);
+            if (loseOnce) {
+              loseOnce = false;
+              // As PgBouncer in transaction mode before 1.21 would: the saga's record statement
+              // is gone from the server connection by the time the step's output is recorded.
+              const { rows: named } = await tx.query<{ name: string }>(
+                `SELECT name FROM pg_prepared_statements WHERE statement LIKE '%settled AS (%'`,
+              );
+              for (const { name } of named) await tx.query(`DEALLOCATE "${name}"`);
+            }
+            return rows[0]!.id;
+          });
+          return { orderId: id };
+        },
+      })
+      .step('b', { ...fast, run: () => 'b' });
+    const pool = onePool();
+    const runtime = createSagaRuntime({ pool, sagas: [orders], logger: silent });
+    const worker = createWorker({
+      pool,
+      jobs: runtime.jobs,
+      logger: silent,
+      concurrency: 1,
+      listen: false,
+      pollIntervalMs: 20,
+      sweeper: false,
+      retention: false,
+    });
+    await worker.start();
+    try {
+      // The one connection prepares the saga's statements first.
+      await runtime.start(orders, { id: 'orders-warm', input: {} });
+      expect((await settled(runtime, 'orders-warm')).status).toBe('completed');
+      calls.length = 0;
+      loseOnce = true;
+      await runtime.start(orders, { id: 'orders-1', input: {} });
+      const view = await settled(runtime, 'orders-1');
+      expect(view.status).toBe('completed');
+      const { rows } = await db.pool.query<{ id: number }>(
+        `SELECT id FROM prepared_orders WHERE saga = 'orders-1'`,
+      );
+      // Two runs of the step, one committed order, and the output names that order.
+      expect(calls).toHaveLength(2);
+      expect(rows).toEqual([{ id: calls[1] }]);
+      const a = view.history.find((h) => h.step === 'a');
+      expect(a).toMatchObject({ output: { orderId: calls[1] }, attempts: 2 });
+    } finally {
+      await worker.stop({ timeoutMs: 1_000 });
+      await runtime.close();
+    }
+  });
+});
