@@ -30,21 +30,9 @@ export class Completion {
       this.output = { resolve, reject };
     });
     output.catch(() => {});
-    let ran = false;
+    let first: { json: string | null } | null = null;
     return new Promise<T>((resolve, reject) => {
       this.done = this.job.completeWith(async (tx) => {
-        // The queue runs a completing transaction again when a pooler lost a prepared statement
-        // (see `withOwnTransaction`). The step has its first run's result already and may have
-        // built its output from it, so running `work` again here would record an output from a
-        // transaction that rolled back (found in review: an order id that does not exist). This
-        // attempt fails instead; the next runs the whole step, its statements unnamed by then.
-        if (ran) {
-          throw new SagaError(
-            'transaction_rerun',
-            "the step's transaction had to be run again (a pooler lost a prepared statement); the step runs again",
-          );
-        }
-        ran = true;
         let value: T;
         try {
           value = await work(tx);
@@ -52,7 +40,22 @@ export class Completion {
           reject(error);
           throw error;
         }
-        resolve(value);
+        if (first) {
+          // The queue ran the transaction again: a pooler lost a prepared statement (see
+          // `withOwnTransaction`). The step already has the first run's result and may have built
+          // its output from it; when this run's differs (an id the first insert drew, which rolled
+          // back: found in review), that output would name what does not exist, so the attempt
+          // fails and the next runs the whole step, its statements unnamed by then.
+          if (first.json === null || first.json !== jsonOf(value)) {
+            throw new SagaError(
+              'transaction_rerun',
+              "the step's transaction was run again (a pooler lost a prepared statement) and its work returned another result; the step runs again",
+            );
+          }
+        } else {
+          first = { json: jsonOf(value) };
+          resolve(value);
+        }
         return this.advance(tx, await output);
       });
       // A lost lock fails before `work` runs; the step sees it from `ctx.transaction`.
@@ -73,5 +76,17 @@ export class Completion {
   abandon(error: unknown): void {
     this.output?.reject(error);
     this.done?.catch(() => {});
+  }
+}
+
+/**
+ * A value as JSON, to compare two runs' results (undefined, what a `work` that returns nothing
+ * gives, compares equal to itself); null when JSON cannot hold it: then never equal.
+ */
+function jsonOf(value: unknown): string | null {
+  try {
+    return JSON.stringify(value) ?? 'undefined';
+  } catch {
+    return null;
   }
 }

@@ -101,9 +101,9 @@ export interface SagaRuntimeOptions {
    * or with `max_prepared_statements = 0`, and give a `client` made with the same setting. Left
    * on there, the first failure turns them off (reason `prepared_statements_off`) and the
    * transaction it happened in is run again when it is skiplock's own (a step's completion;
-   * `start`, `signal`, `cancel` without your `tx`); in your transaction, the call fails. A step
-   * that wrote in `ctx.transaction` is not run again in place (it has that run's result): its
-   * attempt fails with `transaction_rerun` and the step runs again.
+   * `start`, `signal`, `cancel` without your `tx`); in your transaction, the call fails. A step's
+   * `ctx.transaction` work runs again with it; when it returns another result than the one the
+   * step already has, the attempt fails with `transaction_rerun` and the step runs again.
    */
   preparedStatements?: boolean | undefined;
   /**

@@ -115,8 +115,8 @@ describe('saga statements', () => {
   });
 });
 
-describe('a step transaction whose prepared statement a pooler lost after the step wrote', () => {
-  it('fails the attempt instead of recording an output from the rolled-back run; the step runs again', async () => {
+describe('a step transaction whose prepared statement a pooler lost after its work ran', () => {
+  it('fails the attempt when the run again returns another result than the step has; the step runs again', async () => {
     await db.pool.query('CREATE TABLE prepared_orders (id serial PRIMARY KEY, saga text)');
     const calls: number[] = [];
     let loseOnce = false;
@@ -170,11 +170,13 @@ describe('a step transaction whose prepared statement a pooler lost after the st
       const { rows } = await db.pool.query<{ id: number }>(
         `SELECT id FROM prepared_orders WHERE saga = 'orders-1'`,
       );
-      // Two runs of the step, one committed order, and the output names that order.
-      expect(calls).toHaveLength(2);
-      expect(rows).toEqual([{ id: calls[1] }]);
+      // The transaction run again in place drew another id than the run the step has: that
+      // attempt failed, and the next ran the whole step. One committed order, and the output
+      // names it.
+      expect(calls).toHaveLength(3);
+      expect(rows).toEqual([{ id: calls[2] }]);
       const a = view.history.find((h) => h.step === 'a');
-      expect(a).toMatchObject({ output: { orderId: calls[1] }, attempts: 2 });
+      expect(a).toMatchObject({ output: { orderId: calls[2] }, attempts: 2 });
     } finally {
       await worker.stop({ timeoutMs: 1_000 });
       await runtime.close();
