@@ -1,10 +1,9 @@
-import { createWorker } from '@skiplock/queue';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createSagaRuntime, defineSaga } from '../src/index.js';
+import { defineSaga } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { fast, settled, silent, timeline } from './fixtures.js';
+import { fast, settled, startSagas, timeline } from './fixtures.js';
 
 const db = await useTestDatabase();
 
@@ -37,16 +36,8 @@ describe('a step whose ctx.transaction callback never returns', () => {
       },
     });
     await db.pool.query('CREATE TABLE step_timeout_writes (run int NOT NULL)');
-    const runtime = createSagaRuntime({ pool: db.pool, sagas: [saga], logger: silent });
-    const worker = createWorker({
-      pool: db.pool,
-      jobs: runtime.jobs,
-      logger: silent,
-      pollIntervalMs: 20,
-      sweeper: false,
-      retention: false,
-    });
-    await worker.start();
+    // Stopped after the test by the fixture.
+    const { runtime } = await startSagas(db.pool, [saga]);
     try {
       await runtime.start(saga, { id: 'stuck-1', input: {} });
       // No sweeper runs and the lease is a minute: only the timeout can end the first attempt.
@@ -63,8 +54,6 @@ describe('a step whose ctx.transaction callback never returns', () => {
       expect(lateQuery).not.toBe('ran');
     } finally {
       release();
-      await worker.stop({ timeoutMs: 1_000 });
-      await runtime.close();
     }
   });
 });
