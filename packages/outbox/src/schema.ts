@@ -43,7 +43,8 @@ export const outboxMessages = skiplock.table(
     /** The earliest moment the message may be claimed (after a failed attempt, its backoff). */
     runAfter: timestamp('run_after', { withTimezone: true }).notNull().defaultNow(),
     /** The claim that holds it; the settle is fenced on it, so a relay whose lease ran out and
-     * whose message another relay took cannot mark it. */
+     * whose message another relay took cannot mark it. A message sent dead because its last
+     * attempt's lease ran out keeps it, so that attempt's late settle still lands. */
     leaseId: uuid('lease_id'),
     leaseUntil: timestamp('lease_until', { withTimezone: true }),
     /** Which relay holds it, for operators. */

@@ -221,6 +221,58 @@ describe('relay', () => {
     expect((await statusOf([id!]))[0]).toMatchObject({ status: 'delivered', attempts: 2 });
   });
 
+  it('lets a late settle of a last attempt land after maintenance sent the message dead', async () => {
+    const receiver = await startReceiver();
+    const [id] = await publishMany(db.pool, [{ topic: 'late.test', key: 'Z', payload: 'z' }]);
+    const inner = webhookSink({ url: receiver.url, secret });
+    const expirer = relayFor(receiver, { topics: ['late.test'], maxAttempts: 1 });
+    let expired: unknown = null;
+    // Delivers on its only attempt; then, before this relay settles, its lease runs out (a stalled
+    // settle, fast-forwarded in the database) and maintenance sends the message dead.
+    const pausing: Sink = {
+      name: 'pausing',
+      deliver: async (messages, signal) => {
+        const result = await inner.deliver(messages, signal);
+        await db.pool.query(
+          `UPDATE skiplock.outbox_messages SET lease_until = now() - interval '1 second' WHERE id = $1`,
+          [id],
+        );
+        expired = await expirer.retainOnce();
+        expect((await statusOf([id!]))[0]).toMatchObject({ status: 'dead' });
+        return result;
+      },
+      close: () => inner.close(),
+    };
+    const slow = createRelay({
+      pool: db.pool,
+      sink: pausing,
+      logger: silent,
+      topics: ['late.test'],
+      maxAttempts: 1,
+    });
+    expect(await slow.runOnce()).toMatchObject({ claimed: 1, delivered: 1, fenced: 0 });
+    expect(expired).toMatchObject({ expired: 1 });
+    expect(receiver.requests.map((r) => r.id)).toEqual([`msg_${id}`]);
+    expect((await statusOf([id!]))[0]).toEqual({
+      id,
+      status: 'delivered',
+      attempts: 1,
+      last_error: null,
+    });
+    // A revive starts from no lease: the expired attempt's settle no longer applies to it.
+    await db.pool.query(
+      `UPDATE skiplock.outbox_messages SET status = 'dead', lease_id = gen_random_uuid() WHERE id = $1`,
+      [id],
+    );
+    expect(await retryDeadMessages(db.pool, [id!])).toEqual([id]);
+    const { rows } = await db.pool.query(
+      `SELECT lease_id FROM skiplock.outbox_messages WHERE id = $1`,
+      [id],
+    );
+    expect(rows).toEqual([{ lease_id: null }]);
+    await db.pool.query(`DELETE FROM skiplock.outbox_messages WHERE id = $1`, [id]);
+  });
+
   it('keeps delivered messages for retainDeliveredMs, then deletes them in bounded passes', async () => {
     const receiver = await startReceiver();
     const ids = await publishMany(

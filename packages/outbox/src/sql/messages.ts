@@ -174,6 +174,11 @@ export function settleDelivered(leaseId: string, asyncCommit: boolean, ids: stri
  * (`maxAttempts` lowered since), which no claim takes again and which held their key for good
  * (found in review). Each relay expires its own topics only, by its own `maxAttempts`: another
  * relay's messages may have attempts left under that relay's setting.
+ *
+ * It keeps `lease_id`: a relay that delivered the message but settles after its lease ran out
+ * (its settle stalled behind a busy pool or server) still settles it, fenced on that lease, and
+ * the message is `delivered`, as it was, not dead (found in review). No claim takes a dead
+ * message, so no other lease can be in between; a revive clears the lease.
  */
 export function expireLastAttempts(
   maxAttempts: number,
@@ -183,7 +188,7 @@ export function expireLastAttempts(
   const topicFilter = topics ? sql`AND topic = ANY(${sql.param(topics)}::text[])` : sql``;
   return sql`
     UPDATE skiplock.outbox_messages m
-    SET status = 'dead', settled_at = now(), lease_id = NULL, lease_until = NULL, locked_by = NULL,
+    SET status = 'dead', settled_at = now(), lease_until = NULL, locked_by = NULL,
         last_error = CASE WHEN m.lease_until IS NULL
           THEN format('out of attempts: %s started, maxAttempts %s; last error: %s',
                       m.attempts, ${maxAttempts}::int, coalesce(m.last_error, 'none'))
@@ -288,7 +293,8 @@ export function lockKeysOfDead(ids: readonly string[]) {
 }
 
 /**
- * Sends dead messages back to pending with a fresh attempt count. A retried message keeps its id.
+ * Sends dead messages back to pending with a fresh attempt count and no lease (a late settle of
+ * the attempt that expired no longer applies). A retried message keeps its id.
  * One whose key has any pending message (in flight or waiting out a backoff) stays dead: a claim
  * that took its snapshot before the revive committed still sees it dead, so it could take the
  * key's later pending message as the first of its key while the revived one went to another
@@ -300,7 +306,7 @@ export function lockKeysOfDead(ids: readonly string[]) {
 export function retryDead(ids: readonly string[], locked: readonly number[]) {
   return sql`
     UPDATE skiplock.outbox_messages d
-    SET status = 'pending', attempts = 0, run_after = now(), settled_at = NULL
+    SET status = 'pending', attempts = 0, run_after = now(), settled_at = NULL, lease_id = NULL
     WHERE d.status = 'dead' AND d.id = ANY(${sql.param(ids)}::bigint[])
       AND (d.key IS NULL OR (
         hashtext(d.key) = ANY(${sql.param(locked)}::int[])
