@@ -291,6 +291,7 @@ export async function enqueueHandedOff(
   // Held from the room check on, through the insert's round trip: concurrent transactions
   // (parallel starts) must not all be promised the same free slot.
   slot.inserting += 1;
+  const leasedAt = performance.now();
   let result: Awaited<ReturnType<LeasedInsert>>;
   try {
     result = await insertLeased(definition, payload, insert, tx, slot.workerId, parts);
@@ -300,6 +301,6 @@ export async function enqueueHandedOff(
   if (!result.claimed) {
     return { id: result.id, inserted: result.inserted, handedOff: false, followed: false };
   }
-  slot.pending.push({ row: result.claimed, carry });
+  slot.pending.push({ row: result.claimed, carry, leasedAt });
   return { id: result.id, inserted: true, handedOff: true, followed: parts.length > 0 };
 }

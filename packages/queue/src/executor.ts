@@ -264,6 +264,14 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
         new InvalidPayloadError(job.info.type, issuesAt('payload', validated.issues)),
       );
     }
+    // A handed-off job's lease ran from its insert, and the transaction that inserted it may have
+    // worked on for much of that lease before it committed (a `completeWith` callback that hands
+    // off first and then does slow work): the sweeper could take the job back from under this
+    // run before the next heartbeat. Renewed first, fenced, when half of the lease is gone; lost
+    // already, it does not start. An error leaves it to the heartbeat, as before.
+    if (job.handOffDepth > 0 && performance.now() - job.renewedAt > job.leaseMs / 2) {
+      await extendJobLease(d, job).catch(() => false);
+    }
     // Lost or released while it waited in the local buffer: the handler must not start at all.
     if (job.abortReason) return abortedOutcome(job.abortReason) ?? { kind: 'lock_lost' };
     if (timer === null) startTimer();

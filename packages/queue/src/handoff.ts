@@ -51,6 +51,11 @@ export interface HandOffSlot {
 export interface HandedOff {
   row: ClaimedRow;
   carry: unknown;
+  /**
+   * When the insert was sent (`performance.now()`): the row's lease runs from its insert, and the
+   * transaction may work on for a while before it commits and the job starts.
+   */
+  leasedAt: number;
 }
 
 /** The hand-offs `slot` holds or is inserting: slots of the worker promised to it. */

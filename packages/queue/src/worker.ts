@@ -355,9 +355,9 @@ export function createWorker(options: WorkerOptions): Worker {
             },
             opened: (slot) => void handingOff.add(slot),
             closed: (slot) => void handingOff.delete(slot),
-            adopt: ({ row, carry }, depth) => {
+            adopt: ({ row, carry, leasedAt }, depth) => {
               metrics.handedOff.inc();
-              void accept(row, depth, carry);
+              void accept(row, depth, carry, leasedAt);
               // Stopping began after the insert: hand it back with the rest of the buffer.
               if (state !== 'running') {
                 lateRelease = Promise.all([lateRelease, releaseBuffered()]).then(() => {});
@@ -549,10 +549,17 @@ export function createWorker(options: WorkerOptions): Worker {
    * Takes a claimed job into the buffer: at the back for a claim, at the front for a hand-off, so
    * that it runs in the slot its predecessor frees.
    */
-  function accept(row: ClaimedRow, handOffDepth = 0, carry?: unknown): Promise<void> {
+  function accept(
+    row: ClaimedRow,
+    handOffDepth = 0,
+    carry?: unknown,
+    leasedAt?: number,
+  ): Promise<void> {
     const job = new RunningJob(row);
     job.handOffDepth = handOffDepth;
     job.carry = carry;
+    // A hand-off's lease ran from its insert, not from now (see `run` in executor.ts).
+    if (leasedAt !== undefined) job.renewedAt = leasedAt;
     // The same job claimed again while an earlier attempt of it is still here: the sweeper took
     // that one back after its lease ran out (or a server crash forgot its claim). The earlier one
     // is no longer this worker's to finish; it must not evict the new attempt from the heartbeat.

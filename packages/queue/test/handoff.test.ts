@@ -2,7 +2,13 @@ import { enqueueHandedOff, type HandOffResult } from '@skiplock/queue/engine';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createClient, defineJob, type DeadJobInfo, type Worker } from '../src/index.js';
+import {
+  createClient,
+  createSweeper,
+  defineJob,
+  type DeadJobInfo,
+  type Worker,
+} from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { quiet, testWorker } from './fixtures.js';
@@ -69,6 +75,10 @@ async function rows(queue: string) {
     [queue],
   );
   return rows;
+}
+
+async function countDone(queue: string) {
+  return (await rows(queue)).filter((r) => r.status === 'completed').length;
 }
 
 async function stop(worker: Worker) {
@@ -343,5 +353,58 @@ describe("a dead job's hand-off when its worker has no free slot", () => {
       `SELECT status::text FROM skiplock.jobs WHERE job_type = 'dead-full-undo'`,
     );
     expect(ran).toEqual([{ status: 'completed' }]);
+  });
+});
+
+describe('the lease of a handed-off job', () => {
+  it('renews a successor whose lease its slow transaction used up before it starts', async () => {
+    const sweeps: string[][] = [];
+    const sweeper = createSweeper({
+      pool: db.pool,
+      logger: quiet,
+      backoff: { baseMs: 0, maxMs: 0 },
+    });
+    const runs: number[] = [];
+    const next = defineJob({
+      type: 'handoff-late-next',
+      queue: 'handoff-late',
+      payload: z.object({}),
+      leaseMs: 2_000,
+      handler: async (_, ctx) => {
+        runs.push(ctx.job.attempt);
+        // The sweeper at the moment the job starts takes back every lease that ran out.
+        sweeps.push((await sweeper.runOnce()).jobIds);
+      },
+    });
+    const decisions: HandOffResult[] = [];
+    const first = defineJob({
+      type: 'handoff-late-first',
+      queue: 'handoff-late',
+      payload: z.object({}),
+      handler: async (_, ctx) => {
+        await ctx.completeWith(async (tx) => {
+          decisions.push(await enqueueHandedOff(client, tx, ctx, next, {}));
+          // Slow work after the hand-off: longer than the successor's whole lease.
+          await new Promise((resolve) => setTimeout(resolve, 2_300));
+        });
+      },
+    });
+    // No heartbeat falls between the successor's start and its sweep (one every 1.9 s).
+    const worker = testWorker(db.pool, [first, next], {
+      concurrency: 2,
+      pollIntervalMs: 20,
+      heartbeatIntervalMs: 1_900,
+    });
+    await worker.start();
+    await client.enqueue(first, {});
+    await waitFor(async () => (await countDone('handoff-late')) === 2, { timeoutMs: 10_000 });
+    await stop(worker);
+    expect(decisions).toMatchObject([{ handedOff: true }]);
+    // Before: its lease had run out as it started, the sweep took it back (attempt 2 ran).
+    expect(runs).toEqual([1]);
+    expect(sweeps).toEqual([[]]);
+    for (const row of await rows('handoff-late')) {
+      expect(row).toMatchObject({ status: 'completed', attempts: 1 });
+    }
   });
 });
