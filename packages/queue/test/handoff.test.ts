@@ -9,7 +9,7 @@ import {
   type DeadJobInfo,
   type Worker,
 } from '../src/index.js';
-import { useTestDatabase } from '../../../test/support/db.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { quiet, testWorker } from './fixtures.js';
 import { metricValue } from '../../../test/support/metrics.js';
@@ -406,5 +406,63 @@ describe('the lease of a handed-off job', () => {
     for (const row of await rows('handoff-late')) {
       expect(row).toMatchObject({ status: 'completed', attempts: 1 });
     }
+  });
+
+  it('hands back, before stop() returns, a successor committed while stop() drained its job', async () => {
+    const logs = captureLogs();
+    let openGate!: () => void;
+    const gate = new Promise<void>((resolve) => (openGate = resolve));
+    const decisions: HandOffResult[] = [];
+    const next = defineJob({
+      type: 'handoff-stop-next',
+      queue: 'handoff-stop',
+      payload: z.object({}),
+      handler: () => {},
+    });
+    const first = defineJob({
+      type: 'handoff-stop-first',
+      queue: 'handoff-stop',
+      payload: z.object({}),
+      handler: async (_, ctx) => {
+        await ctx.completeWith(async (tx) => {
+          decisions.push(await enqueueHandedOff(client, tx, ctx, next, {}));
+          await gate;
+        });
+      },
+    });
+    const worker = testWorker(db.pool, [first, next], {
+      logger: logs.logger,
+      concurrency: 2,
+      pollIntervalMs: 20,
+      heartbeatIntervalMs: 10_000,
+    });
+    await worker.start();
+    await client.enqueue(first, {});
+    await waitFor(() => decisions.length === 1);
+    // stop() begins while the job's transaction is open, and gets past its early waits.
+    const stopping = worker.stop({ timeoutMs: 5_000, graceMs: 5_000 });
+    await waitFor(() => logs.reasons().includes('shutdown'));
+    // A table lock queued behind that transaction holds the successor's release back until the
+    // test lets it go, so stop() returning before the release shows.
+    const locker = await db.pool.connect();
+    await locker.query('BEGIN');
+    const locked = locker.query('LOCK TABLE skiplock.jobs IN EXCLUSIVE MODE');
+    await waitFor(async () => {
+      const { rows } = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND mode = 'ExclusiveLock'
+           AND relation = 'skiplock.jobs'::regclass`,
+      );
+      return rows[0]!.n === 1;
+    });
+    openGate();
+    await locked;
+    setTimeout(() => void locker.query('COMMIT').finally(() => locker.release()), 500);
+    await stopping;
+    expect(decisions).toMatchObject([{ handedOff: true }]);
+    // Before: stop() returned with the release still waiting, the successor still processing.
+    expect(await rows('handoff-stop')).toEqual([
+      { n: null, status: 'completed', attempts: 1, locked_by: worker.id },
+      { n: null, status: 'pending', attempts: 0, locked_by: null },
+    ]);
   });
 });
