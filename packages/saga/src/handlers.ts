@@ -84,14 +84,18 @@ async function loadSaga(e: Engine, sagaId: string): Promise<SagaRow & { outputs:
 
 /**
  * The saga for a step's attempt: carried from the transaction that handed its job to this worker
- * (see `SagaSnapshot`), else read.
+ * (see `SagaSnapshot`), else read. A pivot always reads: it is the last step a cancel can stop,
+ * and a cancel that came between the hand-off's commit and this start is not in the carried
+ * snapshot, so the pivot would run and the cancel be ignored (`cancel_too_late`). One statement
+ * for the one pivot step of a saga that has one.
  */
 async function sagaForAttempt(
   e: Engine,
   sagaId: string,
   job: JobContext,
+  pivot: boolean,
 ): Promise<SagaRow & { outputs: StepOutputs }> {
-  const carried = handedOffCarry(job);
+  const carried = pivot ? undefined : handedOffCarry(job);
   return (carried instanceof SagaSnapshot && carried.rowOf(sagaId)) || loadSaga(e, sagaId);
 }
 
@@ -216,7 +220,7 @@ async function runStep(
 ) {
   const began = performance.now();
   const attempt = () => ({ attempt: job.job.attempt, startedAgoMs: performance.now() - began });
-  const saga = await sagaForAttempt(e, data.sagaId, job);
+  const saga = await sagaForAttempt(e, data.sagaId, job, spec.role === 'pivot');
   if (!isCurrent(saga, spec.name, 'step', ['running'])) return report(e, saga, spec.name, 'stale');
   // Cancel and deadline end the step before it runs: its job completes and the saga compensates.
   const deadlinePassed = saga.deadline_left_ms !== null && saga.deadline_left_ms <= 0;

@@ -87,6 +87,51 @@ describe('cancel', () => {
     ]);
   });
 
+  it('stops a handed-off pivot cancelled between its hand-off and its start', async () => {
+    const charged: string[] = [];
+    const billing = defineSaga({ name: 'late-cancel', version: 1, input: z.object({}) })
+      .step('prepare', {
+        ...fast,
+        run: () => 'ready',
+        compensate: (ctx) => void undone.push(`${ctx.sagaId}:prepare`),
+      })
+      .step('charge', {
+        ...fast,
+        pivot: true,
+        run: (ctx) => void charged.push(ctx.sagaId),
+      });
+    const { runtime, worker } = await startSagas(db.pool, [billing]);
+    const canceller = await db.pool.connect();
+    const handedOff: string[] = [];
+    worker.on('job:claimed', (event) => {
+      if (event.jobType !== 'saga:late-cancel:v1:charge') return;
+      handedOff.push(event.jobId);
+      // The pivot's job was just handed to this worker as the step before it committed. A
+      // cancel commits now, before the pivot starts: the flag as cancel() sets it for a running
+      // step, sent at once, and this process held still while the server commits it.
+      void canceller.query(
+        `UPDATE skiplock.sagas SET cancel_requested = true, error = 'cancelled' WHERE id = 'lc-1'`,
+      );
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 300);
+    });
+    try {
+      await runtime.start(billing, { id: 'lc-1', input: {} });
+      const done = await settled(runtime, 'lc-1');
+      expect(handedOff).toHaveLength(1);
+      // Before: the pivot ran from the carried snapshot, the cancel was ignored (completed).
+      expect(charged).toEqual([]);
+      expect(done.status).toBe('cancelled');
+      expect(timeline(done)).toEqual([
+        'prepare:completed',
+        'charge:cancelled',
+        'undo prepare:completed',
+      ]);
+      expect(undone).toContain('lc-1:prepare');
+    } finally {
+      canceller.release();
+    }
+  });
+
   it('refuses to cancel once the pivot completed', async () => {
     const { runtime } = await startSagas(db.pool, [trip]);
     await runtime.start(trip, { id: 'c-late', input: { block: false } });
