@@ -50,6 +50,43 @@ function only(receiver: Receiver, topic: string) {
   return receiver.accepted.filter((r) => r.type === topic);
 }
 
+/**
+ * A relay of `topic` whose sink delivers to `receiver`, then, before the relay settles, makes the
+ * message's lease run out (a long pause or a stalled settle, fast-forwarded in the database) and
+ * runs `meanwhile`, whose answer `settle` returns.
+ */
+function relayPausedBeforeSettle(
+  receiver: Receiver,
+  id: string,
+  topic: string,
+  meanwhile: () => Promise<unknown>,
+  options: Partial<RelayOptions> = {},
+) {
+  const inner = webhookSink({ url: receiver.url, secret });
+  let answer: unknown = null;
+  const pausing: Sink = {
+    name: 'pausing',
+    deliver: async (messages, signal) => {
+      const result = await inner.deliver(messages, signal);
+      await db.pool.query(
+        `UPDATE skiplock.outbox_messages SET lease_until = now() - interval '1 second' WHERE id = $1`,
+        [id],
+      );
+      answer = await meanwhile();
+      return result;
+    },
+    close: () => inner.close(),
+  };
+  const relay = createRelay({
+    pool: db.pool,
+    sink: pausing,
+    logger: silent,
+    topics: [topic],
+    ...options,
+  });
+  return { settle: () => relay.runOnce(), meanwhile: () => answer };
+}
+
 describe('relay', () => {
   it('delivers every message once, each key in publish order, and marks it delivered', async () => {
     const receiver = await startReceiver();
@@ -191,31 +228,11 @@ describe('relay', () => {
     const receiver = await startReceiver();
     const [id] = await publishMany(db.pool, [{ topic: 'fence.test', key: 'F', payload: 'f' }]);
     const other = relayFor(receiver, { topics: ['fence.test'] });
-    const inner = webhookSink({ url: receiver.url, secret });
-    let takenOver: unknown = null;
-    // Delivers; then, before this relay settles, its lease runs out (a long pause, fast-forwarded
-    // in the database) and another relay takes the message over and delivers it again.
-    const pausing: Sink = {
-      name: 'pausing',
-      deliver: async (messages, signal) => {
-        const result = await inner.deliver(messages, signal);
-        await db.pool.query(
-          `UPDATE skiplock.outbox_messages SET lease_until = now() - interval '1 second' WHERE id = $1`,
-          [id],
-        );
-        takenOver = await other.runOnce();
-        return result;
-      },
-      close: () => inner.close(),
-    };
-    const slow = createRelay({
-      pool: db.pool,
-      sink: pausing,
-      logger: silent,
-      topics: ['fence.test'],
-    });
-    expect(await slow.runOnce()).toMatchObject({ claimed: 1, delivered: 1, fenced: 1 });
-    expect(takenOver).toMatchObject({ claimed: 1, delivered: 1, fenced: 0 });
+    // Delivers; then, before this relay settles, its lease runs out and another relay takes the
+    // message over and delivers it again.
+    const slow = relayPausedBeforeSettle(receiver, id!, 'fence.test', () => other.runOnce());
+    expect(await slow.settle()).toMatchObject({ claimed: 1, delivered: 1, fenced: 1 });
+    expect(slow.meanwhile()).toMatchObject({ claimed: 1, delivered: 1, fenced: 0 });
     // Delivered twice with one id: a receiver (or JetStream) de-duplicates on it.
     expect(receiver.requests.map((r) => r.id)).toEqual([`msg_${id}`, `msg_${id}`]);
     expect((await statusOf([id!]))[0]).toMatchObject({ status: 'delivered', attempts: 2 });
@@ -224,34 +241,22 @@ describe('relay', () => {
   it('lets a late settle of a last attempt land after maintenance sent the message dead', async () => {
     const receiver = await startReceiver();
     const [id] = await publishMany(db.pool, [{ topic: 'late.test', key: 'Z', payload: 'z' }]);
-    const inner = webhookSink({ url: receiver.url, secret });
     const expirer = relayFor(receiver, { topics: ['late.test'], maxAttempts: 1 });
-    let expired: unknown = null;
-    // Delivers on its only attempt; then, before this relay settles, its lease runs out (a stalled
-    // settle, fast-forwarded in the database) and maintenance sends the message dead.
-    const pausing: Sink = {
-      name: 'pausing',
-      deliver: async (messages, signal) => {
-        const result = await inner.deliver(messages, signal);
-        await db.pool.query(
-          `UPDATE skiplock.outbox_messages SET lease_until = now() - interval '1 second' WHERE id = $1`,
-          [id],
-        );
-        expired = await expirer.retainOnce();
+    // Delivers on its only attempt; then, before this relay settles, its lease runs out and
+    // maintenance sends the message dead.
+    const slow = relayPausedBeforeSettle(
+      receiver,
+      id!,
+      'late.test',
+      async () => {
+        const expired = await expirer.retainOnce();
         expect((await statusOf([id!]))[0]).toMatchObject({ status: 'dead' });
-        return result;
+        return expired;
       },
-      close: () => inner.close(),
-    };
-    const slow = createRelay({
-      pool: db.pool,
-      sink: pausing,
-      logger: silent,
-      topics: ['late.test'],
-      maxAttempts: 1,
-    });
-    expect(await slow.runOnce()).toMatchObject({ claimed: 1, delivered: 1, fenced: 0 });
-    expect(expired).toMatchObject({ expired: 1 });
+      { maxAttempts: 1 },
+    );
+    expect(await slow.settle()).toMatchObject({ claimed: 1, delivered: 1, fenced: 0 });
+    expect(slow.meanwhile()).toMatchObject({ expired: 1 });
     expect(receiver.requests.map((r) => r.id)).toEqual([`msg_${id}`]);
     expect((await statusOf([id!]))[0]).toEqual({
       id,
