@@ -276,6 +276,67 @@ describe('leases, fencing and the sweeper', () => {
     expect((await jobRow(db.pool, id)).status).toBe('completed');
   });
 
+  it('keeps an extended lease through the heartbeats that follow', async () => {
+    const aheadMs: number[] = [];
+    const swept: string[][] = [];
+    const sweeper = createSweeper({
+      pool: db.pool,
+      logger: quiet,
+      backoff: { baseMs: 0, maxMs: 0 },
+    });
+    const ahead = async (id: string) => {
+      const { rows } = await db.pool.query<{ ahead: number }>(
+        `SELECT (extract(epoch FROM lease_expires_at - now()) * 1000)::float8 AS ahead FROM skiplock.jobs WHERE id = $1`,
+        [id],
+      );
+      return rows[0]!.ahead;
+    };
+    /** Waits for a heartbeat to renew the job: each one sets its `updated_at`. */
+    const aBeat = async (id: string) => {
+      const updated = async () =>
+        (
+          await db.pool.query<{ at: string }>(
+            `SELECT updated_at::text AS at FROM skiplock.jobs WHERE id = $1`,
+            [id],
+          )
+        ).rows[0]!.at;
+      const before = await updated();
+      await waitFor(async () => (await updated()) !== before, { timeoutMs: 5_000 });
+    };
+    const long = defineJob({
+      type: 'extends-beating',
+      queue: 'extends-beating',
+      payload: z.object({}),
+      leaseMs: 1_000,
+      handler: async (_p, ctx) => {
+        await ctx.extendLease(20_000);
+        // Heartbeats every 100 ms renew the job's own 1 s lease meanwhile.
+        await aBeat(ctx.job.id);
+        await aBeat(ctx.job.id);
+        aheadMs.push(await ahead(ctx.job.id));
+        // Past the job's own lease since the last beat: the extension is what holds it now.
+        await new Promise((resolve) => setTimeout(resolve, 1_200));
+        swept.push((await sweeper.runOnce()).jobIds);
+        expect(ctx.signal.aborted).toBe(false);
+      },
+    });
+    const worker = testWorker(db.pool, [long], {
+      queues: ['extends-beating'],
+      heartbeatIntervalMs: 100,
+      pollIntervalMs: 20,
+    });
+    const { id } = await client.enqueue(long, {});
+    await worker.start();
+    await waitFor(async () => (await jobRow(db.pool, id)).status === 'completed', {
+      timeoutMs: 10_000,
+    });
+    await worker.stop();
+    // Before: each beat set the lease back to now + 1 s, and the sweep took the job back.
+    expect(aheadMs[0]).toBeGreaterThan(15_000);
+    expect(swept).toEqual([[]]);
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
+  });
+
   it('the sweeper retries expired jobs with backoff, kills exhausted ones, logs lease_expired and counts them', async () => {
     const { def, release, started } = gatedJob('swept', { maxAttempts: 2 });
     const retry = await client.enqueue(def, {});

@@ -10,6 +10,11 @@ import { ownsToken, ownsTokens, type LockToken } from './fence.js';
  * back), and its handler must be aborted. A plain `UPDATE` here waited on one locked row, and every
  * other lease of the worker expired behind it (all 9 healthy jobs re-run with a 2 s lease and one
  * row locked for 4 s).
+ *
+ * A renewal never shortens a lease: a handler that extended its own (`ctx.extendLease(60_000)`)
+ * keeps it until then. Setting it to now + the job's lease undid the extension at the next beat,
+ * and a sweeper elsewhere took back a job still inside the lease it had asked for (found in
+ * review: a second attempt ran while the first still worked).
  */
 export function extendLeases(workerId: string, tokens: readonly LockToken[], asyncCommit: boolean) {
   return sql`
@@ -19,7 +24,8 @@ export function extendLeases(workerId: string, tokens: readonly LockToken[], asy
       FOR UPDATE SKIP LOCKED
     ), renewed AS (
       UPDATE skiplock.jobs j
-      SET lease_expires_at = now() + j.lease_ms * interval '1 millisecond', updated_at = now()
+      SET lease_expires_at = greatest(j.lease_expires_at, now() + j.lease_ms * interval '1 millisecond'),
+          updated_at = now()
       FROM lockable, ${commitItem(asyncCommit)}
       WHERE j.id = lockable.id
       RETURNING j.id
