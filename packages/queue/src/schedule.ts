@@ -69,16 +69,34 @@ export function defineSchedule<P>(input: ScheduleInput<P>): ScheduleDefinition<P
   if (typeof input.cron !== 'string' || input.cron.trim() === '') {
     throw new ConfigError(`invalid ${what}: cron: give a cron pattern such as "*/5 * * * *"`);
   }
+  // croner also reads a 7th field, the year: a schedule of past years would never fire.
+  const fields = input.cron.trim().split(/\s+/).length;
+  if (!input.cron.trim().startsWith('@') && fields !== 5 && fields !== 6) {
+    throw new ConfigError(
+      `invalid ${what}: cron "${input.cron}" has ${fields} fields; give 5 (minute first) or 6 (seconds first)`,
+    );
+  }
+  // A time zone that is not a string, or an empty one, croner reads as an offset in minutes or
+  // as the host's own zone: ticks at another time than the one written, without a word.
   const timezone = input.timezone ?? 'UTC';
+  if (typeof timezone !== 'string' || timezone.trim() === '') {
+    throw new ConfigError(
+      `invalid ${what}: timezone: give an IANA time zone name such as "Europe/Berlin" (default UTC)`,
+    );
+  }
   let cron: Cron;
+  let next: Date | null;
   try {
     cron = new Cron(input.cron, { timezone, paused: true });
     // croner checks the time zone only when it computes a time.
-    cron.nextRun(new Date(0));
+    next = cron.nextRun(new Date());
   } catch (error) {
     throw new ConfigError(
       `invalid ${what}: ${error instanceof Error ? error.message : String(error)}`,
     );
+  }
+  if (next === null) {
+    throw new ConfigError(`invalid ${what}: cron "${input.cron}" never fires`);
   }
   if (!input.job || typeof input.job.type !== 'string') {
     throw new ConfigError(`invalid ${what}: job: give a job definition made with defineJob`);

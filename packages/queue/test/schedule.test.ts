@@ -44,6 +44,11 @@ describe('defineSchedule', () => {
     [{ cron: '* * * * *', timezone: 'Mars/Base' }, /schedule "s": .*Mars\/Base/],
     [{ cron: '* * * * *', catchUp: 'all' }, /schedule "s" catchUp/],
     [{ cron: '* * * * *', catchUp: { withinMs: 0 } }, /schedule "s" catchUp: withinMs/],
+    [{ cron: '0 0 31 2 *' }, /schedule "s": cron "0 0 31 2 \*" never fires/],
+    [{ cron: '0 0 0 1 1 * 2020' }, /schedule "s": cron "0 0 0 1 1 \* 2020" has 7 fields/],
+    [{ cron: '* *' }, /schedule "s": cron "\* \*" has 2 fields/],
+    [{ cron: '* * * * *', timezone: '' }, /schedule "s": timezone: give an IANA/],
+    [{ cron: '* * * * *', timezone: 5 }, /schedule "s": timezone: give an IANA/],
   ])('refuses %j, naming what is wrong', (bad, message) => {
     expect(() =>
       defineSchedule({ name: 's', job: j, payload: { at: '' }, ...(bad as { cron: string }) }),
@@ -204,6 +209,51 @@ describe('scheduler', () => {
     await other.runOnce({ now: minutes(t0, 4) });
     // Resumed under 'skip': the tick 30 s ago runs; the one missed while paused does not.
     expect(await ticksOf('pausable')).toEqual(['2026-03-01T00:04:00.000Z']);
+  });
+
+  it('starts a changed cron at the change, replaying none of its ticks before it', async () => {
+    const j = job('redefined');
+    const define = (cron: string) =>
+      defineSchedule({
+        name: 'redefined',
+        cron,
+        job: j,
+        payload: (t) => ({ at: t.toISOString() }),
+        catchUp: { withinMs: 86_400_000 },
+      });
+    const daily = createScheduler({
+      pool: db.pool,
+      schedules: [define('0 0 * * *')],
+      logger: quiet,
+    });
+    await daily.runOnce({ now: at('2026-05-01T23:59:30Z') });
+    await daily.runOnce({ now: at('2026-05-02T00:00:30Z') });
+    // Redeployed as hourly at 10:30: the hours before the change were not its ticks.
+    const hourly = createScheduler({
+      pool: db.pool,
+      schedules: [define('0 * * * *')],
+      logger: quiet,
+    });
+    expect((await hourly.runOnce({ now: at('2026-05-02T10:30:00Z') })).enqueued).toEqual({
+      redefined: 0,
+    });
+    await hourly.runOnce({ now: at('2026-05-02T11:00:30Z') });
+    // Before: 01:00 to 10:00 were enqueued at 10:30, as missed ticks.
+    expect(await ticksOf('redefined')).toEqual([
+      '2026-05-02T00:00:00.000Z',
+      '2026-05-02T11:00:00.000Z',
+    ]);
+    // Redefined with the same cron (another process of the same deploy): nothing moves.
+    const again = createScheduler({
+      pool: db.pool,
+      schedules: [define('0 * * * *')],
+      logger: quiet,
+    });
+    await again.runOnce({ now: at('2026-05-02T13:00:30Z') });
+    expect((await ticksOf('redefined')).slice(2)).toEqual([
+      '2026-05-02T12:00:00.000Z',
+      '2026-05-02T13:00:00.000Z',
+    ]);
   });
 
   it('runs in a worker that has schedules, and one bad schedule does not hold up the others', async () => {

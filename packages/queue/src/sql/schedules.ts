@@ -30,7 +30,14 @@ export function upsertSchedule(p: {
     VALUES (${p.name}, ${p.cron}, ${p.timezone}, ${p.jobType}, ${p.queue}, ${p.now.toISOString()}::timestamptz)
     ON CONFLICT (name) DO UPDATE
     SET cron = excluded.cron, timezone = excluded.timezone, job_type = excluded.job_type,
-        queue = excluded.queue, updated_at = now()
+        queue = excluded.queue, updated_at = now(),
+        -- A new cron or time zone starts at the change, as a new schedule does: from the old
+        -- cron's last tick, the new one's ticks before the change counted as missed (a daily
+        -- schedule made hourly at 10:30 enqueued 01:00 to 10:00 under a day's catch-up).
+        last_tick_at = CASE
+          WHEN (schedules.cron, schedules.timezone) IS DISTINCT FROM (excluded.cron, excluded.timezone)
+          THEN greatest(schedules.last_tick_at, excluded.last_tick_at)
+          ELSE schedules.last_tick_at END
     WHERE (schedules.cron, schedules.timezone, schedules.job_type, schedules.queue)
           IS DISTINCT FROM (excluded.cron, excluded.timezone, excluded.job_type, excluded.queue)`;
 }
