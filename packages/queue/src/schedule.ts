@@ -12,7 +12,7 @@ import { z } from 'zod';
  */
 export type CatchUp = 'skip' | 'latest' | { withinMs: number };
 
-/** A tick more than this late counts as missed under `'skip'`. */
+/** A tick more than this late (or 1.5 scheduler intervals, when longer) is missed under `'skip'`. */
 export const ON_TIME_MS = 60_000;
 /** Bounds the work and the transaction of one schedule's pass. */
 export const MAX_TICKS_PER_PASS = 1_000;

@@ -75,6 +75,10 @@ export function createScheduler(
   }
   const client = options.client ?? createClient({ pool, logger, tracing: options.tracing });
   let synced = false;
+  // Under 'skip' a tick is on time when a pass of a running scheduler can reach it: a minute, or
+  // longer with a slow interval (jittered up to 1.2x). With a fixed minute, an hourly schedule
+  // passed every 5 minutes enqueued nothing in a day (found in review).
+  const onTimeMs = Math.max(ON_TIME_MS, Math.ceil(config.intervalMs * 1.5));
 
   async function clock(): Promise<Date> {
     return (await runSql<{ now: Date }>(pool, databaseNow())).rows[0]!.now;
@@ -88,8 +92,9 @@ export function createScheduler(
         ? { ticks: [latest], through: latest }
         : { ticks: [], through: last };
     }
-    const windowMs = s.catchUp === 'skip' ? ON_TIME_MS : s.catchUp.withinMs;
-    const from = new Date(Math.max(last.getTime(), now.getTime() - windowMs));
+    const windowMs = s.catchUp === 'skip' ? onTimeMs : s.catchUp.withinMs;
+    // Ticks come strictly after `from`: one exactly `windowMs` late is still inside the window.
+    const from = new Date(Math.max(last.getTime(), now.getTime() - windowMs - 1));
     const ticks = s.ticks(from, now, MAX_TICKS_PER_PASS);
     // Everything up to now is handled, unless the pass stopped at its bound: then the next pass
     // goes on from the last tick enqueued.

@@ -211,6 +211,33 @@ describe('scheduler', () => {
     expect(await ticksOf('pausable')).toEqual(['2026-03-01T00:04:00.000Z']);
   });
 
+  it("under 'skip', a scheduler with a slow interval enqueues every tick it passes in time", async () => {
+    const logs = captureLogs();
+    const s = defineSchedule({
+      name: 'slow-interval',
+      cron: '0 * * * *',
+      job: job('slow-interval'),
+      payload: (t) => ({ at: t.toISOString() }),
+    });
+    const scheduler = createScheduler({
+      pool: db.pool,
+      schedules: [s],
+      logger: logs.logger,
+      intervalMs: 300_000,
+    });
+    // A pass every 5 minutes, the last one 6 minutes after the one before (the jitter's most).
+    const t0 = at('2026-06-01T00:02:00Z');
+    for (let m = 0; m <= 175; m += 5) await scheduler.runOnce({ now: minutes(t0, m) });
+    await scheduler.runOnce({ now: minutes(t0, 181) });
+    // Before: every hourly tick was more than a minute late at the pass after it, and skipped.
+    expect(await ticksOf('slow-interval')).toEqual([
+      '2026-06-01T01:00:00.000Z',
+      '2026-06-01T02:00:00.000Z',
+      '2026-06-01T03:00:00.000Z',
+    ]);
+    expect(logs.reasons()).not.toContain('schedule_ticks_missed');
+  });
+
   it('starts a changed cron at the change, replaying none of its ticks before it', async () => {
     const j = job('redefined');
     const define = (cron: string) =>
