@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { z } from 'zod';
-import { parseConfig } from './config.js';
+import { parseConfig, rejectUnknownKeys } from './config.js';
 import { runSql, withTransaction } from './db.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
@@ -10,18 +10,23 @@ import { pruneJobs } from './sql/retention.js';
 
 const DAY_MS = 86_400_000;
 
+/** About a century: beyond it `now() - age` leaves PostgreSQL's timestamp range for some ages. */
+const MAX_AGE_MS = 100 * 365 * DAY_MS;
+
 const retentionOptionsSchema = z.object({
   /** Completed and cancelled jobs are deleted this long after they finished. */
   completedAgeMs: z
     .number()
     .int()
     .min(0)
+    .max(MAX_AGE_MS)
     .default(7 * DAY_MS),
   /** Dead jobs stay longer, so an operator can inspect and retry them. */
   deadAgeMs: z
     .number()
     .int()
     .min(0)
+    .max(MAX_AGE_MS)
     .default(30 * DAY_MS),
   intervalMs: z.number().int().min(100).max(86_400_000).default(60_000),
   batchSize: z.number().int().min(1).max(50_000).default(1_000),
@@ -51,6 +56,12 @@ export interface Retention {
 export function createRetention(
   options: RetentionOptions & { pool: pg.Pool; logger?: Logger; metrics?: MetricsOption },
 ): Retention {
+  rejectUnknownKeys('retention options', options, [
+    ...Object.keys(retentionOptionsSchema.shape),
+    'pool',
+    'logger',
+    'metrics',
+  ]);
   const { pool, logger = createDefaultLogger(), metrics: given, ...rest } = options;
   const metrics = resolveMetrics(given);
   const config = parseConfig('retention options', retentionOptionsSchema, rest);

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { z } from 'zod';
 import { createClient, type Client } from './client.js';
 import type { TracingOption } from './tracing.js';
-import { parseConfig } from './config.js';
+import { parseConfig, rejectUnknownKeys } from './config.js';
 import { runSql, withTransaction, type Queryable } from './db.js';
 import type { JobDefinition } from './define.js';
 import { ConfigError, errorMessage } from './errors.js';
@@ -61,6 +61,15 @@ export function createScheduler(
     tracing?: TracingOption;
   },
 ): Scheduler {
+  rejectUnknownKeys('scheduler options', options, [
+    ...Object.keys(schedulerOptionsSchema.shape),
+    'pool',
+    'schedules',
+    'logger',
+    'metrics',
+    'client',
+    'tracing',
+  ]);
   const { pool, schedules, logger = createDefaultLogger(), metrics: given } = options;
   const metrics = resolveMetrics(given);
   const config = parseConfig('scheduler options', schedulerOptionsSchema, {

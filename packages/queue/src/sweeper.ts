@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { z } from 'zod';
-import { backoffSchema, parseConfig } from './config.js';
+import { backoffSchema, parseConfig, rejectUnknownKeys } from './config.js';
 import { runSql, withTransaction } from './db.js';
 import type { AnyJobDefinition, DeadJobInfo } from './define.js';
 import { createDefaultLogger, type Logger } from './logger.js';
@@ -68,6 +68,13 @@ export function createSweeper(
     jobs?: readonly AnyJobDefinition[];
   },
 ): Sweeper {
+  rejectUnknownKeys('sweeper options', options, [
+    ...Object.keys(sweeperOptionsSchema.shape),
+    'pool',
+    'logger',
+    'metrics',
+    'jobs',
+  ]);
   const { pool, logger = createDefaultLogger(), metrics: given, jobs = [], ...rest } = options;
   const metrics = resolveMetrics(given);
   const config = parseConfig('sweeper options', sweeperOptionsSchema, rest);
