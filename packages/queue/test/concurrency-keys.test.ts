@@ -202,6 +202,61 @@ describe('concurrency keys', () => {
     ]);
   });
 
+  it('leaves a waiting job another transaction holds to a later admission, and never leases it stale', async () => {
+    const one = defineJob({
+      ...tenantJob,
+      type: 'tenant.late',
+      concurrencyLimit: 1,
+      leaseMs: 1_000,
+    });
+    await client.enqueueMany(one, [
+      { payload: { tenant: 'p', n: 0 } },
+      { payload: { tenant: 'q', n: 0 } },
+    ]);
+    const adopted: string[] = [];
+    const leasing = createAdmitter({
+      pool: db.pool,
+      logger: quiet,
+      lease: {
+        workerId: 'w-late',
+        queues: ['ck'],
+        types: ['tenant.late'],
+        room: () => 2,
+        adopt: (rows) => adopted.push(...rows.map((r) => r.concurrency_key!)),
+      },
+    });
+    const leases = async () =>
+      (
+        await db.pool.query(
+          `SELECT concurrency_key AS key, status, lease_expires_at > clock_timestamp() AS leased
+           FROM skiplock.jobs WHERE job_type = 'tenant.late' ORDER BY 1`,
+        )
+      ).rows;
+    // An application's transaction holds a waiting job's row (as a debounce of it would) for
+    // longer than the job's lease.
+    const app = await db.pool.connect();
+    await app.query('BEGIN');
+    await app.query(`SELECT id FROM skiplock.jobs WHERE concurrency_key = 'tenant:p' FOR UPDATE`);
+    const pass = leasing.runOnce({ keys: ['tenant:p', 'tenant:q'] });
+    const waited = await Promise.race([
+      pass.then(() => false),
+      new Promise((resolve) => setTimeout(() => resolve(true), 1_500)),
+    ]);
+    await app.query('COMMIT');
+    app.release();
+    await pass;
+    // Before: the pass waited for the row, and both leases had run out when it returned.
+    expect(waited).toBe(false);
+    expect(adopted).toEqual(['tenant:q']);
+    expect(await leases()).toEqual([
+      { key: 'tenant:p', status: 'waiting', leased: null },
+      { key: 'tenant:q', status: 'processing', leased: true },
+    ]);
+    await leasing.runOnce({ keys: ['tenant:p'] });
+    expect(adopted).toEqual(['tenant:q', 'tenant:p']);
+    expect((await leases())[0]).toEqual({ key: 'tenant:p', status: 'processing', leased: true });
+  });
+
   it('cancelling a pending job admits the next; a retried dead job waits for a slot', async () => {
     const one = defineJob({ ...tenantJob, type: 'tenant.one', concurrencyLimit: 1 });
     const [a, b] = await client.enqueueMany(one, [
