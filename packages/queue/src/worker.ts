@@ -305,9 +305,11 @@ export function createWorker(options: WorkerOptions): Worker {
             room: () => (state === 'running' ? room() : 0),
             adopt: (rows) => {
               for (const row of rows) void accept(row);
-              // Stopping began while the admission ran: hand them back with the rest.
-              if (state !== 'running') void releaseBuffered();
-              else pump();
+              // Stopping began while the admission ran: hand them back with the rest, before
+              // stop() returns (it awaits `lateRelease` after the admitter's stop).
+              if (state !== 'running') {
+                lateRelease = Promise.all([lateRelease, releaseBuffered()]).then(() => {});
+              } else pump();
             },
           },
         });
@@ -745,6 +747,10 @@ export function createWorker(options: WorkerOptions): Worker {
         // Every stop() is called at once, so each loop is told to end at once: one that waits on
         // a database that hangs (the listener's close, say) cannot keep the others running.
         await stopServices();
+        // An admission the admitter's stop waited for may have leased jobs here as it ended;
+        // their release must land before the pool closes, or they went dead unrun (found in
+        // review: the release was sent on an ending pool and never answered).
+        await lateRelease;
         await owned.release();
       })(),
     );

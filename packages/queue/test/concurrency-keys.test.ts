@@ -3,7 +3,13 @@ import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { PgDialect } from 'drizzle-orm/pg-core';
-import { ConfigError, createAdmitter, createClient, defineJob } from '../src/index.js';
+import {
+  ConfigError,
+  createAdmitter,
+  createClient,
+  createWorker,
+  defineJob,
+} from '../src/index.js';
 import { claimJobs } from '../src/sql/claim.js';
 import { fastBackoff, quiet, testWorker } from './fixtures.js';
 import { metricValue } from '../../../test/support/metrics.js';
@@ -463,5 +469,69 @@ describe('concurrency keys', () => {
     // stop() waits for a flush in progress: one started above would have failed on the ended pool.
     await late.stop();
     expect(await metricValue(late.metrics, 'skiplock_admit_failures_total')).toBe(0);
+  });
+
+  it('hands back, before stop() returns, a job an admission in flight at stop() leased here', async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const one = defineJob({
+      ...tenantJob,
+      type: 'tenant.stopping',
+      concurrencyLimit: 1,
+      handler: async (p) => {
+        if (p.n === 0) await gate;
+      },
+    });
+    // The worker owns its pool: stop() ends it.
+    const worker = createWorker({
+      connectionString: db.url,
+      jobs: [one],
+      queues: ['ck'],
+      logger: quiet,
+      sweeper: false,
+      retention: false,
+      concurrency: 2,
+    });
+    const blocker = await db.pool.connect();
+    try {
+      await worker.start();
+      const started = worker.once('job:claimed');
+      await client.enqueueMany(one, [
+        { payload: { tenant: 's', n: 0 } },
+        { payload: { tenant: 's', n: 1 } },
+      ]);
+      await started;
+      // Another session holds the key's admission lock: the admission that follows the first
+      // job's end waits for it, and is still in flight when stop() begins.
+      await blocker.query(`SELECT pg_advisory_lock(377101, hashtext('tenant:s'))`);
+      const completed = worker.once('job:completed');
+      open();
+      await completed;
+      await waitFor(async () => {
+        const { rows } = await db.pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
+        );
+        return rows[0]!.n === 1;
+      });
+      const stopping = worker.stop({ timeoutMs: 5_000 });
+      setTimeout(
+        () => void blocker.query(`SELECT pg_advisory_unlock(377101, hashtext('tenant:s'))`),
+        200,
+      );
+      await stopping;
+      // Handed back to wait for its key's slot again, no attempt spent. Before: it was left leased
+      // to the stopped worker (its release sent on an ending pool), processing at attempt 1,
+      // until its lease ran out.
+      const { rows } = await db.pool.query(
+        `SELECT (payload->>'n')::int AS n, status::text, attempts
+         FROM skiplock.jobs WHERE job_type = 'tenant.stopping' ORDER BY id`,
+      );
+      expect(rows).toEqual([
+        { n: 0, status: 'completed', attempts: 1 },
+        { n: 1, status: 'waiting', attempts: 0 },
+      ]);
+    } finally {
+      blocker.release();
+    }
   });
 });
