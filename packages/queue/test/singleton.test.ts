@@ -1,7 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { ConfigError, createClient, defineJob } from '../src/index.js';
+import { ConfigError, createAdmitter, createClient, defineJob } from '../src/index.js';
 import { fastBackoff, quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
@@ -145,6 +145,54 @@ describe('singleton keys', () => {
       id: first.id,
       inserted: false,
     });
+  });
+
+  it('a replace sends an admitted job with a key back to wait for a slot of its new key', async () => {
+    const edit = defineJob({
+      type: 'reindex',
+      queue: 'single',
+      payload: z.object({ doc: z.string(), region: z.string() }),
+      concurrencyKey: (p) => `region:${p.region}`,
+      concurrencyLimit: 1,
+      singletonKey: (p) => `doc:${p.doc}`,
+      singletonMode: 'replace',
+      handler: async () => {},
+    });
+    const other = defineJob({
+      type: 'region.sync',
+      queue: 'single',
+      payload: z.object({ region: z.string() }),
+      concurrencyKey: (p) => `region:${p.region}`,
+      concurrencyLimit: 1,
+      handler: async () => {},
+    });
+    const admit = () => createAdmitter({ pool: db.pool, logger: quiet }).runOnce();
+    const { id } = await client.enqueue(edit, { doc: 'd1', region: 'us' });
+    await admit();
+    const state = async () =>
+      (
+        await db.pool.query(
+          `SELECT status::text, concurrency_key AS key, run_at > now() AS later
+           FROM skiplock.jobs WHERE id = $1`,
+          [id],
+        )
+      ).rows[0];
+    expect(await state()).toEqual({ status: 'pending', key: 'region:us', later: false });
+    // Debounced an hour ahead: it gives its slot back, and the key's due job takes it.
+    await client.enqueue(edit, { doc: 'd1', region: 'us' }, { delayMs: 3_600_000 });
+    const { id: due } = await client.enqueue(other, { region: 'us' });
+    await admit();
+    // Before: still pending, holding the slot an hour while the due job waited.
+    expect(await state()).toEqual({ status: 'waiting', key: 'region:us', later: true });
+    const { rows } = await db.pool.query(`SELECT status::text FROM skiplock.jobs WHERE id = $1`, [
+      due,
+    ]);
+    expect(rows).toEqual([{ status: 'pending' }]);
+    // Its payload moves it to another region: the key is the new payload's (before: region:us).
+    await client.enqueue(edit, { doc: 'd1', region: 'eu' });
+    expect(await state()).toEqual({ status: 'waiting', key: 'region:eu', later: false });
+    await admit();
+    expect(await state()).toEqual({ status: 'pending', key: 'region:eu', later: false });
   });
 
   it('refuses contradictory options, naming them, and stores nothing', async () => {

@@ -424,12 +424,23 @@ export function insertSingletonKeep(row: SingletonRow): Statement {
 // is the index the row's own rule lives in; a running job (with `singleton_running`) is left
 // alone, and then no row comes back. A replaced job whose new run time is due wakes its queue
 // too: it may have been scheduled later until now.
+// Its concurrency and rate key and limits are the new payload's too, and a job with a key goes
+// back to waiting for a slot of it: admitted already (pending), it held its old key's slot,
+// under the old key, even when the new run time was an hour ahead (found in review: the key's
+// due jobs waited behind it; a key changed by the payload ran past the new key's limit). Its
+// wake-up then goes to the admitter when it is due.
 const replaceStatement = (arbiter: string, guard: string) => `
 WITH ins AS (${SINGLETON_COLUMNS}
   ON CONFLICT (queue, singleton_key) WHERE ${arbiter}
   DO UPDATE SET payload = excluded.payload, priority = excluded.priority,
                 run_at = excluded.run_at, max_attempts = excluded.max_attempts,
                 trace_parent = excluded.trace_parent, trace_state = excluded.trace_state,
+                concurrency_key = excluded.concurrency_key,
+                concurrency_limit = excluded.concurrency_limit,
+                rate_limit = excluded.rate_limit, rate_interval_ms = excluded.rate_interval_ms,
+                status = CASE WHEN excluded.concurrency_key IS NOT NULL THEN 'waiting'
+                              WHEN skiplock.jobs.status = 'waiting' THEN 'pending'
+                              ELSE skiplock.jobs.status END::skiplock.job_status,
                 updated_at = now()
      ${guard}
   RETURNING id, (xmax = 0) AS inserted, ${WAKE_COLUMNS}
@@ -452,12 +463,12 @@ const INSERT_SINGLETON_REPLACE_RUNNING = replaceStatement(
 export function insertSingletonReplace(row: SingletonRow): Statement {
   return row.singleton.running
     ? {
-        name: 'skiplock_insert_singleton_replace_running_v7',
+        name: 'skiplock_insert_singleton_replace_running_v8',
         text: INSERT_SINGLETON_REPLACE_RUNNING,
         values: singletonValues(row),
       }
     : {
-        name: 'skiplock_insert_singleton_replace_v8',
+        name: 'skiplock_insert_singleton_replace_v9',
         text: INSERT_SINGLETON_REPLACE,
         values: singletonValues(row),
       };
