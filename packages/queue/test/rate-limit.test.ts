@@ -2,8 +2,9 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { ConfigError, createAdmitter, createClient, defineJob } from '../src/index.js';
+import { waitFor } from '../../../test/support/wait.js';
 import type { ClaimedRow } from '../src/sql/claim.js';
-import { quiet } from './fixtures.js';
+import { quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
@@ -87,6 +88,59 @@ describe('rate limits', () => {
     });
     expect(await leasing(0).admitter.runOnce()).toEqual({ admitted: 0 });
     expect(await statuses()).toEqual([{ status: 'waiting', attempts: 0, n: 1 }]);
+  });
+
+  it('runs a rate-limited job as it is admitted, never from a buffer behind a long job', async () => {
+    const starts: number[] = [];
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const fast = defineJob({ type: 'rl.fast', queue: 'rl-run', payload, handler: () => {} });
+    const long = defineJob({ type: 'rl.long', queue: 'rl-run', payload, handler: () => held });
+    const rated = defineJob({
+      type: 'rl.rated',
+      queue: 'rl-run',
+      payload,
+      rateLimit: { limit: 2, intervalMs: 1_000 },
+      handler: () => void starts.push(performance.now()),
+    });
+    const worker = testWorker(db.pool, [fast, long, rated], {
+      concurrency: 1,
+      pollIntervalMs: 20,
+      listen: true,
+    });
+    await worker.start();
+    try {
+      // Short jobs first: the worker sizes a prefetch buffer for them.
+      await client.enqueueMany(
+        fast,
+        Array.from({ length: 30 }, (_, n) => ({ payload: { n } })),
+      );
+      const { id: last } = await client.enqueue(fast, { n: 30 });
+      await waitFor(async () => (await client.getJob(last))?.status === 'completed');
+      // A long job takes the only slot, and six rate-limited jobs (2 a second) arrive.
+      await client.enqueue(long, { n: 0 });
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT 1 FROM skiplock.jobs WHERE job_type = 'rl.long' AND status = 'processing'`,
+        );
+        return rows.length === 1;
+      });
+      await client.enqueueMany(
+        rated,
+        Array.from({ length: 6 }, (_, n) => ({ payload: { n } })),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+      release();
+      await waitFor(() => starts.length === 6, { timeoutMs: 10_000 });
+    } finally {
+      await worker.stop();
+    }
+    // Before: admitted into the buffer at 2 a second while the long job ran, all 6 started at
+    // once when it ended.
+    const most = Math.max(
+      ...starts.map((at) => starts.filter((o) => o >= at && o < at + 1_000).length),
+    );
+    expect(most).toBeLessThanOrEqual(2);
   });
 
   it('keys the limit by payload, each key with its own budget', async () => {
