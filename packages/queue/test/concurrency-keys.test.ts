@@ -421,11 +421,6 @@ describe('concurrency keys', () => {
         events.push(`end ${p.n}`);
       },
     });
-    await client.enqueueMany(stubborn, [
-      { payload: { tenant: 's', n: 0 } },
-      { payload: { tenant: 's', n: 1 } },
-    ]);
-    await admitter.runOnce();
     const worker = testWorker(db.pool, [stubborn], {
       queues: ['ck'],
       listen: true,
@@ -433,6 +428,20 @@ describe('concurrency keys', () => {
     });
     await worker.start();
     try {
+      // Its LISTEN connection up first: coming up, it admits every key once, and that admission
+      // must not be the one that follows job 0's timeout (a slow machine made it so).
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT 1 FROM pg_stat_activity
+           WHERE application_name = 'skiplock-listener' AND datname = current_database()`,
+        );
+        return rows.length > 0;
+      });
+      await client.enqueueMany(stubborn, [
+        { payload: { tenant: 's', n: 0 } },
+        { payload: { tenant: 's', n: 1 } },
+      ]);
+      await admitter.runOnce();
       await waitFor(async () => events.includes('end 1'), {
         what: 'the second job',
         timeoutMs: 10_000,
