@@ -23,6 +23,20 @@ export async function applyJobAction(
     const client = await silentClient(db.pool);
     const before = await client.getJob(id);
     if (!before) throw new CliError(`job ${id} does not exist`);
+    // A saga's step, compensation or timeout job moves only with its saga (as on the dashboard):
+    // retried on its own it completes against a saga that no longer expects it, doing nothing,
+    // and the saga's own retry then finds its job gone; cancelled, it strands the saga.
+    const { isSagaJobType, sagaIdOfKey } = await import('@skiplock/saga');
+    if (isSagaJobType(before.jobType)) {
+      const sagaId = sagaIdOfKey(before.idempotencyKey);
+      const saga = sagaId === null ? 'a saga' : `saga ${JSON.stringify(sagaId)}`;
+      throw new CliError(
+        `job ${id} is a step of ${saga} (${before.jobType}) and moves only with it; ` +
+          `use the saga's retry or cancel (the saga's page of skiplock dashboard --module FILE, ` +
+          `or its runtime's retryFailed or cancel)` +
+          (sagaId === null ? '' : `; skiplock sagas show ${sagaId} shows where it stands`),
+      );
+    }
     const changed = await action.apply(client, id);
     const after = await client.getJob(id);
     if (!changed || !after) {

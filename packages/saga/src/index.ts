@@ -50,7 +50,7 @@ export type {
   StepRecord,
 } from './read.js';
 export type { FaultHook, FaultPoint } from './engine.js';
-export { isSagaJobType, SAGA_JOB_PREFIX } from './engine.js';
+export { isSagaJobType, SAGA_JOB_PREFIX, sagaIdOfKey } from './engine.js';
 export {
   SagaDeadlineError,
   SagaDefinitionError,

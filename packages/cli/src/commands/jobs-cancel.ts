@@ -6,7 +6,8 @@ export const jobsCancelCommand = jobActionCommand({
   help: [
     'Only pending, retryable (waiting for a retry) and waiting (for a slot of its concurrency key)',
     'jobs can be cancelled; a running job cannot.',
-    'Exits 1 when the job does not exist or is in another status.',
+    "Exits 1 when the job does not exist or is in another status, or is a saga's job",
+    '(type saga:...), which moves only with its saga.',
   ],
   verb: 'cancelled',
   allowed: ['pending', 'retryable', 'waiting'],

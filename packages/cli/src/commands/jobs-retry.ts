@@ -6,7 +6,8 @@ export const jobsRetryCommand = jobActionCommand({
   help: [
     'Only dead, cancelled, retryable (waiting for a retry) and waiting (for a slot) jobs can be',
     'retried; the job keeps its error history. A job with a concurrency key waits for a slot of',
-    'its key first. Exits 1 when the job does not exist or is in another status.',
+    "its key first. Exits 1 when the job does not exist or is in another status, or is a saga's",
+    'job (type saga:...), which moves only with its saga.',
   ],
   verb: 'retried',
   allowed: ['dead', 'cancelled', 'retryable', 'waiting'],
