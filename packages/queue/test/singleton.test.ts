@@ -195,6 +195,48 @@ describe('singleton keys', () => {
     expect(await state()).toEqual({ status: 'pending', key: 'region:eu', later: false });
   });
 
+  it("an operator's retry keeps a queued job's key, and drops a dead or cancelled job's", async () => {
+    // Waiting for a slot, or for its retry (a job that holds its key while running), the job is
+    // its key's one queued job: retried, it must stay so, or the next enqueue queues a second.
+    const keyed = defineJob({ ...refresh, type: 'refresh.keyed', concurrencyKey: () => 'api' });
+    const waiting = await client.enqueue(keyed, { account: 'w', v: 1 });
+    // (The retry admits its key, whose slot is free: the job is pending now.)
+    expect(await client.retryJob(waiting.id)).toBe(true);
+    expect(await client.enqueue(keyed, { account: 'w', v: 2 })).toEqual({
+      id: waiting.id,
+      inserted: false,
+    });
+
+    const running = { singletonRunning: true } as const;
+    const failed = await client.enqueue(refresh, { account: 'r', v: 1 }, running);
+    await start(failed.id);
+    // What a failed attempt leaves: retryable later, still holding its key.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'retryable', locked_by = NULL, locked_at = NULL,
+         lease_expires_at = NULL, run_at = now() + interval '5 minutes' WHERE id = $1`,
+      [failed.id],
+    );
+    expect(await client.retryJob(failed.id)).toBe(true);
+    expect(await client.enqueue(refresh, { account: 'r', v: 2 }, running)).toEqual({
+      id: failed.id,
+      inserted: false,
+    });
+
+    // A dead or cancelled job may have been succeeded by another of its key: its retry runs
+    // whatever else holds the key.
+    const dead = await client.enqueue(refresh, { account: 'd', v: 1 });
+    const cancelled = await client.enqueue(refresh, { account: 'c', v: 1 });
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'dead', attempts = 5 WHERE id = $1`, [
+      dead.id,
+    ]);
+    expect(await client.cancelJob(cancelled.id)).toBe(true);
+    expect(await client.retryJob(dead.id)).toBe(true);
+    expect(await client.retryJob(cancelled.id)).toBe(true);
+    expect((await client.getJob(dead.id))!.singletonKey).toBeNull();
+    expect((await client.getJob(cancelled.id))!.singletonKey).toBeNull();
+    expect((await client.enqueue(refresh, { account: 'd', v: 2 })).inserted).toBe(true);
+  });
+
   it('refuses contradictory options, naming them, and stores nothing', async () => {
     await expect(
       client.enqueue(

@@ -107,8 +107,12 @@ export function retryJob(id: string) {
                         ELSE 'waiting' END::skiplock.job_status,
           run_at = now(), attempts = 0, lease_expires_at = NULL,
           locked_by = NULL, locked_at = NULL, updated_at = now(),
-          -- An operator's retry runs the job whatever else holds its singleton key.
-          singleton_key = NULL
+          -- A retry-waiting or slot-waiting job is still its key's one queued job: it keeps the
+          -- key, or the next enqueue of it would queue a second job. A dead or cancelled one gave
+          -- the key up (another job may hold it now): its retry runs whatever else holds it.
+          -- (The CASE sees the status before this update.)
+          singleton_key = CASE WHEN status IN ('dead', 'cancelled') THEN NULL
+                               ELSE singleton_key END
       WHERE id = ${id} AND status IN ('dead', 'cancelled', 'retryable', 'waiting')
       RETURNING id, queue, concurrency_key
     )
