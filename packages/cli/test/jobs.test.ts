@@ -216,6 +216,34 @@ describe('skiplock jobs', () => {
     expect(await statusOf(ids.completed)).toEqual({ status: 'completed', attempts: 1 });
   });
 
+  it('says what a retried job does now: runs, or waits for a slot of its key', async () => {
+    const limited = { concurrencyKey: 'tenant-1', concurrencyLimit: 1 } as const;
+    const holder = (await client.enqueue(sendEmail, { to: 'h@example.com' }, limited)).id;
+    const retried = (await client.enqueue(sendEmail, { to: 'r@example.com' }, limited)).id;
+    // The holder runs (its key's one slot is taken); the other died earlier.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'host:1:w',
+         locked_at = now(), lease_expires_at = now() + interval '10 minutes' WHERE id = $1`,
+      [holder],
+    );
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'dead', attempts = 5 WHERE id = $1`, [
+      retried,
+    ]);
+    const waits = await runInProcess(['jobs', 'retry', retried], env);
+    expect(waits.code, waits.stderr).toBe(0);
+    expect(waits.stdout).toBe(
+      `job ${retried} (send-email) was dead; it is waiting for a slot of key "tenant-1", then runs\n`,
+    );
+    expect((await statusOf(retried))!.status).toBe('waiting');
+
+    const free = (await client.enqueue(sendEmail, { to: 'f@example.com' })).id;
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'dead', attempts = 5 WHERE id = $1`, [
+      free,
+    ]);
+    const runs = await runInProcess(['jobs', 'retry', free], env);
+    expect(runs.stdout).toBe(`job ${free} (send-email) was dead; it is pending and runs now\n`);
+  });
+
   it('cancels a job that is not running, and refuses a running one', async () => {
     const result = await runCli(['jobs', 'cancel', ids.scheduled], env);
     expect(result.code, result.stderr).toBe(0);

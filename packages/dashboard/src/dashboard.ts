@@ -121,6 +121,8 @@ const DEAD_MESSAGES_PER_PAGE = 50;
 
 const NOTICES: Record<string, (n: number) => string> = {
   job_retried: () => 'Job retried: it runs again now.',
+  job_retried_waiting: () =>
+    'Job retried: it is waiting for a slot of its concurrency key (all are taken), then runs.',
   job_not_retried: () =>
     'Not retried: only dead, cancelled, retry-waiting and slot-waiting jobs can be.',
   job_cancelled: () => 'Job cancelled.',
@@ -654,7 +656,14 @@ export function createDashboard(options: DashboardOptions): Dashboard {
         ? `job ${action === 'retry' ? 'retried' : 'cancelled'} by an operator`
         : `job ${action} refused`,
     );
-    const done = action === 'retry' ? 'job_retried' : 'job_cancelled';
+    // A retried job whose concurrency key has every slot taken waits for one: it does not run now.
+    const retried = action === 'retry' && changed ? await client.getJob(id) : null;
+    const done =
+      action === 'cancel'
+        ? 'job_cancelled'
+        : retried?.status === 'waiting'
+          ? 'job_retried_waiting'
+          : 'job_retried';
     const not = action === 'retry' ? 'job_not_retried' : 'job_not_cancelled';
     redirect(r.res, withNotice(`${base}/jobs/${id}`, changed ? done : not));
   }

@@ -146,6 +146,50 @@ describe('dashboard safety', () => {
     await client.close();
   });
 
+  it('a retried job whose key has no free slot is said to wait for one, not to run now', async () => {
+    const mail = defineJob({
+      type: 'slot-mail',
+      payload: z.object({ n: z.number() }),
+      handler: () => {},
+    });
+    const client = createClient({ pool: db.pool, logger: silent });
+    const limited = { concurrencyKey: 'tenant-1', concurrencyLimit: 1 } as const;
+    const holder = (await client.enqueue(mail, { n: 1 }, limited)).id;
+    const retried = (await client.enqueue(mail, { n: 2 }, limited)).id;
+    const free = (await client.enqueue(mail, { n: 3 })).id;
+    // The holder runs in the key's one slot; the other two died earlier.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'w',
+         locked_at = now(), lease_expires_at = now() + interval '10 minutes' WHERE id = $1`,
+      [holder],
+    );
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'dead', attempts = 5 WHERE id = ANY($1::bigint[])`,
+      [[retried, free]],
+    );
+    const auth = {
+      host: `127.0.0.1:${port}`,
+      origin: `http://127.0.0.1:${port}`,
+      authorization: `Bearer ${token}`,
+      'x-skiplock-operator': 'ada',
+      'content-type': 'application/x-www-form-urlencoded',
+    };
+    const waits = await send('POST', `/jobs/${retried}/retry`, auth, '');
+    expect(waits.status).toBe(303);
+    expect(waits.location).toBe(`/jobs/${retried}?notice=job_retried_waiting`);
+    expect((await client.getJob(retried))?.status).toBe('waiting');
+    const shown = await send('GET', waits.location!, { host: auth.host });
+    expect(shown.text).toContain('it is waiting for a slot of its concurrency key');
+    expect(shown.text).not.toContain('it runs again now');
+
+    const runs = await send('POST', `/jobs/${free}/retry`, auth, '');
+    expect(runs.location).toBe(`/jobs/${free}?notice=job_retried`);
+    expect((await send('GET', runs.location!, { host: auth.host })).text).toContain(
+      'Job retried: it runs again now.',
+    );
+    await client.close();
+  });
+
   it('outbox: hidePayloads hides the last error; a retry without a right to it changes nothing', async () => {
     // The receiver's refusal echoes the message, as a webhook's answer may.
     const echo = 'rejected {"card":"4242424242424242"}';

@@ -1,4 +1,4 @@
-import type { Client, JobStatus } from '@skiplock/queue';
+import type { Client, Job, JobStatus } from '@skiplock/queue';
 import {
   databaseOption,
   databaseUrl,
@@ -19,8 +19,8 @@ export interface JobActionSpec {
   verb: string;
   allowed: readonly JobStatus[];
   apply(client: Client, id: string): Promise<boolean>;
-  /** What the job is now, for the human-readable line. */
-  outcome: string;
+  /** What the job is now, read after the action, for the human-readable line. */
+  outcome(after: Job): string;
 }
 
 /** `skiplock jobs <action> <id>`: one state change that only some statuses allow. */
@@ -43,7 +43,7 @@ export function jobActionCommand(spec: JobActionSpec): Command {
       if (values.json) {
         printJson(io, { id, previousStatus: before.status, status: after.status });
       } else {
-        io.stdout(`job ${id} (${before.jobType}) was ${before.status}; ${spec.outcome}\n`);
+        io.stdout(`job ${id} (${before.jobType}) was ${before.status}; ${spec.outcome(after)}\n`);
       }
       return 0;
     },

@@ -12,5 +12,5 @@ export const jobsCancelCommand = jobActionCommand({
   verb: 'cancelled',
   allowed: ['pending', 'retryable', 'waiting'],
   apply: (client, id) => client.cancelJob(id),
-  outcome: 'it is cancelled',
+  outcome: () => 'it is cancelled',
 });

@@ -12,5 +12,12 @@ export const jobsRetryCommand = jobActionCommand({
   verb: 'retried',
   allowed: ['dead', 'cancelled', 'retryable', 'waiting'],
   apply: (client, id) => client.retryJob(id),
-  outcome: 'it is pending and runs now',
+  // A job with a concurrency key whose slots are all taken waits for one: "runs now" would be
+  // wrong. A worker may also have taken the job already by the time it is read again.
+  outcome: (after) =>
+    after.status === 'pending'
+      ? 'it is pending and runs now'
+      : after.status === 'waiting'
+        ? `it is waiting for a slot of key ${JSON.stringify(after.concurrencyKey)}, then runs`
+        : `it is ${after.status} now`,
 });
