@@ -113,7 +113,10 @@ const SECURITY_HEADERS: Record<string, string> = {
 
 const MAX_BODY_BYTES = 64 * 1024;
 const JOB_ID = /^[1-9][0-9]{0,18}$/;
-/** A job or message id: digits within PostgreSQL's bigint. */
+/**
+ * A job or message id: digits within PostgreSQL's bigint. Every id from an address or a form is
+ * checked so: 19 digits past the range reached PostgreSQL and failed the page (500).
+ */
 const isRowId = (id: string) => JOB_ID.test(id) && BigInt(id) <= 9_223_372_036_854_775_807n;
 /** Counts on the outbox page stop here ("10,000+"): the page refreshes every few seconds. */
 const OUTBOX_COUNT_CAP = 10_000;
@@ -428,12 +431,13 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       before: text('before'),
       lookup: text('q'),
     };
-    if (filters.before !== undefined && !JOB_ID.test(filters.before)) {
+    if (filters.before !== undefined && !isRowId(filters.before)) {
       throw new HttpError(400, 'before must be a job id.');
     }
     if (filters.lookup !== undefined) {
       const found: string[] = [];
-      if (JOB_ID.test(filters.lookup) && (await client.getJob(filters.lookup))) {
+      // Digits past the bigint range are no job's id, but may be an idempotency key.
+      if (isRowId(filters.lookup) && (await client.getJob(filters.lookup))) {
         found.push(filters.lookup);
       }
       found.push(
@@ -462,7 +466,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   }
 
   async function jobDetail(r: Request, id: string) {
-    if (!JOB_ID.test(id)) throw new HttpError(404, `No job ${id}.`);
+    if (!isRowId(id)) throw new HttpError(404, `No job ${id}.`);
     const job = await client.getJob(id);
     if (!job) throw new HttpError(404, `Job ${id} does not exist (retention may have removed it).`);
     page(r, jobPage(r.ctx, job, show === null ? null : { shown: show(job.jobType, job.payload) }));
@@ -642,7 +646,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     const form = await readForm(r.req);
     const operator = authorize(r, form, `job_${action}`);
     if (operator === null) return;
-    if (!JOB_ID.test(id)) throw new HttpError(404, `No job ${id}.`);
+    if (!isRowId(id)) throw new HttpError(404, `No job ${id}.`);
     const job = await client.getJob(id);
     // A saga's step or compensation job moves only with its saga: retried or cancelled on its own,
     // it would run against a saga that no longer expects it and strand the saga.
@@ -675,7 +679,11 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     if (operator === null) return;
     if (action !== 'retry' && action !== 'discard')
       throw new HttpError(400, 'Unknown bulk action.');
-    const ids = form.getAll('id').filter((id) => JOB_ID.test(id));
+    // Refused by name, as the outbox's bulk retry does: dropped, a bad id was reported as done.
+    const asked = form.getAll('id');
+    const bad = asked.find((id) => !isRowId(id));
+    if (bad !== undefined) throw new HttpError(400, `"${bad.slice(0, 40)}" is not a job id.`);
+    const ids = [...new Set(asked)];
     if (ids.length > 500) throw new HttpError(400, 'At most 500 jobs at a time.');
     // Saga step jobs are left out: they move only with their saga (retry it on its page).
     const except = { exceptTypePrefix: SAGA_JOB_PREFIX };
@@ -891,6 +899,11 @@ export function createDashboard(options: DashboardOptions): Dashboard {
         .split('/')
         .slice(1)
         .map((s) => decodeURIComponent(s));
+      // PostgreSQL text cannot hold a NUL: a saga id, lookup or filter with one names nothing, and
+      // sent on to the database it failed the page (500).
+      if ([...r.segments, ...url.searchParams.values()].some((v) => v.includes('\0'))) {
+        throw new HttpError(400, 'The address holds a NUL character: it names nothing here.');
+      }
       await route(r);
     } catch (error) {
       if (res.headersSent) {

@@ -190,6 +190,65 @@ describe('dashboard safety', () => {
     await client.close();
   });
 
+  it('job ids past the bigint range and saga ids with a NUL are refused, never failed', async () => {
+    const host = { host: `127.0.0.1:${port}` };
+    const auth = {
+      ...host,
+      origin: `http://127.0.0.1:${port}`,
+      authorization: `Bearer ${token}`,
+      'x-skiplock-operator': 'ada',
+      'content-type': 'application/x-www-form-urlencoded',
+    };
+    const past = '9223372036854775808';
+    // 19 digits past the range are no id, but a key may be digits: the lookup still finds it.
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO skiplock.jobs (queue, job_type, status, idempotency_key)
+       VALUES ('billing', 'invoice', 'dead', '9999999999999999999') RETURNING id::text`,
+    );
+    const keyed = rows[0]!.id;
+    const lookup = await send('GET', '/jobs?q=9999999999999999999', host);
+    expect(lookup.status).toBe(303);
+    expect(lookup.location).toBe(`/jobs/${keyed}`);
+
+    const detail = await send('GET', `/jobs/${past}`, host);
+    expect(detail.status).toBe(404);
+    const older = await send('GET', '/jobs?before=9999999999999999999', host);
+    expect(older.status).toBe(400);
+    expect(older.text).toContain('before must be a job id');
+    for (const action of ['retry', 'cancel']) {
+      const one = await send('POST', `/jobs/${past}/${action}`, auth, '');
+      expect(one.status, action).toBe(404);
+    }
+    for (const bad of [past, 'abc', '1 OR 1=1']) {
+      const bulk = await send(
+        'POST',
+        '/jobs/bulk',
+        auth,
+        new URLSearchParams([
+          ['action', 'discard'],
+          ['id', keyed],
+          ['id', bad],
+        ]).toString(),
+      );
+      expect(bulk.status, bad).toBe(400);
+      expect(bulk.text).toContain(`&quot;${bad}&quot; is not a job id`);
+    }
+    // Refused whole: the good id in the same form was not discarded either.
+    expect(
+      (await db.pool.query('SELECT 1 FROM skiplock.jobs WHERE id = $1', [keyed])).rowCount,
+    ).toBe(1);
+
+    // PostgreSQL text holds no NUL: a saga id or a lookup or filter with one names nothing.
+    for (const path of ['/sagas/x%00y', '/jobs?q=a%00b', '/jobs?queue=a%00', '/sagas?name=a%00']) {
+      const nul = await send('GET', path, host);
+      expect(nul.status, path).toBe(400);
+      expect(nul.text).toContain('The address holds a NUL character');
+    }
+    const nulAction = await send('POST', '/sagas/x%00y/cancel', auth, '');
+    expect(nulAction.status).toBe(400);
+    expect((await send('GET', '/sagas/no-such-saga', host)).status).toBe(404);
+  });
+
   it('outbox: hidePayloads hides the last error; a retry without a right to it changes nothing', async () => {
     // The receiver's refusal echoes the message, as a webhook's answer may.
     const echo = 'rejected {"card":"4242424242424242"}';
