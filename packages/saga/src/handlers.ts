@@ -126,17 +126,36 @@ function withDeadline(saga: SagaRow, signal: AbortSignal): { signal: AbortSignal
   const forward = () => controller.abort(signal.reason);
   if (signal.aborted) forward();
   signal.addEventListener('abort', forward, { once: true });
-  const timer = setTimeout(
+  const timer = longTimeout(
     () => controller.abort(new SagaDeadlineError(saga.id)),
     Math.max(0, saga.deadline_left_ms),
   );
   return {
     signal: controller.signal,
     clear: () => {
-      clearTimeout(timer);
+      timer.clear();
       signal.removeEventListener('abort', forward);
     },
   };
+}
+
+/** Node's longest timer, 2^31-1 ms (about 24.8 days); a longer delay fires after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * `setTimeout` for any delay: one past Node's cap (a deadline weeks away) is reached by chaining
+ * timers of at most the cap, where a single timer would fire after 1 ms.
+ */
+function longTimeout(fire: () => void, ms: number): { clear(): void } {
+  let timer: ReturnType<typeof setTimeout>;
+  const arm = (left: number) => {
+    timer = setTimeout(
+      left > MAX_TIMER_MS ? () => arm(left - MAX_TIMER_MS) : fire,
+      Math.min(left, MAX_TIMER_MS),
+    );
+  };
+  arm(ms);
+  return { clear: () => clearTimeout(timer) };
 }
 
 /** Runs `work` until it settles or `signal` fires, whichever comes first. */
