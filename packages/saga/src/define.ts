@@ -127,7 +127,7 @@ export interface WaitOptions<S extends StandardSchemaV1> {
   /**
    * Counts as a failure of the step if no signal arrives in time: before the pivot the saga
    * compensates; after it the saga ends `failed` (logged at error level, reason
-   * `wait_expired_after_pivot`), and `retryFailed` puts it back to waiting.
+   * `wait_expired_after_pivot`), and `retryFailed` puts it back to waiting. 1 ms to ten years.
    */
   timeoutMs?: number | undefined;
 }
@@ -145,8 +145,18 @@ export interface SleepContext<I, O extends StepOutputs> {
  */
 export type SleepDuration<I, O extends StepOutputs> = number | ((ctx: SleepContext<I, O>) => Date);
 
-/** The longest sleep: ten years. */
+/**
+ * The longest sleep, wait timeout and deadline: ten years, the queue's longest delay (a wait's
+ * timeout job and a sleep's wake job are delayed jobs, due at the end of the duration).
+ */
 export const MAX_SLEEP_MS = 10 * 365 * 86_400_000;
+
+/** What `deadlineMs` may be, in a definition and in a start (`DEADLINE_RULE`). */
+export function isDeadlineMs(value: unknown): value is number {
+  return Number.isInteger(value) && (value as number) >= 1 && (value as number) <= MAX_SLEEP_MS;
+}
+
+export const DEADLINE_RULE = `deadlineMs must be an integer of ms from 1 to ${MAX_SLEEP_MS} (ten years)`;
 
 /** Internal, untyped form of a step as the runtime executes it. */
 export interface StepSpec extends PlannedStep {
@@ -186,7 +196,10 @@ export interface SagaOptions<N extends string, S extends StandardSchemaV1> {
   input: S;
   /** Queue of the saga's jobs (default `sagas`). */
   queue?: string | undefined;
-  /** Default deadline of each saga, counted from its start; a start may override it. */
+  /**
+   * Default deadline of each saga, counted from its start; a start may override it. 1 ms to ten
+   * years (`MAX_SLEEP_MS`, the queue's longest delay).
+   */
   deadlineMs?: number | undefined;
   /**
    * One active saga per business key: the key of a saga's parsed input (1-200 characters; say an
@@ -448,10 +461,13 @@ function build(
         );
       }
       const timeout = options.timeoutMs;
-      if (timeout !== undefined && (!Number.isInteger(timeout) || timeout < 1)) {
+      if (
+        timeout !== undefined &&
+        (!Number.isInteger(timeout) || timeout < 1 || timeout > MAX_SLEEP_MS)
+      ) {
         throw new SagaDefinitionError(
           base.name,
-          `wait step "${name}": timeoutMs must be a positive integer`,
+          `wait step "${name}": timeoutMs must be an integer of ms from 1 to ${MAX_SLEEP_MS} (ten years)`,
         );
       }
       // After the pivot a wait can no longer compensate: its timeout recovers forward (the saga
@@ -675,8 +691,8 @@ export function defineSaga<N extends string, S extends StandardSchemaV1>(
     throw new SagaDefinitionError(name, `queue ${JSON.stringify(queue)} is not a valid queue name`);
   }
   const deadlineMs = options.deadlineMs ?? null;
-  if (deadlineMs !== null && (!Number.isInteger(deadlineMs) || deadlineMs < 1)) {
-    throw new SagaDefinitionError(name, 'deadlineMs must be a positive integer');
+  if (deadlineMs !== null && !isDeadlineMs(deadlineMs)) {
+    throw new SagaDefinitionError(name, DEADLINE_RULE);
   }
   return build(
     {

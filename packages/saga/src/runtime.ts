@@ -27,6 +27,7 @@ import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type pg from 'pg';
 import { branchIdOf } from './branch.js';
 import type { AnySagaDefinition, SagaDefinition, StepOutputs, StepSpec } from './define.js';
+import { DEADLINE_RULE, isDeadlineMs } from './define.js';
 import {
   entryKey,
   keyId,
@@ -121,7 +122,7 @@ export interface StartOptions<I> {
   input: I;
   /** Join this transaction (a pg client inside BEGIN, or a drizzle transaction). */
   tx?: Queryable | undefined;
-  /** Overrides the definition's `deadlineMs` for this saga. */
+  /** Overrides the definition's `deadlineMs` for this saga (1 ms to ten years). */
   deadlineMs?: number | undefined;
 }
 
@@ -443,8 +444,8 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         );
       }
       const deadlineMs = startOptions.deadlineMs ?? definition.deadlineMs;
-      if (deadlineMs !== null && (!Number.isInteger(deadlineMs) || deadlineMs < 1)) {
-        throw new SagaError('invalid_deadline', 'deadlineMs must be a positive integer');
+      if (deadlineMs !== null && !isDeadlineMs(deadlineMs)) {
+        throw new SagaError('invalid_deadline', `${DEADLINE_RULE}, got ${deadlineMs}`);
       }
       // The caller's input is stored, not the parsed output, so every step parses it alike.
       const inputJson = JSON.stringify(startOptions.input ?? null);

@@ -10,6 +10,7 @@ import {
   type SagaEntry,
   type SagaSnapshot,
 } from './engine.js';
+import { MAX_SLEEP_MS } from './define.js';
 import { nextCompensation } from './plan.js';
 import { inSagaTrace } from './tracing.js';
 import type { SagaStepKind, SagaStatus } from './schema.js';
@@ -289,7 +290,10 @@ export async function park(
   const delays = limits.filter((l): l is number => l !== null);
   const timeoutJob = entry.timeoutJobs[index];
   if (delays.length > 0 && timeoutJob) {
-    const delayMs = Math.max(0, Math.ceil(Math.min(...delays)) + 1);
+    // Never more than the queue's longest delay (it refuses more): every limit is at most that
+    // (checked at definition and start), and the +1 that puts a deadline's job past it would
+    // push a ten-year one over.
+    const delayMs = Math.min(MAX_SLEEP_MS, Math.max(0, Math.ceil(Math.min(...delays)) + 1));
     const key = timeoutKey(saga.id, spec.name);
     const jobId = await enqueue(e, tx, timeoutJob, saga.id, key, delayMs);
     if (typeof jobId !== 'string') return failForeign(e, tx, saga.id, spec.name, jobId);
