@@ -458,8 +458,9 @@ export async function enterChild(
  * completes with the child's step outputs. Compensated, cancelled or failed: the step fails and
  * the parent compensates (ending `cancelled` when it was cancelled). When the parent was undoing
  * this child (its compensation reopened the child), the compensation completes, or fails with a
- * child that could not be undone; a parent that failed so goes on compensating once an operator's
- * retry of the child has undone it. Locks the parent after the child, which its end holds; the
+ * child that could not be undone (a child still `completed` there, whose end raced the parent's
+ * cancel, is left to the compensation's job, which reopens it); a parent that failed so goes on
+ * compensating once an operator's retry of the child has undone it. Locks the parent after the child, which its end holds; the
  * paths that lock them the other way round (a parent's compensation reopening its ended children,
  * `resumeEndedChild`) touch only ended children, which no end holds.
  */
@@ -500,6 +501,10 @@ export async function resumeParent(
       return advanceAfter(e, tx, entry, parent, spec.index, outputs);
     }
     if (at('compensation', 'compensating')) {
+      // A child still completed has not been reopened: its end raced a cancel (or a deadline)
+      // and moved this saga into undoing it. The compensation's own job reopens it; its end
+      // comes back here. Only a reopened child's end (undone or failed) settles the undo.
+      if (status === 'completed') return 'stale' as const;
       await e.sql(
         tx,
         settleStep({ ...key, status: undone ? 'completed' : 'failed', error: undone ? null : why }),

@@ -169,6 +169,63 @@ describe('child sagas', () => {
     ]);
   });
 
+  it("a cancel racing the child's completion still undoes the child, then the parent ends cancelled", async () => {
+    // The parent's compensation of the child step waits until the cancel returns, as a job a
+    // busy worker picks up later would.
+    let cancelReturned!: () => void;
+    const returned = new Promise<void>((resolve) => (cancelReturned = resolve));
+    const { runtime } = await startSagas(db.pool, [order], {
+      faults: async (point) => {
+        if (point.sagaId === 'race' && point.kind === 'compensation' && point.step === 'ship') {
+          await returned;
+        }
+      },
+    });
+    await runtime.start(order, { id: 'race', input: { id: 'race', gate: true } });
+    await waitFor(() => gates.has('race/ship') || null, { what: 'the child to reach label' });
+    const lockWaiters = async () => {
+      const { rows } = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+      );
+      return rows[0]!.n;
+    };
+    // The cancel's transaction takes the parent's row first; the child's ending transaction
+    // (holding the child's row) waits behind it, as they can meet in production.
+    const holder = await db.pool.connect();
+    let cancelling: ReturnType<typeof runtime.cancel> | undefined;
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM skiplock.sagas WHERE id = 'race' FOR UPDATE`);
+      cancelling = runtime.cancel('race');
+      await waitFor(async () => (await lockWaiters()) >= 1, { what: 'the cancel to wait' });
+      await open('race/ship');
+      await waitFor(async () => (await lockWaiters()) >= 2, { what: "the child's end to wait" });
+      await holder.query('COMMIT');
+    } finally {
+      holder.release();
+    }
+    expect(await cancelling).toEqual({ accepted: true, status: 'waiting' });
+    cancelReturned();
+    const parent = await settled(runtime, 'race');
+    expect(parent.status).toBe('cancelled');
+    expect((await runtime.getSaga('race/ship'))?.status).toBe('compensated');
+    expect(timeline(parent)).toEqual([
+      'reserve:completed',
+      'ship:completed',
+      'undo ship:completed',
+      'undo reserve:completed',
+    ]);
+    expect(mine('race')).toEqual([
+      'race:reserve',
+      'race/ship:pack',
+      'race/ship:label',
+      'race/ship:unlabel',
+      'race/ship:unpack',
+      'race:release',
+    ]);
+  });
+
   it("gives the child what is left of the parent's deadline", async () => {
     const { runtime } = await startSagas(db.pool, [order]);
     await runtime.start(order, { id: 'cd', input: { id: 'cd', gate: true }, deadlineMs: 400 });
