@@ -51,10 +51,11 @@ import { createSagaMetrics, type SagaMetrics, type SagaMetricsOption } from './m
 import { createReconciler, type Reconciler, type ReconcilerOptions } from './reconciler.js';
 import { readSaga, readSagas, type SagaList, type SagaListOptions, type SagaView } from './read.js';
 import type { SagaStatus, SagaStepKind } from './schema.js';
-import { keyHeldByOther, lockHolder, lockKeyOf } from './lock.js';
+import { keyHeldByOther, lockHolder, lockKeyOf, takeKeyTurn } from './lock.js';
 import {
   insertSaga,
   lockSaga,
+  lockSagaIfFree,
   reopenSaga,
   selectBranches,
   selectStartConflict,
@@ -64,6 +65,7 @@ import {
   type StartConflictRow,
 } from './sql/sagas.js';
 import { selectSaga } from './sql/read.js';
+import { selectSagaKey, type SagaKeyRow } from './sql/locks.js';
 import { consumeSignal, insertSignal, selectSignal } from './sql/signals.js';
 import { selectHistory, settleStep, type HistoryRow } from './sql/steps.js';
 import { issuesAt, storedJsonIssues, validate } from './standard.js';
@@ -592,8 +594,32 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     async cancel(sagaId) {
       checkSagaId(sagaId);
       let children: string[] = [];
-      const result = await ownTransaction(async (tx): Promise<CancelResult> => {
-        const saga = await lock(tx, sagaId);
+      // Run again when the saga left the queue (or appeared in it) between the read and the lock.
+      const AGAIN = Symbol('again');
+      const once = async (tx: Queryable): Promise<CancelResult | typeof AGAIN> => {
+        // The holder's end takes its key's turn lock, then the row of the next saga queued for
+        // the key, to start it (`startNextInLine`): so, for a saga that looks queued, the turn
+        // first, then the row (the other way round each waited for the other and PostgreSQL
+        // aborted one, the cancel). Read without a lock: name and key never change, and only a
+        // turn (held here from then on) or a cancel (that takes it too) takes a saga out of the
+        // queue.
+        const seen = (await engine.sql<SagaKeyRow>(tx, selectSagaKey(sagaId))).rows[0];
+        let turn = false;
+        let saga: SagaRow | undefined;
+        if (seen?.status === 'queued' && seen.lock_key !== null) {
+          await takeKeyTurn(tx, seen.name, seen.lock_key);
+          turn = true;
+          const now = (await engine.sql<SagaKeyRow>(tx, selectSagaKey(sagaId))).rows[0];
+          // Started by the holder's end meanwhile: it holds the key now, and its own end takes
+          // its row, then the turn, so its row is taken here only if free (else start over
+          // without the turn), never waited for.
+          if (now?.status !== 'queued') {
+            saga = (await engine.sql<SagaRow>(tx, lockSagaIfFree(sagaId))).rows[0];
+            if (!saga) return AGAIN;
+          }
+        }
+        saga ??= await lock(tx, sagaId);
+        if (saga.status === 'queued' && saga.lock_key !== null && !turn) return AGAIN;
         if (TERMINAL.has(saga.status)) {
           return { accepted: false, status: saga.status, reason: 'finished' };
         }
@@ -646,7 +672,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           accepted: true,
           status: transition === 'cancelled' ? 'cancelled' : 'compensating',
         };
-      });
+      };
+      let result: CancelResult | typeof AGAIN = AGAIN;
+      while (result === AGAIN) result = await ownTransaction(once);
       logger.info({ reason: 'saga_cancel', sagaId, accepted: result.accepted }, 'cancel requested');
       for (const childId of children) {
         const down = await runtime.cancel(childId);

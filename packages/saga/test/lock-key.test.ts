@@ -126,6 +126,63 @@ describe('one active saga per lock key', () => {
     expect(ran.filter((r) => r.startsWith('h-2:'))).toEqual([]);
   });
 
+  it("cancels a queued saga while its key's holder ends, each waiting for the other's lock", async () => {
+    const crossing = billing('locked_crossing');
+    const { runtime } = await startSagas(db.pool, [crossing]);
+    await runtime.start(crossing, { id: 'x-holder', input: { account: 'x' } });
+    expect(await runtime.start(crossing, { id: 'x-queued', input: { account: 'x' } })).toEqual({
+      id: 'x-queued',
+      started: true,
+      status: 'queued',
+    });
+    await waitFor(() => gates.has('x-holder') || null, { what: 'x-holder to hold' });
+    // Backends of this database waiting for an advisory lock (the key's turn).
+    const waiting = async () =>
+      (
+        await db.pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity
+           WHERE datname = current_database() AND wait_event_type = 'Lock'
+             AND wait_event = 'advisory'`,
+        )
+      ).rows[0]!.n;
+    // The key's turn lock held from outside for a moment, so that the holder's end takes it
+    // before the cancel asks for it.
+    const outside = await db.pool.connect();
+    try {
+      await outside.query('BEGIN');
+      await outside.query(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, [
+        'skiplock.saga:locked_crossing:account:x',
+      ]);
+      await open('x-holder');
+      await waitFor(async () => (await waiting()) >= 1 || null, { what: "the holder's end" });
+      const cancelling = runtime.cancel('x-queued').catch((e: unknown) => e);
+      await waitFor(async () => (await waiting()) >= 2 || null, { what: 'the cancel' });
+      await outside.query('COMMIT');
+      // Before: the cancel held the queued row and waited for the turn the holder's end held,
+      // which then wanted that row: deadlock detected (40P01), the cancel lost, the saga ran.
+      const cancelled = await cancelling;
+      expect(cancelled).not.toBeInstanceOf(Error);
+      expect(cancelled).toMatchObject({ accepted: true });
+    } finally {
+      outside.release();
+    }
+    expect((await settled(runtime, 'x-holder')).status).toBe('completed');
+    // The holder's end started it first; the cancel stopped it then (its step's job, or once the
+    // step it was running settled).
+    const queuedOne = await waitFor(
+      async () => {
+        const view = await runtime.getSaga('x-queued');
+        if (view && ['cancelled', 'completed', 'compensated', 'failed'].includes(view.status)) {
+          return view;
+        }
+        if (gates.has('x-queued')) await open('x-queued');
+        return null;
+      },
+      { what: 'x-queued to end' },
+    );
+    expect(queuedOne.status).toBe('cancelled');
+  });
+
   it('refuses a second start with the key when the definition says so, writing nothing', async () => {
     const { runtime } = await startSagas(db.pool, [refusing]);
     await runtime.start(refusing, { id: 'r-1', input: { account: 'r' } });

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { sagaRowColumns } from './sagas.js';
+import type { SagaStatus } from '../schema.js';
 
 /**
  * Serializes, until the transaction ends, everything that decides who holds a lock key: a start
@@ -87,4 +88,15 @@ export function selectQueuedKeys(scan: number, after: { name: string; key: strin
     FROM page q
     GROUP BY q.name, q.lock_key
     ORDER BY q.name, q.lock_key`;
+}
+
+export interface SagaKeyRow {
+  status: SagaStatus;
+  name: string;
+  lock_key: string | null;
+}
+
+/** A saga's status, name and lock key, unlocked: what decides whether its key's turn comes first. */
+export function selectSagaKey(id: string) {
+  return sql`SELECT status, name, lock_key FROM skiplock.sagas WHERE id = ${id}`;
 }

@@ -117,6 +117,11 @@ export function lockSaga(id: string) {
   return sql`SELECT ${sagaRowColumns} FROM skiplock.sagas WHERE id = ${id} FOR UPDATE`;
 }
 
+/** `lockSaga` only when no other transaction holds the row: no row otherwise. */
+export function lockSagaIfFree(id: string) {
+  return sql`SELECT ${sagaRowColumns} FROM skiplock.sagas WHERE id = ${id} FOR UPDATE SKIP LOCKED`;
+}
+
 /**
  * Locks the live saga whose current job is `jobId` (the dead-letter path has only the job). The
  * saga id comes from the job's idempotency key, so this is a primary-key lookup: an index on
