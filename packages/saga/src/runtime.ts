@@ -220,7 +220,8 @@ export interface SagaRuntime {
    * failed for good runs again (its dead job retried with fresh attempts, in one transaction with
    * the saga's return to `running` or `compensating`), and the saga goes on from there. For the
    * compensation of a child step, the child's own failed compensation runs again, as
-   * `retryFailed(child)` would; for a parallel step's, that of every failed branch. A saga with
+   * `retryFailed(child)` would (or, with the child still `completed`, this saga's dead job that
+   * reopens it); for a parallel step's, that of every failed branch. A saga with
    * a lock key goes on only while no other saga holds the key (`lock_busy` otherwise).
    */
   retryFailed(sagaId: string): Promise<RetryResult>;
@@ -729,14 +730,21 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         }
         const { step, kind } = failed;
         if (await lockBusy()) return { retried: false, step, kind, reason: 'lock_busy' };
-        if (kind === 'compensation' && entry.steps.find((s) => s.name === step)?.child) {
+        const childStep =
+          kind === 'compensation' && entry.steps.find((s) => s.name === step)?.child;
+        const childId = childIdOf(sagaId, step);
+        // Read without a lock: a retry of the child running now holds the child's row and then
+        // wants this saga's, which this transaction holds.
+        const child = childStep
+          ? (await runSql<{ status: SagaStatus }>(tx, selectSaga(childId))).rows[0]
+          : undefined;
+        // A child still `completed` was never reopened: this saga's own compensation job for the
+        // step died before it reopened the child (in its transaction), so that job runs again
+        // (below, as any compensation's job) and reopens the child.
+        if (childStep && !(child?.status === 'completed' && failed.job_id !== null)) {
           // Its child could not be undone: the child is what an operator retries; its end then
           // lets this saga go on compensating (see resumeParent). A child undone already (its end
           // found the key taken) lets it go on now.
-          const childId = childIdOf(sagaId, step);
-          // Read without a lock: a retry of the child running now holds the child's row and
-          // then wants this saga's, which this transaction holds.
-          const child = (await runSql<{ status: SagaStatus }>(tx, selectSaga(childId))).rows[0];
           if (child && ACTIVE.has(child.status)) {
             return { retried: false, step, kind, reason: 'in_progress' };
           }

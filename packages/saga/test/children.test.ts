@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createWorker } from '@skiplock/queue';
+import { createWorker, NonRetryableError } from '@skiplock/queue';
 import {
   createSagaRuntime,
   defineSaga,
@@ -391,6 +391,43 @@ describe('child sagas', () => {
     const parent = await settled(runtime, 'cr', ['compensated']);
     expect(timeline(parent).slice(-2)).toEqual(['undo ship:completed', 'undo reserve:completed']);
     expect(mine('cr')).toEqual(['cr:reserve', 'cr/ship:pack', 'cr/ship:unpack', 'cr:release']);
+  });
+
+  it("runs again a child step's compensation job that died before it reopened the child", async () => {
+    let hiccup = true;
+    const { runtime } = await startSagas(db.pool, [order], {
+      faults: (point) => {
+        const undoShip = point.kind === 'compensation' && point.step === 'ship';
+        if (point.sagaId === 'cj' && undoShip && point.phase === 'before' && hiccup) {
+          hiccup = false;
+          throw new NonRetryableError('db hiccup');
+        }
+      },
+    });
+    await runtime.start(order, { id: 'cj', input: { id: 'cj', fail: 'bill' } });
+    const failed = await settled(runtime, 'cj');
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toContain('db hiccup');
+    // The parent's own job for the step died: the child was never reopened, nothing undone.
+    expect((await runtime.getSaga('cj/ship'))!.status).toBe('completed');
+    expect(await runtime.retryFailed('cj/ship')).toEqual({ retried: false, reason: 'not_failed' });
+    // Before: refused with not_failed (the retry went to the child, which is completed).
+    expect(await runtime.retryFailed('cj')).toEqual({
+      retried: true,
+      step: 'ship',
+      kind: 'compensation',
+    });
+    expect((await settled(runtime, 'cj/ship', ['compensated'])).status).toBe('compensated');
+    const parent = await settled(runtime, 'cj', ['compensated']);
+    expect(timeline(parent).slice(-2)).toEqual(['undo ship:completed', 'undo reserve:completed']);
+    expect(mine('cj')).toEqual([
+      'cj:reserve',
+      'cj/ship:pack',
+      'cj/ship:label',
+      'cj/ship:unlabel',
+      'cj/ship:unpack',
+      'cj:release',
+    ]);
   });
 
   it('a parent with a lock key goes on after its undone child only while no other saga holds the key', async () => {
