@@ -1,15 +1,14 @@
-import { createWorker, NonRetryableError } from '@skiplock/queue';
-import { createSagaRuntime, defineSaga } from '@skiplock/saga';
-import { pino } from 'pino';
-import { afterAll, describe, expect, it } from 'vitest';
+import { NonRetryableError } from '@skiplock/queue';
+import { defineSaga } from '@skiplock/saga';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { runInProcess } from './run-cli.js';
+import { startSagaWorker } from './saga-worker.js';
 
 const db = await useTestDatabase();
 const env = { DATABASE_URL: db.url };
-const silent = pino({ level: 'silent' });
 
 let carrierDown = true;
 // Fails after its pivot: the saga is `failed`, its last step's job `dead`, and only the saga's
@@ -29,20 +28,7 @@ const nap = defineSaga({ name: 'nap', version: 1, input: z.object({}) })
   .step('before', { run: () => ({}) })
   .sleep('rest', 3_600_000);
 
-const runtime = createSagaRuntime({ pool: db.pool, sagas: [shipment, nap], logger: silent });
-const worker = createWorker({
-  pool: db.pool,
-  jobs: runtime.jobs,
-  logger: silent,
-  pollIntervalMs: 20,
-  sweeper: false,
-  retention: false,
-});
-afterAll(async () => {
-  await worker.stop({ timeoutMs: 1_000 });
-  await runtime.close();
-});
-await worker.start();
+const { runtime } = await startSagaWorker(db.pool, [shipment, nap]);
 
 const jobOf = async (type: string) =>
   (

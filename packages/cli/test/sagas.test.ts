@@ -1,16 +1,15 @@
-import { createWorker, NonRetryableError } from '@skiplock/queue';
-import { createSagaRuntime, defineSaga } from '@skiplock/saga';
-import { pino } from 'pino';
-import { afterAll, describe, expect, it } from 'vitest';
+import { NonRetryableError } from '@skiplock/queue';
+import { defineSaga } from '@skiplock/saga';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { sagaStatuses } from '../src/commands/sagas-list.js';
 import { runCli, runInProcess } from './run-cli.js';
+import { startSagaWorker } from './saga-worker.js';
 
 const db = await useTestDatabase();
 const env = { DATABASE_URL: db.url };
-const silent = pino({ level: 'silent' });
 
 // A real saga run to its end in this process, so the CLI reads what the runtime wrote.
 const order = defineSaga({
@@ -30,20 +29,7 @@ const order = defineSaga({
     },
   });
 
-const runtime = createSagaRuntime({ pool: db.pool, sagas: [order], logger: silent });
-const worker = createWorker({
-  pool: db.pool,
-  jobs: runtime.jobs,
-  logger: silent,
-  pollIntervalMs: 20,
-  sweeper: false,
-  retention: false,
-});
-afterAll(async () => {
-  await worker.stop({ timeoutMs: 1_000 });
-  await runtime.close();
-});
-await worker.start();
+const { runtime } = await startSagaWorker(db.pool, [order]);
 await runtime.start(order, { id: 'order-ok', input: { sku: 'a1', declined: false } });
 await runtime.start(order, { id: 'order-declined', input: { sku: 'b2', declined: true } });
 await waitFor(
