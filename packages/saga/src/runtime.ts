@@ -293,6 +293,9 @@ function checkChildIds(def: AnySagaDefinition, id: string): void {
   }
 }
 
+/** How many times a cancel starts over when its saga entered or left its key's queue meanwhile. */
+const MAX_CANCEL_TRIES = 20;
+
 /** The definitions a step starts as child sagas: its child's, or its parallel branches'. */
 const childrenOf = (step: StepSpec): { def: AnySagaDefinition }[] =>
   step.child ? [step.child] : [...(step.parallel?.branches ?? [])];
@@ -674,8 +677,17 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
           status: transition === 'cancelled' ? 'cancelled' : 'compensating',
         };
       };
+      // A saga leaves the queue once, so a start over happens once or twice; bounded all the same.
       let result: CancelResult | typeof AGAIN = AGAIN;
-      while (result === AGAIN) result = await ownTransaction(once);
+      for (let tries = 0; result === AGAIN; tries++) {
+        if (tries === MAX_CANCEL_TRIES) {
+          throw new SagaError(
+            'cancel_contended',
+            `saga "${sagaId}": cancel found it moving in and out of its key's queue ${tries} times; try again`,
+          );
+        }
+        result = await ownTransaction(once);
+      }
       logger.info({ reason: 'saga_cancel', sagaId, accepted: result.accepted }, 'cancel requested');
       for (const childId of children) {
         const down = await runtime.cancel(childId);
