@@ -228,7 +228,9 @@ describe('child sagas', () => {
 
   it("gives the child what is left of the parent's deadline", async () => {
     const { runtime } = await startSagas(db.pool, [order]);
-    await runtime.start(order, { id: 'cd', input: { id: 'cd', gate: true }, deadlineMs: 400 });
+    // Reserve, the child's start and pack must all run inside the deadline for the child to
+    // reach label; 400 ms was not always enough under a loaded CI run (the child never got there).
+    await runtime.start(order, { id: 'cd', input: { id: 'cd', gate: true }, deadlineMs: 3_000 });
     await waitFor(() => gates.has('cd/ship') || null, { what: 'the child to reach label' });
     const [parentView, childView] = await Promise.all([
       runtime.getSaga('cd'),
