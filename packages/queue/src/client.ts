@@ -64,7 +64,8 @@ export interface EnqueueOptions {
   idempotencyKey?: string | undefined;
   maxAttempts?: number | undefined;
   /**
-   * This job's concurrency key, instead of the one its type's `concurrencyKey` names (null: none).
+   * This job's concurrency key, instead of the one its type's `concurrencyKey` names (null: none;
+   * refused for a rate-limited type).
    * At most `concurrencyLimit` jobs of a key are admitted to run at a time, across all workers.
    */
   concurrencyKey?: string | null | undefined;
@@ -498,23 +499,37 @@ export function createClient(options: ClientOptions = {}): Client {
     return checked.data;
   }
 
-  /** The enqueue option when given, else what the type's `concurrencyKey` names, checked. */
+  /**
+   * The enqueue option when given, else what the type's `concurrencyKey` names, checked. A job of
+   * a rate-limited type must have one: without a key it would start outside the rate limit.
+   */
   function keyOf(
     definition: AnyJobDefinition,
     payload: unknown,
     opts: EnqueueOptions,
     where: string,
   ): string | null {
-    if (opts.concurrencyKey !== undefined) return opts.concurrencyKey;
-    if (!definition.concurrencyKey) return null;
-    return derivedKey(
-      definition,
-      'concurrencyKey',
-      definition.concurrencyKey,
-      payload,
-      where,
-      concurrencyKeySchema,
-    );
+    const key =
+      opts.concurrencyKey !== undefined
+        ? opts.concurrencyKey
+        : definition.concurrencyKey
+          ? derivedKey(
+              definition,
+              'concurrencyKey',
+              definition.concurrencyKey,
+              payload,
+              where,
+              concurrencyKeySchema,
+            )
+          : null;
+    if (key === null && definition.rateLimit) {
+      throw new ConfigError(
+        `job type "${definition.type}"${where}: its concurrency key is null, but the type is ` +
+          `rate-limited and a job without a key would start outside the limit; give a key or ` +
+          `leave concurrencyKey out`,
+      );
+    }
+    return key;
   }
 
   /**

@@ -113,7 +113,8 @@ export interface JobDefinitionInput<S extends StandardSchemaV1> extends JobOptio
   /**
    * Names the concurrency key of a job from its payload (a tenant, a customer, an external API):
    * at no instant do more than `concurrencyLimit` jobs of one key run, across all workers. Keys
-   * are shared across job types and queues. Return null for a job that takes no slot.
+   * are shared across job types and queues. Return null for a job that takes no slot (an
+   * enqueue of a rate-limited type refuses it: such a job would start outside the limit).
    */
   concurrencyKey?: ((payload: StandardSchemaV1.InferInput<S>) => string | null) | null | undefined;
   /**

@@ -165,6 +165,28 @@ describe('rate limits', () => {
     ]);
   });
 
+  it('refuses a job without a key, which would start outside the limit, and inserts nothing', async () => {
+    const byTenant = defineJob({
+      type: 'partner.sync',
+      queue: 'rl',
+      payload: z.object({ tenant: z.string().nullable() }),
+      concurrencyKey: (p) => (p.tenant === null ? null : `tenant:${p.tenant}`),
+      rateLimit: { limit: 2, intervalMs: 60_000 },
+      handler: async () => {},
+    });
+    const refused =
+      /job type "partner.sync".*concurrency key is null, but the type is rate-limited/;
+    await expect(client.enqueue(sync, { n: 1 }, { concurrencyKey: null })).rejects.toThrow(refused);
+    await expect(client.enqueue(byTenant, { tenant: null })).rejects.toThrow(refused);
+    await expect(
+      client.enqueueMany(byTenant, [{ payload: { tenant: 'a' } }, { payload: { tenant: null } }]),
+    ).rejects.toThrow(/items\[1\].*concurrency key is null/);
+    expect(await statuses()).toEqual([]);
+    // A key given per enqueue still counts against the type's limit.
+    await client.enqueue(sync, { n: 2 }, { concurrencyKey: 'api:partner' });
+    expect(await statuses()).toEqual([{ status: 'waiting', attempts: 0, n: 1 }]);
+  });
+
   it('refuses a key given twice, and a bad limit, naming the job type', () => {
     expect(() =>
       defineJob({
