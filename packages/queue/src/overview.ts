@@ -29,7 +29,10 @@ import {
 // `@skiplock/queue/engine`. Every read is bounded (see sql/overview.ts): counts stop at `cap` and
 // say so, so the overview costs the same on a table of 10 M jobs as on one of 10 thousand.
 
-/** One queue's line of the overview. Counts are exact below `cap`; `atLeast` names the others. */
+/**
+ * One queue's line of the overview. Counts are exact below `cap`; `atLeast` names the others,
+ * lower bounds of at most `cap` (a read sees `cap + 1` rows to know it was cut).
+ */
 export interface QueueCounts {
   queue: string;
   pending: number;
@@ -98,8 +101,8 @@ export async function readQueueOverview(
   };
   for (const r of runnable.rows) {
     const q = line(r.queue);
-    q.pending = r.pending;
-    q.retryable = r.retryable;
+    q.pending = Math.min(r.pending, cap);
+    q.retryable = Math.min(r.retryable, cap);
     q.oldestRunnableAgeMs =
       r.oldest_age_ms !== null && r.oldest_age_ms >= 0 ? r.oldest_age_ms : null;
     if (r.seen > cap) q.atLeast.push('pending', 'retryable');
@@ -110,20 +113,20 @@ export async function readQueueOverview(
   const processingCapped = capped(processing.rows, (r: ProcessingRow) => r.processing);
   for (const r of processing.rows) {
     const q = line(r.queue);
-    q.processing = r.processing;
+    q.processing = Math.min(r.processing, cap);
     q.expiredLeases = r.expired;
     if (processingCapped) q.atLeast.push('processing');
   }
   const waitingCapped = capped(waiting.rows, (r: WaitingRow) => r.waiting);
   for (const r of waiting.rows) {
     const q = line(r.queue);
-    q.waiting = r.waiting;
+    q.waiting = Math.min(r.waiting, cap);
     if (waitingCapped) q.atLeast.push('waiting');
   }
   const deadCapped = capped(dead.rows, (r: DeadRow) => r.dead);
   for (const r of dead.rows) {
     const q = line(r.queue);
-    q.dead = r.dead;
+    q.dead = Math.min(r.dead, cap);
     q.deadLastHour = r.dead_last_hour;
     if (deadCapped) q.atLeast.push('dead');
   }
