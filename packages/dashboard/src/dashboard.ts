@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createClient, SkiplockError, type JobStatus, type Logger } from '@skiplock/queue';
+import { createClient, SkiplockError, type Logger } from '@skiplock/queue';
 import {
   browseJobs,
   createDefaultLogger,
@@ -24,7 +24,6 @@ import {
   SagaError,
   type AnySagaDefinition,
   type SagaRuntime,
-  type SagaStatus,
 } from '@skiplock/saga';
 import type pg from 'pg';
 import { html, type Html } from './html.js';
@@ -183,6 +182,24 @@ async function importOutbox(): Promise<OutboxAdmin | null> {
     }
     throw error;
   }
+}
+
+/**
+ * A filter's value from the address: absent, or one of `allowed`. Anything else is refused, since
+ * a list that ignored a misspelt filter would show every row as if they matched it.
+ */
+function oneOf<T extends string>(
+  value: string | undefined,
+  allowed: readonly T[],
+  name: string,
+): T | undefined {
+  if (value === undefined || (allowed as readonly string[]).includes(value)) {
+    return value as T | undefined;
+  }
+  throw new HttpError(
+    400,
+    `${name} must be one of ${allowed.join(', ')}, not "${value.slice(0, 40)}".`,
+  );
 }
 
 class HttpError extends Error {
@@ -421,11 +438,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   async function jobsList(r: Request) {
     const q = r.url.searchParams;
     const text = (name: string) => q.get(name)?.trim() || undefined;
-    const status = text('status');
     const filters: JobFilters = {
       queue: text('queue'),
-      status:
-        status && (jobStatuses as string[]).includes(status) ? (status as JobStatus) : undefined,
+      status: oneOf(text('status'), jobStatuses, 'status'),
       type: text('type'),
       worker: text('worker'),
       before: text('before'),
@@ -541,13 +556,17 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   async function sagasList(r: Request) {
     const q = r.url.searchParams;
     const text = (name: string) => q.get(name)?.trim() || undefined;
-    const status = text('status');
     const version = text('version');
+    if (version !== undefined && !/^[1-9][0-9]{0,8}$/.test(version)) {
+      throw new HttpError(
+        400,
+        `version must be a whole number from 1, not "${version.slice(0, 40)}".`,
+      );
+    }
     const filters: SagaFilters = {
       name: text('name'),
-      version: version && /^[1-9][0-9]{0,8}$/.test(version) ? Number(version) : undefined,
-      status:
-        status && (sagaStatuses as string[]).includes(status) ? (status as SagaStatus) : undefined,
+      version: version === undefined ? undefined : Number(version),
+      status: oneOf(text('status'), sagaStatuses, 'status'),
       cursor: text('cursor'),
     };
     const [list, names, counts] = await Promise.all([

@@ -244,6 +244,19 @@ describe('dashboard safety', () => {
       expect(nul.status, path).toBe(400);
       expect(nul.text).toContain('The address holds a NUL character');
     }
+    // A misspelt filter is refused by name, not ignored (a list of every job would look filtered).
+    for (const [path, said] of [
+      ['/jobs?status=daed', 'status must be one of pending, '],
+      ['/sagas?status=faild', 'status must be one of '],
+      ['/sagas?version=1.5', 'version must be a whole number from 1, not &quot;1.5&quot;'],
+      ['/sagas?version=0', 'version must be a whole number'],
+    ]) {
+      const bad = await send('GET', path!, host);
+      expect(bad.status, path).toBe(400);
+      expect(bad.text).toContain(said);
+    }
+    expect((await send('GET', '/jobs?status=dead', host)).status).toBe(200);
+    expect((await send('GET', '/jobs?status=&queue=', host)).status).toBe(200);
     const nulAction = await send('POST', '/sagas/x%00y/cancel', auth, '');
     expect(nulAction.status).toBe(400);
     expect((await send('GET', '/sagas/no-such-saga', host)).status).toBe(404);
