@@ -17,7 +17,7 @@ import {
 } from './commands/schedules.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
-import type { CliIo, Command } from './io.js';
+import { terminalSafeIo, type CliIo, type Command } from './io.js';
 
 export type { CliIo, Command } from './io.js';
 
@@ -70,7 +70,8 @@ function groupHelp(group: string, members: readonly Command[]): string {
 const wantsHelp = (args: readonly string[]) => args.includes('--help') || args.includes('-h');
 
 /** Parses the command line and runs one command; returns the process exit code. */
-export async function runCli(argv: string[], io: CliIo): Promise<number> {
+export async function runCli(argv: string[], rawIo: CliIo): Promise<number> {
+  const io = terminalSafeIo(rawIo);
   const [name, ...rest] = argv;
   if (!name || name === '--help' || name === '-h' || name === 'help') {
     io.stdout(help());

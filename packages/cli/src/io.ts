@@ -16,3 +16,26 @@ export interface Command {
 export function printJson(io: CliIo, value: unknown): void {
   io.stdout(`${JSON.stringify(value, null, 2)}\n`);
 }
+
+/**
+ * Control characters other than newline and tab, C1 controls included, as `\uXXXX`. Job errors,
+ * names and payloads come from applications and may hold escape sequences that would recolour,
+ * retitle or rewrite an operator's terminal. In JSON the escape is the same string, so `--json`
+ * output parses to what was stored.
+ */
+export function terminalSafe(text: string): string {
+  return text.replace(
+    // eslint-disable-next-line no-control-regex
+    /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
+}
+
+/** `io` with both streams passed through `terminalSafe`. */
+export function terminalSafeIo(io: CliIo): CliIo {
+  return {
+    ...io,
+    stdout: (text) => io.stdout(terminalSafe(text)),
+    stderr: (text) => io.stderr(terminalSafe(text)),
+  };
+}

@@ -3,7 +3,7 @@ import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { runCli, runInProcess } from './run-cli.js';
+import { runCli, runInProcess, type CliResult } from './run-cli.js';
 
 const db = await useTestDatabase();
 const env = { DATABASE_URL: db.url };
@@ -258,5 +258,45 @@ describe('skiplock jobs', () => {
       `job ${ids.processing} is processing; only pending, retryable, waiting jobs can be cancelled`,
     );
     expect((await statusOf(ids.processing))!.status).toBe('processing');
+  });
+
+  it("prints an application's escape sequences as text, never to the terminal", async () => {
+    // Clear the screen, retitle the window, and a C1 CSI (red) in an error, a type and a payload.
+    const error = 'boom \u001b[2J\u001b]0;owned\u0007 \u009b31m\r';
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO skiplock.jobs (queue, job_type, status, last_error, payload)
+       VALUES ('esc', $1, 'dead', $2, $3) RETURNING id::text`,
+      ['evil\u001b[8m', error, JSON.stringify({ note: error })],
+    );
+    const id = rows[0]!.id;
+    try {
+      const results: CliResult[] = await Promise.all([
+        runInProcess(['jobs', 'list', '--queue', 'esc'], env),
+        runInProcess(['jobs', 'show', id], env),
+        runInProcess(['jobs', 'show', id, '--json'], env),
+      ]);
+      results.push(await runInProcess(['jobs', 'retry', id], env));
+      // eslint-disable-next-line no-control-regex
+      const control = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
+      for (const { stdout, stderr } of results) {
+        expect(control.test(stdout + stderr)).toBe(false);
+      }
+      const [list, show, shownJson, retried] = results;
+      expect(retried!.stdout).toContain(`job ${id} (evil\\u001b[8m) was dead`);
+      expect(list!.stdout).toContain('evil\\u001b[8m');
+      expect(list!.stdout).toContain('boom \\u001b[2J\\u001b]0;owned\\u0007 \\u009b31m');
+      expect(show!.stdout).toContain('\\u001b]0;owned\\u0007');
+      // In JSON the escape is the same string: it parses to what was stored.
+      const parsed = JSON.parse(shownJson!.stdout) as {
+        job: { jobType: string; lastError: string; payload: unknown };
+      };
+      expect(parsed.job).toMatchObject({
+        jobType: 'evil\u001b[8m',
+        lastError: error,
+        payload: { note: error },
+      });
+    } finally {
+      await db.pool.query('DELETE FROM skiplock.jobs WHERE id = $1', [id]);
+    }
   });
 });

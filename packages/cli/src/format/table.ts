@@ -1,3 +1,5 @@
+import { terminalSafe } from '../io.js';
+
 export interface Column {
   header: string;
   align?: 'left' | 'right';
@@ -19,9 +21,12 @@ export function renderTable(columns: readonly Column[], rows: readonly string[][
   return [line(columns.map((c) => c.header.toUpperCase())), ...rows.map(line)].join('\n') + '\n';
 }
 
-/** One line of user text for a table cell: whitespace collapsed, cut at `max` characters. */
+/**
+ * One line of user text for a table cell: whitespace collapsed, control characters escaped
+ * before the columns are measured, cut at `max` characters.
+ */
 export function cell(text: string | null | undefined, max = 60): string {
   if (text === null || text === undefined || text === '') return '-';
-  const flat = text.replace(/\s+/g, ' ').trim();
+  const flat = terminalSafe(text.replace(/\s+/g, ' ').trim());
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
 }
