@@ -125,6 +125,8 @@ export interface JobState {
   attempts: number;
   /** When the current or last attempt was claimed; null before the first. */
   lockedAt: Date | null;
+  /** Its run time has come (`run_at` at or before the database's clock as it was read). */
+  due: boolean;
 }
 
 const toJobState = (r: JobStatusRow): JobState => ({
@@ -132,6 +134,7 @@ const toJobState = (r: JobStatusRow): JobState => ({
   lastError: r.last_error,
   attempts: r.attempts,
   lockedAt: r.locked_at,
+  due: r.due,
 });
 
 /**

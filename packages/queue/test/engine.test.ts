@@ -95,8 +95,14 @@ describe('@skiplock/queue/engine', () => {
     await db.pool.query('DELETE FROM skiplock.jobs WHERE id = $1', [deleted]);
     const states = await jobStates(db.pool, [pending, dead, deleted]);
     expect(Object.fromEntries(states)).toEqual({
-      [pending]: { status: 'pending', lastError: null, attempts: 0, lockedAt: null },
-      [dead]: { status: 'dead', lastError: 'unknown_type: gone', attempts: 1, lockedAt: null },
+      [pending]: { status: 'pending', lastError: null, attempts: 0, lockedAt: null, due: true },
+      [dead]: {
+        status: 'dead',
+        lastError: 'unknown_type: gone',
+        attempts: 1,
+        lockedAt: null,
+        due: true,
+      },
     });
     // A claimed job reports its attempt and when it was claimed (what getSaga shows as running).
     await db.pool.query(
@@ -108,6 +114,9 @@ describe('@skiplock/queue/engine', () => {
     expect(claimed).toMatchObject({ status: 'processing', attempts: 1 });
     expect(claimed.lockedAt).toBeInstanceOf(Date);
     expect((await jobStates(db.pool, [])).size).toBe(0);
+    // A job whose run time has not come is not due.
+    const later = (await client.enqueue(noop, {}, { delayMs: 60_000 })).id;
+    expect((await jobStates(db.pool, [later])).get(later)).toMatchObject({ due: false });
   });
 
   it("tryAdvisoryLock takes a key of skiplock's namespace once at a time, until the holder's transaction ends", async () => {
@@ -146,7 +155,10 @@ describe('@skiplock/queue/engine', () => {
       { queue: 'default', key: 'nobody' },
     ]);
     expect([...states]).toEqual([
-      ['default\0by-key-1', { id, status: 'dead', lastError: 'gone', attempts: 0, lockedAt: null }],
+      [
+        'default\0by-key-1',
+        { id, status: 'dead', lastError: 'gone', attempts: 0, lockedAt: null, due: true },
+      ],
     ]);
   });
 });

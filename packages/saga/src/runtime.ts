@@ -69,6 +69,7 @@ import { selectSagaKey, type SagaKeyRow } from './sql/locks.js';
 import { consumeSignal, insertSignal, selectSignal } from './sql/signals.js';
 import { selectHistory, settleStep, type HistoryRow } from './sql/steps.js';
 import { issuesAt, storedJsonIssues, validate } from './standard.js';
+import { waitExpired } from './wait-expired.js';
 import {
   advanceAfter,
   compensateNext,
@@ -547,6 +548,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
 
     async signal(sagaId, name, payload, signalOptions = {}) {
       checkSagaId(sagaId);
+      let expired = false;
       const work = async (tx: Queryable): Promise<SignalResult> => {
         const saga = await lock(tx, sagaId);
         const entry = entryOf(saga.name, saga.version);
@@ -579,6 +581,8 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         if (saga.status !== 'waiting' || saga.current_step !== spec.name) {
           return { delivered: true, resumed: false };
         }
+        expired = await waitExpired(tx, entry, sagaId, spec.index);
+        if (expired) return { delivered: true, resumed: false };
         await runSql(tx, consumeSignal(sagaId, name));
         const output = JSON.parse(JSON.stringify(parsed.value ?? null)) as unknown;
         const transition = await inSagaTrace(engine.tracer, saga, `signal ${name}`, () =>
@@ -591,6 +595,12 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       // Logged once the work is done, so a transaction run again does not log twice.
       if (result.delivered) {
         logger.info({ reason: 'signal_received', sagaId, signal: name }, 'signal received');
+      }
+      if (expired) {
+        logger.info(
+          { reason: 'signal_after_timeout', sagaId, signal: name },
+          'signal arrived after its wait timed out; stored, and the wait fails',
+        );
       }
       return result;
     },

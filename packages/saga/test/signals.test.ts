@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createSagaRuntime, defineSaga, SagaValidationError } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
 import { fast, settled, silent, startSagas, timeline } from './fixtures.js';
 
 const db = await useTestDatabase();
@@ -120,6 +121,39 @@ describe('waiting for a signal', () => {
       resumed: false,
     });
     expect((await runtime.getSaga('timeout'))?.status).toBe('compensated');
+  });
+
+  it('leaves a signal after the timeout to the timeout job, even before that job has run', async () => {
+    const { runtime, worker } = await startSagas(db.pool, [impatient]);
+    await runtime.start(impatient, { id: 'overdue', input: {} });
+    await settled(runtime, 'overdue', ['waiting']);
+    // No worker runs the timeout job: the wait's 100 ms pass with the saga still waiting.
+    await worker.stop();
+    await waitFor(
+      async () => {
+        const { rows } = await db.pool.query(
+          `SELECT 1 FROM skiplock.jobs WHERE idempotency_key = 'saga:overdue:timeout:answer'
+              AND status = 'pending' AND run_at <= clock_timestamp()`,
+        );
+        return rows.length === 1;
+      },
+      { what: 'the timeout job to come due' },
+    );
+    expect((await runtime.getSaga('overdue'))?.status).toBe('waiting');
+    expect(await runtime.signal('overdue', 'answer', { ok: true })).toEqual({
+      delivered: true,
+      resumed: false,
+    });
+    const { runtime: later } = await startSagas(db.pool, [impatient]);
+    const done = await settled(later, 'overdue');
+    expect(done.status).toBe('compensated');
+    expect(done.error).toBe('step "answer" failed: signal "answer" did not arrive within 100 ms');
+    expect(timeline(done)).toEqual([
+      'request:completed',
+      'answer:failed',
+      'undo request:completed',
+    ]);
+    expect(done.signals).toMatchObject([{ name: 'answer', consumedAt: null }]);
   });
 
   it('joins the caller transaction: a rolled-back signal was never delivered', async () => {
