@@ -65,7 +65,9 @@ describe('skiplock schedules', () => {
   it('exits 1 naming an unknown schedule, and 2 without a name', async () => {
     const unknown = await runCli(['schedules', 'pause', 'nope'], env);
     expect(unknown.code).toBe(1);
-    expect(unknown.stderr).toContain('no schedule named "nope"');
+    expect(unknown.stderr).toBe(
+      'skiplock schedules pause: no schedule named "nope" (see `skiplock schedules list`)\n',
+    );
     const missing = await runCli(['schedules', 'resume'], env);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain('missing name');

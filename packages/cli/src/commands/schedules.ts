@@ -1,5 +1,12 @@
 import type { ScheduleState } from '@skiplock/queue';
-import { databaseOption, databaseUrl, jsonOption, parseOptions, positionalArgs } from '../args.js';
+import {
+  CliError,
+  databaseOption,
+  databaseUrl,
+  jsonOption,
+  parseOptions,
+  positionalArgs,
+} from '../args.js';
 import { cell, renderTable } from '../format/table.js';
 import { relativeTime } from '../format/time.js';
 import { printJson, type Command } from '../io.js';
@@ -87,8 +94,7 @@ function pauseCommand(paused: boolean): Command {
       const set = paused ? queue.pauseSchedule : queue.resumeSchedule;
       const state = await withDatabase(url, (db) => set(db.pool, name!));
       if (!state) {
-        io.stderr(`skiplock: no schedule named "${name}" (see \`skiplock schedules list\`)\n`);
-        return 1;
+        throw new CliError(`no schedule named "${name}" (see \`skiplock schedules list\`)`);
       }
       if (values.json) printJson(io, scheduleJson(state));
       else io.stdout(`schedule ${state.name} ${paused ? 'paused' : 'resumed'}\n`);
