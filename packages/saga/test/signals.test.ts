@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createSagaRuntime, defineSaga, SagaValidationError } from '../src/index.js';
+import { createSagaRuntime, defineSaga, SagaValidationError, type SagaView } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { fast, settled, silent, startSagas, timeline } from './fixtures.js';
@@ -30,6 +30,13 @@ const impatient = defineSaga({ name: 'impatient', version: 1, input: z.object({}
   .step('request', { ...fast, run: () => 1, compensate: (ctx) => void undone.push(ctx.sagaId) })
   .waitFor('answer', { payload: z.object({ ok: z.boolean() }), timeoutMs: 100 })
   .step('after', { ...fast, run: () => 2 });
+
+/** An impatient saga whose wait timed out: the wait failed and the request was undone. */
+function expectTimedOut(done: SagaView) {
+  expect(done.status).toBe('compensated');
+  expect(done.error).toBe('step "answer" failed: signal "answer" did not arrive within 100 ms');
+  expect(timeline(done)).toEqual(['request:completed', 'answer:failed', 'undo request:completed']);
+}
 
 describe('waiting for a signal', () => {
   it('resumes when the signal arrives after the wait started', async () => {
@@ -107,13 +114,7 @@ describe('waiting for a signal', () => {
     const { runtime } = await startSagas(db.pool, [impatient]);
     await runtime.start(impatient, { id: 'timeout', input: {} });
     const done = await settled(runtime, 'timeout');
-    expect(done.status).toBe('compensated');
-    expect(done.error).toBe('step "answer" failed: signal "answer" did not arrive within 100 ms');
-    expect(timeline(done)).toEqual([
-      'request:completed',
-      'answer:failed',
-      'undo request:completed',
-    ]);
+    expectTimedOut(done);
     expect(undone).toContain('timeout');
     // A signal after the timeout is stored but moves nothing.
     expect(await runtime.signal('timeout', 'answer', { ok: true })).toEqual({
@@ -146,13 +147,7 @@ describe('waiting for a signal', () => {
     });
     const { runtime: later } = await startSagas(db.pool, [impatient]);
     const done = await settled(later, 'overdue');
-    expect(done.status).toBe('compensated');
-    expect(done.error).toBe('step "answer" failed: signal "answer" did not arrive within 100 ms');
-    expect(timeline(done)).toEqual([
-      'request:completed',
-      'answer:failed',
-      'undo request:completed',
-    ]);
+    expectTimedOut(done);
     expect(done.signals).toMatchObject([{ name: 'answer', consumedAt: null }]);
   });
 
