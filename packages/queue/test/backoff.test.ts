@@ -19,6 +19,13 @@ describe('computeBackoffMs', () => {
     }
   });
 
+  it('stays a number past the attempt where the growth overflows (10 ** 309)', () => {
+    const zeroBase = { baseMs: 0, factor: 10, maxMs: 5_000, jitter: 0.5 };
+    expect([309, 310, 1_000].map((a) => computeBackoffMs(a, zeroBase, () => 1))).toEqual([0, 0, 0]);
+    const tenfold = { ...zeroBase, baseMs: 1_000 };
+    expect(computeBackoffMs(1_000, tenfold, () => 1)).toBe(5_000);
+  });
+
   it('keeps jittered delays within [d * (1 - jitter), d]', () => {
     for (let attempt = 1; attempt <= 12; attempt++) {
       const d = Math.min(opts.maxMs, opts.baseMs * 2 ** (attempt - 1));

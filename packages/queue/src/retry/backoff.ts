@@ -31,7 +31,10 @@ export function computeBackoffMs(
   random: () => number = Math.random,
 ): number {
   const exponent = Math.max(0, attempt - 1);
-  const capped = Math.min(options.maxMs, options.baseMs * options.factor ** exponent);
+  // factor ** exponent overflows to Infinity past a few hundred attempts (10 ** 309), and a base
+  // of 0 times that is NaN: the settle then failed on an interval out of range (found in review).
+  const grown = options.baseMs === 0 ? 0 : options.baseMs * options.factor ** exponent;
+  const capped = Math.min(options.maxMs, grown);
   const fixed = capped * (1 - options.jitter);
   return Math.round(fixed + capped * options.jitter * random());
 }
