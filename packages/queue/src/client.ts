@@ -250,11 +250,14 @@ interface KeyedRow {
   concurrency_key: string | null;
 }
 
+/** The largest job id: ids are PostgreSQL `bigint`s. */
+const MAX_ID = 9_223_372_036_854_775_807n;
+
 function checkId(id: string): string {
-  if (typeof id !== 'string' || !ID_PATTERN.test(id)) {
+  if (typeof id !== 'string' || !ID_PATTERN.test(id) || BigInt(id) > MAX_ID) {
     throw new SkiplockError(
       'invalid_id',
-      `job id must be a positive integer string, got ${JSON.stringify(id)}`,
+      `job id must be a positive integer string within bigint's range, got ${JSON.stringify(id)}`,
     );
   }
   return id;

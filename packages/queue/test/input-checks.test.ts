@@ -21,6 +21,28 @@ async function count(): Promise<number> {
   return rows[0]!.n;
 }
 
+describe('job ids', () => {
+  it("refuses an id past bigint's range by name, as any other id that is no job's", async () => {
+    const past = '9223372036854775808';
+    for (const call of [
+      () => client.getJob(past),
+      () => client.cancelJob(past),
+      () => client.retryJob(past),
+      () => client.getJob('12a'),
+    ]) {
+      // Before: a raw DatabaseError (value out of range for type bigint) for the 19 digits.
+      await expect(call()).rejects.toMatchObject({
+        code: 'invalid_id',
+        message: expect.stringMatching(/job id must be a positive integer string within bigint/),
+      });
+    }
+    const largest = '9223372036854775807';
+    expect(await client.getJob(largest)).toBeNull();
+    expect(await client.cancelJob(largest)).toBe(false);
+    expect(await client.retryJob(largest)).toBe(false);
+  });
+});
+
 describe('enqueue options', () => {
   it('refuses runAt together with delayMs, naming both', async () => {
     const runAt = new Date(Date.now() + 60_000);
