@@ -37,7 +37,10 @@ export interface JobContext {
    * `job:<id>`. Pass it to external APIs so that a retried attempt does not repeat an effect.
    */
   idempotencyKey: string;
-  /** Renews this job's lease now (by `leaseMs`, default the job's own); false if the lock is lost. */
+  /**
+   * Renews this job's lease to now + `leaseMs` (default the job's own; 1 ms to a day), never to
+   * less than it has left; false if the lock is lost.
+   */
   extendLease(leaseMs?: number): Promise<boolean>;
   /**
    * Completes the job inside a transaction and runs `work` in the same transaction, so that the

@@ -4,6 +4,7 @@ import { runSql, withTransaction, type TransactionAbort } from './db.js';
 import { namedStatement, withOwnTransaction, type StatementRunner } from './prepared.js';
 import type { AnyJobDefinition, DeadJobInfo, JobContext, JobInfo } from './define.js';
 import {
+  ConfigError,
   InvalidPayloadError,
   JobTimeoutError,
   LockLostError,
@@ -87,9 +88,13 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
     return this.controller.signal;
   }
 
-  /** Whether the lease must be kept alive: the job is buffered or its handler runs. */
+  /**
+   * Whether the lease must be kept alive: the job is buffered or its handler runs, and no
+   * `completeWith` completed it yet (a completed row is no longer leased: a heartbeat took its
+   * absence for a lost lease and aborted the handler's work after the commit).
+   */
   isRunning(): boolean {
-    return this.state === 'queued' || this.state === 'running';
+    return !this.settledExplicitly && (this.state === 'queued' || this.state === 'running');
   }
 
   abort(reason: Error): void {
@@ -400,11 +405,19 @@ function handOffSlot(ctx: RunContext, d: ExecutorDeps, run: RunningJob): HandOff
   return (ctx[HAND_OFF] = slot);
 }
 
+/** A job's longest lease, as `leaseMs` in its options. */
+const MAX_LEASE_MS = 86_400_000;
+
 async function extendJobLease(
   d: ExecutorDeps,
   job: RunningJob,
   leaseMs = job.leaseMs,
 ): Promise<boolean> {
+  if (!Number.isSafeInteger(leaseMs) || leaseMs < 1 || leaseMs > MAX_LEASE_MS) {
+    throw new ConfigError(
+      `extendLease: leaseMs must be an integer from 1 to ${MAX_LEASE_MS} (a day), not ${leaseMs}`,
+    );
+  }
   const { rowCount } = await runSql(d.pool, extendLease(d.workerId, job.token, leaseMs));
   if (rowCount === 1) {
     job.renewedAt = performance.now();

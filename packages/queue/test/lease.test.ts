@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
   type LockLostEvent,
+  ConfigError,
   createClient,
   createSweeper,
   defineJob,
@@ -274,6 +275,66 @@ describe('leases, fencing and the sweeper', () => {
     expect(extended).toBe(true);
     expect(aheadMs).toBeGreaterThan(3_500_000);
     expect((await jobRow(db.pool, id)).status).toBe('completed');
+  });
+
+  it('never shortens a lease by extending it, and refuses a length that is no lease', async () => {
+    let aheadMs = 0;
+    const refused: unknown[] = [];
+    const long = defineJob({
+      type: 'extends-shorter',
+      payload: z.object({}),
+      leaseMs: 30_000,
+      handler: async (_p, ctx) => {
+        expect(await ctx.extendLease(2_000)).toBe(true);
+        const { rows } = await db.pool.query<{ ahead: number }>(
+          `SELECT (extract(epoch FROM lease_expires_at - now()) * 1000)::float8 AS ahead FROM skiplock.jobs WHERE id = $1`,
+          [ctx.job.id],
+        );
+        aheadMs = rows[0]!.ahead;
+        for (const ms of [0, -60_000, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 86_400_001]) {
+          refused.push(await ctx.extendLease(ms).catch((error: unknown) => error));
+        }
+      },
+    });
+    const { id } = await client.enqueue(long, {});
+    await testWorker(db.pool, [long]).runOnce();
+    // Before: now + 2 s, and a sweeper elsewhere took the job back from its running handler.
+    expect(aheadMs).toBeGreaterThan(25_000);
+    expect(refused).toHaveLength(6);
+    for (const error of refused) {
+      expect(error).toBeInstanceOf(ConfigError);
+      expect((error as Error).message).toMatch(/extendLease: leaseMs must be an integer from 1 to/);
+    }
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
+  });
+
+  it('does not take a job completed by completeWith for a lost one while its handler goes on', async () => {
+    const logs = captureLogs();
+    let aborted: unknown = 'not read';
+    const after = defineJob({
+      type: 'after-complete-with',
+      payload: z.object({}),
+      leaseMs: 1_000,
+      handler: async (_p, ctx) => {
+        await ctx.completeWith(async () => {});
+        // Work after the commit (an e-mail, say) outlasts a few heartbeats.
+        await new Promise((resolve) => setTimeout(resolve, 600));
+        aborted = ctx.signal.aborted;
+      },
+    });
+    const { id } = await client.enqueue(after, {});
+    const worker = testWorker(db.pool, [after], {
+      logger: logs.logger,
+      heartbeatIntervalMs: 100,
+      pollIntervalMs: 20,
+    });
+    await worker.start();
+    await waitFor(() => aborted !== 'not read', { what: 'the handler to end' });
+    await worker.stop();
+    // Before: the next beat found the row completed, aborted the handler and logged lock_lost.
+    expect(aborted).toBe(false);
+    expect(logs.lines.filter((l) => l.reason === 'lock_lost')).toEqual([]);
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
   });
 
   it('keeps an extended lease through the heartbeats that follow', async () => {

@@ -35,11 +35,15 @@ export function extendLeases(workerId: string, tokens: readonly LockToken[], asy
     WHERE ${ownsTokens(workerId, tokens)}`;
 }
 
-/** The seed's `extend_lock`: one job, an explicit lease length. */
+/**
+ * The seed's `extend_lock`: one job, an explicit lease length. Never shortens the lease: a
+ * shorter one let a sweeper elsewhere take back a job whose handler still ran (found in review).
+ */
 export function extendLease(workerId: string, token: LockToken, leaseMs: number) {
   return sql`
     UPDATE skiplock.jobs j
-    SET lease_expires_at = now() + ${leaseMs} * interval '1 millisecond', updated_at = now()
+    SET lease_expires_at = greatest(j.lease_expires_at, now() + ${leaseMs} * interval '1 millisecond'),
+        updated_at = now()
     WHERE ${ownsToken(workerId, token)}
     RETURNING j.id::text AS id`;
 }
