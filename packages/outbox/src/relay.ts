@@ -96,7 +96,7 @@ export interface Relay {
   readonly name: string;
   start(): void;
   /**
-   * Stops claiming, then waits up to `timeoutMs` (default 30 s) for batches in flight to be
+   * Stops claiming, then waits up to `timeoutMs` (0 to an hour, default 30 s) for batches in flight to be
    * delivered and settled; past it their deliveries are aborted and settled as failed attempts
    * (due again after their backoff), except messages the sink reports it never sent, whose
    * attempt is given back. Closes what the relay opened, never the sink.
@@ -433,6 +433,14 @@ export function createRelay(options: RelayOptions): Relay {
       );
     },
     stop({ timeoutMs = 30_000 } = {}) {
+      // Node fires a timer of more than 2^31-1 ms after 1 ms: Infinity aborted deliveries at once.
+      if (!Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > 3_600_000) {
+        return Promise.reject(
+          new TypeError(
+            `relay.stop: timeoutMs must be an integer from 0 to 3600000, got ${String(timeoutMs)}`,
+          ),
+        );
+      }
       // Once: a second call waits for the first (ending the listener's client twice would hang).
       stopped ??= stopOnce(timeoutMs);
       return stopped;

@@ -549,6 +549,13 @@ describe('relay', () => {
     });
     relay.start();
     await waitFor(() => (called ? true : null));
+    // No duration: refused by name, the relay still running (before: Infinity became Node's
+    // 1 ms timer and the deliveries were aborted at once).
+    for (const timeoutMs of [Number.POSITIVE_INFINITY, -1, 0.5]) {
+      await expect(relay.stop({ timeoutMs })).rejects.toThrow(
+        `relay.stop: timeoutMs must be an integer from 0 to 3600000, got ${timeoutMs}`,
+      );
+    }
     const started = Date.now();
     await relay.stop({ timeoutMs: 300 });
     expect(Date.now() - started).toBeLessThan(5_000);

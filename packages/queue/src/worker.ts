@@ -121,14 +121,18 @@ export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsS
 }
 
 export interface StopOptions {
-  /** How long in-flight jobs may keep running before they are aborted and released. */
+  /**
+   * How long in-flight jobs may keep running before they are aborted and released (0 to an
+   * hour; default the worker's `shutdownTimeoutMs`).
+   */
   timeoutMs?: number | undefined;
   /**
    * Bounds the stop's other waits (default 10 s): once before `timeoutMs` for the claim loop's
    * end, the release of buffered jobs and starts still holding a slot this worker lent them
    * (`attachWorker` in `@skiplock/saga`) together, and once after it for releasing running jobs
    * and closing connections. With a database that does not answer, stop() returns within
-   * `timeoutMs` plus twice `graceMs`, leaving what it could not release to lease expiry.
+   * `timeoutMs` plus twice `graceMs`, leaving what it could not release to lease expiry. 0 to
+   * an hour.
    */
   graceMs?: number | undefined;
 }
@@ -170,6 +174,18 @@ export interface Worker {
 
 /** Default for how long stop() waits for releases and closes after the drain deadline. */
 const STOP_GRACE_MS = 10_000;
+
+/**
+ * `stop()`'s options, bounded as `shutdownTimeoutMs` is: Node fires a timer of more than 2^31-1
+ * ms after 1 ms, so `timeoutMs: Infinity` aborted every handler at once, and a NaN grace cut
+ * every wait (found in review).
+ */
+const stopOptionsSchema = z
+  .object({
+    timeoutMs: z.number().int().min(0).max(3_600_000).optional(),
+    graceMs: z.number().int().min(0).max(3_600_000).optional(),
+  })
+  .strict();
 /**
  * How long runOnce() waits for the LISTEN connection it claims on to come up before it claims on
  * the pool instead. A connection takes a few ms here; an attempt that fails ends the wait at once
@@ -842,8 +858,14 @@ export function createWorker(options: WorkerOptions): Worker {
       logger.info({ reason: 'started', queues, concurrency: config.concurrency }, 'worker started');
     },
     stop(stopOptions = {}) {
+      let checked: StopOptions;
+      try {
+        checked = parseConfig('stop options', stopOptionsSchema, stopOptions);
+      } catch (error) {
+        return Promise.reject(error as Error);
+      }
       if (state === 'stopped') return Promise.resolve();
-      stopping ??= doStop(stopOptions);
+      stopping ??= doStop(checked);
       return stopping;
     },
     async runOnce() {

@@ -352,6 +352,19 @@ describe('worker outcomes', () => {
     const worker = testWorker(db.pool, [gated], { concurrency: 2, pollIntervalMs: 20 });
     await worker.start();
     await waitFor(() => started === 2, { what: 'two handlers running' });
+    // Options that are no duration are refused by name and leave the worker running. Before:
+    // Infinity fired Node's timer after 1 ms and aborted both handlers; NaN cut every wait.
+    for (const bad of [
+      { timeoutMs: Number.POSITIVE_INFINITY },
+      { timeoutMs: 3_000_000_000 },
+      { graceMs: Number.NaN },
+      { graceMs: -1 },
+      { timeout: 5 } as never,
+    ]) {
+      await expect(worker.stop(bad)).rejects.toThrow(
+        /invalid stop options: (timeoutMs|graceMs|\(root\))/,
+      );
+    }
     const stopped = worker.stop({ timeoutMs: 10_000 });
     release();
     await stopped;
