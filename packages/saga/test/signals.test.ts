@@ -26,15 +26,20 @@ const approval = defineSaga({ name: 'approval', version: 1, input: z.object({ n:
     run: (ctx) => ({ applied: `${ctx.steps.request.ticket} by ${ctx.steps.approved.by}` }),
   });
 
-const impatient = defineSaga({ name: 'impatient', version: 1, input: z.object({}) })
-  .step('request', { ...fast, run: () => 1, compensate: (ctx) => void undone.push(ctx.sagaId) })
-  .waitFor('answer', { payload: z.object({ ok: z.boolean() }), timeoutMs: 100 })
-  .step('after', { ...fast, run: () => 2 });
+/** A request, then a wait for `answer` of `timeoutMs`. */
+const waitingFor = (name: string, timeoutMs: number) =>
+  defineSaga({ name, version: 1, input: z.object({}) })
+    .step('request', { ...fast, run: () => 1, compensate: (ctx) => void undone.push(ctx.sagaId) })
+    .waitFor('answer', { payload: z.object({ ok: z.boolean() }), timeoutMs })
+    .step('after', { ...fast, run: () => 2 });
+const impatient = waitingFor('impatient', 100);
 
-/** An impatient saga whose wait timed out: the wait failed and the request was undone. */
-function expectTimedOut(done: SagaView) {
+/** A saga of `waitingFor` whose wait timed out: the wait failed and the request was undone. */
+function expectTimedOut(done: SagaView, timeoutMs = 100) {
   expect(done.status).toBe('compensated');
-  expect(done.error).toBe('step "answer" failed: signal "answer" did not arrive within 100 ms');
+  expect(done.error).toBe(
+    `step "answer" failed: signal "answer" did not arrive within ${timeoutMs} ms`,
+  );
   expect(timeline(done)).toEqual(['request:completed', 'answer:failed', 'undo request:completed']);
 }
 
@@ -125,10 +130,12 @@ describe('waiting for a signal', () => {
   });
 
   it('leaves a signal after the timeout to the timeout job, even before that job has run', async () => {
-    const { runtime, worker } = await startSagas(db.pool, [impatient]);
-    await runtime.start(impatient, { id: 'overdue', input: {} });
+    // Long enough for the worker to stop before its timeout job comes due, even on a loaded run.
+    const patient = waitingFor('patient', 1_500);
+    const { runtime, worker } = await startSagas(db.pool, [patient]);
+    await runtime.start(patient, { id: 'overdue', input: {} });
     await settled(runtime, 'overdue', ['waiting']);
-    // No worker runs the timeout job: the wait's 100 ms pass with the saga still waiting.
+    // No worker runs the timeout job: the wait's 1.5 s pass with the saga still waiting.
     await worker.stop();
     await waitFor(
       async () => {
@@ -145,9 +152,9 @@ describe('waiting for a signal', () => {
       delivered: true,
       resumed: false,
     });
-    const { runtime: later } = await startSagas(db.pool, [impatient]);
+    const { runtime: later } = await startSagas(db.pool, [patient]);
     const done = await settled(later, 'overdue');
-    expectTimedOut(done);
+    expectTimedOut(done, 1_500);
     expect(done.signals).toMatchObject([{ name: 'answer', consumedAt: null }]);
   });
 
