@@ -901,7 +901,19 @@ export function createWorker(options: WorkerOptions): Worker {
         return 0;
       }
       pump();
-      await Promise.all(tasks);
+      // A never-started worker has no heartbeat loop: renew these jobs' leases while they run,
+      // or a job longer than its lease is taken back by a sweeper elsewhere and runs twice.
+      let beating = false;
+      const beats = setInterval(() => {
+        if (beating) return;
+        beating = true;
+        void heartbeat.beat().finally(() => (beating = false));
+      }, heartbeatIntervalMs);
+      try {
+        await Promise.all(tasks);
+      } finally {
+        clearInterval(beats);
+      }
       await completer.drain();
       return rows.length;
     },

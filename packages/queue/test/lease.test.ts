@@ -337,6 +337,40 @@ describe('leases, fencing and the sweeper', () => {
     expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
   });
 
+  it('renews the leases of the jobs runOnce() runs, on a worker never started', async () => {
+    const sweeper = createSweeper({ pool: db.pool, logger: quiet });
+    const swept: string[] = [];
+    let aborted: unknown = 'not read';
+    const slow = defineJob({
+      type: 'run-once-slow',
+      queue: 'run-once-slow',
+      payload: z.object({}),
+      leaseMs: 1_000,
+      handler: async (_p, ctx) => {
+        // Twice its lease, with a sweeper passing every 200 ms meanwhile.
+        for (let i = 0; i < 10; i++) {
+          await new Promise((resolve) => setTimeout(resolve, 200));
+          swept.push(...(await sweeper.runOnce()).jobIds);
+        }
+        aborted = ctx.signal.aborted;
+      },
+    });
+    const { id } = await client.enqueue(slow, {});
+    const worker = testWorker(db.pool, [slow], {
+      queues: ['run-once-slow'],
+      heartbeatIntervalMs: 100,
+    });
+    try {
+      expect(await worker.runOnce()).toBe(1);
+    } finally {
+      await worker.stop();
+    }
+    // Before: no beat renewed the lease, the sweep took the job back, the handler was cut off.
+    expect(swept).toEqual([]);
+    expect(aborted).toBe(false);
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
+  });
+
   it('keeps an extended lease through the heartbeats that follow', async () => {
     const aheadMs: number[] = [];
     const swept: string[][] = [];
