@@ -68,4 +68,5 @@ function print(span: ReadableSpan, depth: number) {
 for (const root of childrenOf(undefined)) print(root, 0);
 const traces = new Set(finished.map((s) => s.spanContext().traceId));
 console.log(`saga ord_1: ${view?.status}; ${finished.length} spans in ${traces.size} trace`);
-if (view?.status !== 'compensated' || traces.size !== 1) process.exit(1);
+// Fewer spans means skiplock traced into another copy of @opentelemetry/api than the SDK's.
+if (view?.status !== 'compensated' || traces.size !== 1 || finished.length < 12) process.exit(1);
