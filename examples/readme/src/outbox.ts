@@ -53,12 +53,11 @@ await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
 const { port } = receiver.address() as AddressInfo;
 
 // The relay: claims events with SKIP LOCKED, delivers them, marks them delivered.
-const relay = createRelay({
-  pool,
-  sink: webhookSink({ url: `http://127.0.0.1:${port}/events`, secret }),
-});
+const sink = webhookSink({ url: `http://127.0.0.1:${port}/events`, secret });
+const relay = createRelay({ pool, sink });
 relay.start();
 console.log(await received);
 await relay.stop();
+await sink.close(); // the relay never closes its sink (a NATS or AMQP one holds a connection)
 receiver.close();
 await pool.end();
