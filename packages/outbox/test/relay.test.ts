@@ -129,7 +129,12 @@ describe('relay', () => {
           ? { status: 429, headers: { 'retry-after': '2' } }
           : { status: 200 },
     );
-    const relay = relayFor(receiver, { topics: ['hold.test'] });
+    // a1's backoff must outlast the two passes below that expect it not yet due (50 ms can pass
+    // in them on a loaded machine), and stay under the 429's 2 s, so Retry-After still sets it.
+    const relay = relayFor(receiver, {
+      topics: ['hold.test'],
+      backoff: { baseMs: 1_000, maxMs: 1_000, factor: 1, jitter: 0 },
+    });
     expect(await relay.runOnce()).toMatchObject({ claimed: 2, delivered: 1, retried: 1 });
     // a1 waits out its backoff, and a2 is given a1's due time (claims stop before it); B goes on.
     const due = await db.pool.query<{ id: string; run_after: Date }>(

@@ -146,7 +146,9 @@ describe('concurrency keys', () => {
       ...tenantJob,
       type: 'tenant.flaky',
       concurrencyLimit: 1,
-      backoff: { ...fastBackoff, baseMs: 300, maxMs: 300 },
+      // Long enough to still be ahead after the four round trips and the run below that expect
+      // it not yet due; 300 ms could pass in them on a loaded machine.
+      backoff: { ...fastBackoff, baseMs: 2_000, maxMs: 2_000 },
       handler: async (p: { n: number }) => {
         calls += 1;
         if (p.n === 0 && calls === 1) throw new Error('first attempt fails');
@@ -167,8 +169,9 @@ describe('concurrency keys', () => {
     expect(await worker.runOnce()).toBe(1);
     // Not due yet: the pass leaves it waiting; once due, the pass admits it and it runs.
     expect(await admitter.runOnce()).toEqual({ admitted: 0 });
-    await new Promise((r) => setTimeout(r, 350));
-    expect(await admitter.runOnce()).toEqual({ admitted: 1 });
+    await waitFor(async () => (await admitter.runOnce()).admitted === 1, {
+      what: 'the retry admitted once due',
+    });
     expect(await worker.runOnce()).toBe(1);
     expect(await byKey()).toEqual({ 'tenant:t': { completed: 2 } });
   });

@@ -18,7 +18,9 @@ const sync = defineJob({
   type: 'partner.sync',
   queue: 'rl',
   payload,
-  rateLimit: { limit: 3, intervalMs: 600 },
+  // Each test's "no start left" check runs one or two round trips after the first starts: a
+  // window of 600 ms left little room on a loaded machine.
+  rateLimit: { limit: 3, intervalMs: 2_000 },
   handler: async () => {},
 });
 
@@ -62,7 +64,7 @@ describe('rate limits', () => {
     ]);
     // Without a key, the whole job type shares one limit.
     expect(new Set(adopted.map((r) => r.concurrency_key))).toEqual(new Set(['rate:partner.sync']));
-    await new Promise((r) => setTimeout(r, 650));
+    await new Promise((r) => setTimeout(r, 2_050));
     expect(await admitter.runOnce()).toEqual({ admitted: 3 });
   });
 
@@ -136,9 +138,10 @@ describe('rate limits', () => {
       await worker.stop();
     }
     // Before: admitted into the buffer at 2 a second while the long job ran, all 6 started at
-    // once when it ended.
+    // once when it ended. Counted in half the interval: the limit holds at admission, and a
+    // handler may start up to that much later than its admission on a loaded machine.
     const most = Math.max(
-      ...starts.map((at) => starts.filter((o) => o >= at && o < at + 1_000).length),
+      ...starts.map((at) => starts.filter((o) => o >= at && o < at + 500).length),
     );
     expect(most).toBeLessThanOrEqual(2);
   });

@@ -152,7 +152,8 @@ describe('saga deadline', () => {
     name: 'slow',
     version: 1,
     input: z.object({ wait: z.boolean() }),
-    deadlineMs: 1_500,
+    // The start, `prepare` and the wait's start must fit in it for the wait to be what it ends.
+    deadlineMs: 3_000,
   })
     .step('prepare', {
       ...fast,

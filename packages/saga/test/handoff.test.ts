@@ -471,13 +471,14 @@ describe('a hand-off from a step that worked on after its transaction opened', (
         run: async (ctx) => {
           await ctx.transaction((tx) => tx.query('SELECT 1'));
           // The completing transaction is open from here: work on for longer than b's lease.
-          await sleep(1_500);
+          await sleep(3_500);
           return 'a';
         },
       })
       .step('b', {
         ...fast,
-        leaseMs: 1_000,
+        // Long enough that most of it is still left when a loaded run has started b and read it.
+        leaseMs: 3_000,
         run: async () => {
           bRuns += 1;
           await held;
@@ -491,7 +492,7 @@ describe('a hand-off from a step that worked on after its transaction opened', (
       logger: silent,
       concurrency: 2,
       pollIntervalMs: 20,
-      heartbeatIntervalMs: 900,
+      heartbeatIntervalMs: 2_700,
       sweeper: false,
       retention: false,
     });
@@ -504,8 +505,8 @@ describe('a hand-off from a step that worked on after its transaction opened', (
         `SELECT extract(epoch FROM lease_expires_at - now()) * 1000 AS left_ms, locked_by
          FROM skiplock.jobs WHERE idempotency_key = 'saga:lease-from-insert:b'`,
       );
-      // Its lease counts from the hand-off's insert: most of b's 1,000 ms are left.
-      expect(Number(rows[0]!.left_ms)).toBeGreaterThan(500);
+      // Its lease counts from the hand-off's insert: most of b's 3,000 ms are left.
+      expect(Number(rows[0]!.left_ms)).toBeGreaterThan(1_500);
       expect(rows[0]!.locked_by).toBe(worker.id);
       expect(await sweeper.runOnce()).toMatchObject({ recovered: 0 });
       release();

@@ -36,7 +36,8 @@ const cooling = defineSaga({ name: 'cooling', version: 1, input: z.object({ ms: 
     },
     compensate: (ctx) => void undone.push(`${ctx.sagaId}:open`),
   })
-  .sleep('cooldown', 400)
+  // Long enough that the test sees the saga asleep, its wake job still ahead, on a loaded machine.
+  .sleep('cooldown', 2_500)
   .step('close', {
     ...fast,
     run: (ctx) => {
@@ -91,7 +92,7 @@ describe('durable sleep', () => {
     expect(done.status).toBe('completed');
     expect(timeline(done)).toEqual(['open:completed', 'cooldown:completed', 'close:completed']);
     const close = done.history.find((h) => h.step === 'close')!.output as { after: number };
-    expect(close.after).toBeGreaterThanOrEqual(400);
+    expect(close.after).toBeGreaterThanOrEqual(2_500);
     expect(done.history.find((h) => h.step === 'cooldown')!.output).toBeNull();
   });
 
@@ -109,7 +110,8 @@ describe('durable sleep', () => {
   });
 
   it('a cancel during the sleep compensates; the wake job then does nothing', async () => {
-    const long = openSleepClose('long-nap', 'wait-a-bit', 300);
+    // The cancel must land before the wake: 300 ms could pass before the test saw it waiting.
+    const long = openSleepClose('long-nap', 'wait-a-bit', 3_000);
     const { runtime } = await startSagas(db.pool, [long]);
     await runtime.start(long, { id: 'nap-cancel', input: {} });
     await settled(runtime, 'nap-cancel', ['waiting']);
@@ -143,7 +145,8 @@ describe('durable sleep', () => {
   });
 
   it('the deadline during a sleep compensates at the deadline, not at the wake time', async () => {
-    const hour = openSleepClose('hour-nap', 'an-hour', 3_600_000, 500);
+    // `open` and the sleep's start must fit in the deadline for the sleep to be what it cuts.
+    const hour = openSleepClose('hour-nap', 'an-hour', 3_600_000, 3_000);
     const { runtime } = await startSagas(db.pool, [hour]);
     const began = Date.now();
     await runtime.start(hour, { id: 'nap-deadline', input: {} });
@@ -177,9 +180,16 @@ describe('durable sleep', () => {
   });
 
   it('a sleep may follow the pivot; there it only delays', async () => {
-    const paid = defineSaga({ name: 'paid-nap', version: 1, input: z.object({}), deadlineMs: 100 })
+    // The start and `charge` must fit in the deadline (100 ms left no room on a loaded machine);
+    // a sleep longer than the deadline still has the deadline pass during the sleep.
+    const paid = defineSaga({
+      name: 'paid-nap',
+      version: 1,
+      input: z.object({}),
+      deadlineMs: 2_000,
+    })
       .step('charge', { ...fast, pivot: true, run: () => ({ at: Date.now() }) })
-      .sleep('settle-period', 300)
+      .sleep('settle-period', 2_500)
       .step('receipt', {
         ...fast,
         retriable: true,
@@ -196,8 +206,8 @@ describe('durable sleep', () => {
       'settle-period:completed',
       'receipt:completed',
     ]);
-    // The whole sleep, though the deadline passed 200 ms into it.
-    expect(done.history.find((h) => h.step === 'receipt')!.output).toBeGreaterThanOrEqual(300);
+    // The whole sleep, though the deadline passed during it.
+    expect(done.history.find((h) => h.step === 'receipt')!.output).toBeGreaterThanOrEqual(2_500);
   });
 
   it('a wake-time function that returns no Date fails the step for good, which compensates', async () => {
@@ -221,7 +231,7 @@ describe('durable sleep', () => {
 
   it('is drawn as a sleep in the graph', () => {
     const graph = sagaGraph(cooling);
-    expect(graph).toContain('s1[/"cooldown: sleep 400 ms"/]');
+    expect(graph).toContain('s1[/"cooldown: sleep 2500 ms"/]');
     expect(sagaGraph(scheduled)).toContain('"until: sleep until a computed time"');
   });
 });

@@ -10,18 +10,22 @@ const refunds: string[] = [];
 const shipped: string[] = [];
 
 // Charge the card (the pivot), then wait for the warehouse to confirm, then ship.
-const order = defineSaga({ name: 'paid-then-wait', version: 1, input: z.object({}) })
-  .step('reserve', { ...fast, run: () => 1, compensate: (ctx) => void refunds.push(ctx.sagaId) })
-  .step('charge', { ...fast, pivot: true, run: () => ({ chargeId: 'ch_1' }) })
-  .waitFor('packed', { payload: z.object({ box: z.string() }), timeoutMs: 300 })
-  .step('ship', {
-    ...fast,
-    retriable: true,
-    run: (ctx) => {
-      shipped.push(ctx.sagaId);
-      return { box: ctx.steps.packed.box, charge: ctx.steps.charge.chargeId };
-    },
-  });
+const paidThenWait = (name: string, timeoutMs: number) =>
+  defineSaga({ name, version: 1, input: z.object({}) })
+    .step('reserve', { ...fast, run: () => 1, compensate: (ctx) => void refunds.push(ctx.sagaId) })
+    .step('charge', { ...fast, pivot: true, run: () => ({ chargeId: 'ch_1' }) })
+    .waitFor('packed', { payload: z.object({ box: z.string() }), timeoutMs })
+    .step('ship', {
+      ...fast,
+      retriable: true,
+      run: (ctx) => {
+        shipped.push(ctx.sagaId);
+        return { box: ctx.steps.packed.box, charge: ctx.steps.charge.chargeId };
+      },
+    });
+const order = paidThenWait('paid-then-wait', 300);
+// For the signal that comes in time: a loaded run can take 300 ms to see the saga waiting.
+const patient = paidThenWait('paid-then-wait-patient', 60_000);
 
 describe('a wait after the pivot', () => {
   it('is allowed, as a step that only goes forward', () => {
@@ -36,8 +40,8 @@ describe('a wait after the pivot', () => {
   });
 
   it('goes on when its signal comes in time', async () => {
-    const { runtime } = await startSagas(db.pool, [order]);
-    await runtime.start(order, { id: 'wp-ok', input: {} });
+    const { runtime } = await startSagas(db.pool, [patient]);
+    await runtime.start(patient, { id: 'wp-ok', input: {} });
     await settled(runtime, 'wp-ok', ['waiting']);
     await runtime.signal('wp-ok', 'packed', { box: 'b1' });
     const done = await settled(runtime, 'wp-ok');
