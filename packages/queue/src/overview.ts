@@ -114,7 +114,7 @@ export async function readQueueOverview(
   for (const r of processing.rows) {
     const q = line(r.queue);
     q.processing = Math.min(r.processing, cap);
-    q.expiredLeases = r.expired;
+    q.expiredLeases = Math.min(r.expired, cap);
     if (processingCapped) q.atLeast.push('processing');
   }
   const waitingCapped = capped(waiting.rows, (r: WaitingRow) => r.waiting);
@@ -127,7 +127,7 @@ export async function readQueueOverview(
   for (const r of dead.rows) {
     const q = line(r.queue);
     q.dead = Math.min(r.dead, cap);
-    q.deadLastHour = r.dead_last_hour;
+    q.deadLastHour = Math.min(r.dead_last_hour, cap);
     if (deadCapped) q.atLeast.push('dead');
   }
   const total = estimate.rows[0]?.estimate ?? -1;

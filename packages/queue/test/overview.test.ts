@@ -127,6 +127,11 @@ describe('overview reads on a table of 200,000 finished jobs', () => {
     const billing = capped.queues.find((q) => q.queue === 'billing')!;
     expect(billing.atLeast).toContain('dead');
     expect(billing.dead).toBe(50);
+    // So do the counts read with them: none reads more than its cap, nor more than its whole.
+    for (const q of capped.queues) {
+      expect(q.deadLastHour).toBeLessThanOrEqual(Math.min(q.dead, 50));
+      expect(q.expiredLeases).toBeLessThanOrEqual(Math.min(q.processing, 50));
+    }
     const tenants = capped.queues.find((q) => q.queue === 'tenants')!;
     expect(tenants).toMatchObject({ waiting: 50, atLeast: ['waiting'] });
   });
