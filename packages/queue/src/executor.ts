@@ -418,6 +418,8 @@ async function extendJobLease(
       `extendLease: leaseMs must be an integer from 1 to ${MAX_LEASE_MS} (a day), not ${leaseMs}`,
     );
   }
+  // Completed by completeWith: no lease is left to keep, and none was lost.
+  if (job.settledExplicitly) return true;
   const { rowCount } = await runSql(d.pool, extendLease(d.workerId, job.token, leaseMs));
   if (rowCount === 1) {
     job.renewedAt = performance.now();

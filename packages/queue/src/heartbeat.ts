@@ -128,18 +128,27 @@ export class Heartbeat {
     return true;
   }
 
+  /** A renewal in flight, if any: a tick never stacks a second one on it. */
+  private renewing: Promise<unknown> | null = null;
+
+  /**
+   * One tick of the loop: gives up the leases not renewed for a whole lease, then renews the rest
+   * unless a renewal is still in flight. A renewal can hang rather than fail (the database is cut
+   * off but the connection is not yet broken); ticks go on without waiting for it, so unrenewed
+   * leases are given up all the same. Also what `runOnce()` runs on a worker never started.
+   */
+  tick(): void {
+    this.abortOverdue(this.holders());
+    this.renewing ??= this.beat().finally(() => {
+      this.renewing = null;
+    });
+  }
+
   private async run(): Promise<void> {
-    let renewing: Promise<unknown> | null = null;
     while (!this.stopper.signal.aborted) {
       await sleep(withJitter(this.intervalMs, 0.1), this.stopper.signal);
       if (this.stopper.signal.aborted) break;
-      // A renewal can hang rather than fail (the database is cut off but the connection is not
-      // yet broken). The loop keeps ticking without waiting for it, so leases left unrenewed for
-      // a whole lease are given up all the same, and never stacks a second renewal on the stuck one.
-      this.abortOverdue(this.holders());
-      renewing ??= this.beat().finally(() => {
-        renewing = null;
-      });
+      this.tick();
     }
   }
 }

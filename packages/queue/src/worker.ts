@@ -901,14 +901,10 @@ export function createWorker(options: WorkerOptions): Worker {
         return 0;
       }
       pump();
-      // A never-started worker has no heartbeat loop: renew these jobs' leases while they run,
-      // or a job longer than its lease is taken back by a sweeper elsewhere and runs twice.
-      let beating = false;
-      const beats = setInterval(() => {
-        if (beating) return;
-        beating = true;
-        void heartbeat.beat().finally(() => (beating = false));
-      }, heartbeatIntervalMs);
+      // A never-started worker has no heartbeat loop: its ticks renew these jobs' leases while
+      // they run (and give up those left unrenewed for a whole lease), or a job longer than its
+      // lease is taken back by a sweeper elsewhere and runs twice.
+      const beats = setInterval(() => heartbeat.tick(), heartbeatIntervalMs);
       try {
         await Promise.all(tasks);
       } finally {

@@ -311,12 +311,15 @@ describe('leases, fencing and the sweeper', () => {
   it('does not take a job completed by completeWith for a lost one while its handler goes on', async () => {
     const logs = captureLogs();
     let aborted: unknown = 'not read';
+    let extendedAfter: boolean | null = null;
     const after = defineJob({
       type: 'after-complete-with',
       payload: z.object({}),
       leaseMs: 1_000,
       handler: async (_p, ctx) => {
         await ctx.completeWith(async () => {});
+        // No lease is left to keep and none was lost: before, this aborted the handler too.
+        extendedAfter = await ctx.extendLease();
         // Work after the commit (an e-mail, say) outlasts a few heartbeats.
         await new Promise((resolve) => setTimeout(resolve, 600));
         aborted = ctx.signal.aborted;
@@ -333,6 +336,7 @@ describe('leases, fencing and the sweeper', () => {
     await worker.stop();
     // Before: the next beat found the row completed, aborted the handler and logged lock_lost.
     expect(aborted).toBe(false);
+    expect(extendedAfter).toBe(true);
     expect(logs.lines.filter((l) => l.reason === 'lock_lost')).toEqual([]);
     expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
   });
@@ -369,6 +373,55 @@ describe('leases, fencing and the sweeper', () => {
     expect(swept).toEqual([]);
     expect(aborted).toBe(false);
     expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
+  });
+
+  it('gives up a runOnce() lease it could not renew for a whole lease, as a started worker does', async () => {
+    let aborted: unknown = null;
+    let started = false;
+    const stuck = defineJob({
+      type: 'run-once-stuck',
+      queue: 'run-once-stuck',
+      payload: z.object({}),
+      leaseMs: 1_000,
+      handler: async (_p, ctx) => {
+        started = true;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 5_000);
+          ctx.signal.addEventListener('abort', () => {
+            aborted = ctx.signal.reason;
+            clearTimeout(timer);
+            resolve();
+          });
+        });
+      },
+    });
+    await client.enqueue(stuck, {});
+    const worker = testWorker(db.pool, [stuck], {
+      queues: ['run-once-stuck'],
+      heartbeatIntervalMs: 100,
+    });
+    const holder = await db.pool.connect();
+    try {
+      const running = worker.runOnce();
+      await waitFor(() => started, { what: 'the handler to start' });
+      // Renewals hang on the table lock instead of failing: only the tick's own clock can tell.
+      await holder.query('BEGIN');
+      await holder.query('LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE');
+      await waitFor(() => aborted !== null, {
+        what: 'the handler to be aborted',
+        timeoutMs: 4_000,
+      });
+      await holder.query('COMMIT');
+      await running;
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      holder.release();
+      await worker.stop();
+      // Its lease given up, the job is left expired: not for the next test's sweeps.
+      await db.pool.query(`DELETE FROM skiplock.jobs WHERE job_type = 'run-once-stuck'`);
+    }
+    // Before (d923e7a): the hung renewal kept every later tick waiting, and nothing gave it up.
+    expect(aborted).toBeInstanceOf(LockLostError);
   });
 
   it('keeps an extended lease through the heartbeats that follow', async () => {
