@@ -550,6 +550,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       checkSagaId(sagaId);
       let expired = false;
       const work = async (tx: Queryable): Promise<SignalResult> => {
+        expired = false; // a transaction run again starts over
         const saga = await lock(tx, sagaId);
         const entry = entryOf(saga.name, saga.version);
         const spec = entry.signals.get(name);
