@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { createClient, defineJob } from '../src/index.js';
@@ -12,11 +12,7 @@ const client = createClient({ pool: db.pool, logger: quiet });
  * The worker sends its claim and batched completion as named prepared statements. A pool of one
  * connection lets the test read that connection's `pg_prepared_statements` and take them away.
  */
-const onePool = () => new pg.Pool({ connectionString: db.url, max: 1 });
-const pools: pg.Pool[] = [];
-afterAll(async () => {
-  await Promise.all(pools.map((p) => p.end()));
-});
+const onePool = () => db.newPool(1);
 
 async function preparedNames(pool: pg.Pool): Promise<string[]> {
   const { rows } = await pool.query<{ name: string }>(
@@ -36,7 +32,6 @@ describe('worker statements', () => {
       handler: async (p) => void handled.push(p.n),
     });
     const pool = onePool();
-    pools.push(pool);
     const logs = captureLogs();
     const running = testWorker(pool, [job], { logger: logs.logger, concurrency: 2 });
     await client.enqueueMany(
@@ -76,7 +71,6 @@ describe('worker statements', () => {
       handler: async () => {},
     });
     const pool = onePool();
-    pools.push(pool);
     const worker = testWorker(pool, [job], { preparedStatements: false });
     await client.enqueueMany(
       job,
