@@ -23,8 +23,10 @@ const networkCauses: Record<string, string> = {
 };
 
 function errorCode(error: unknown): string | undefined {
-  const e = error as { code?: unknown; errors?: { code?: unknown }[] };
+  const e = error as { code?: unknown; errors?: { code?: unknown }[]; cause?: unknown };
   if (typeof e?.code === 'string') return e.code;
+  // drizzle wraps a failed statement's server error ("Failed query: ...") as its cause.
+  if (e?.cause !== undefined && e.cause !== error) return errorCode(e.cause);
   // Node 20 tries every address of a host name and reports an AggregateError of the attempts.
   const inner = Array.isArray(e?.errors) ? e.errors[0]?.code : undefined;
   return typeof inner === 'string' ? inner : undefined;

@@ -85,11 +85,19 @@ export async function migrate(options: MigrateOptions = {}): Promise<MigrateResu
     try {
       for (const set of sets) {
         const pending = await pendingMigrations(client, set);
-        await drizzleMigrate(drizzle(client), {
-          migrationsFolder: set.folder,
-          migrationsSchema: 'skiplock',
-          migrationsTable: set.table,
-        });
+        // Nothing to apply: drizzle's migrator would still send CREATE SCHEMA IF NOT EXISTS, which
+        // PostgreSQL refuses a role without CREATE on the database (a least-privilege worker
+        // calling migrate() at start-up) before it sees that the schema exists (found in review).
+        if (pending.length === 0) continue;
+        try {
+          await drizzleMigrate(drizzle(client), {
+            migrationsFolder: set.folder,
+            migrationsSchema: 'skiplock',
+            migrationsTable: set.table,
+          });
+        } catch (error) {
+          throw migrationFailed(set, pending, error);
+        }
         applied.push(...pending.map((tag) => `${set.name}/${tag}`));
       }
     } finally {
@@ -104,6 +112,25 @@ export async function migrate(options: MigrateOptions = {}): Promise<MigrateResu
     if (own) await own.end();
     pooled?.release();
   }
+}
+
+/**
+ * One line saying which set failed and PostgreSQL's own reason, with its SQLSTATE as `code`:
+ * drizzle wraps the server's error in one that names only the failed statement's text.
+ */
+function migrationFailed(set: MigrationSet, pending: readonly string[], error: unknown): Error {
+  const cause = (error as { cause?: unknown })?.cause ?? error;
+  const { message, code } = cause as { message?: unknown; code?: unknown };
+  const sqlState = typeof code === 'string' ? code : undefined;
+  const reason = typeof message === 'string' ? message : String(cause);
+  const failed = new Error(
+    `migrate: the ${set.name} migrations from ${pending[0]} (${pending.length} pending) failed, ` +
+      `none of them applied: ` +
+      `${reason}${sqlState ? ` (${sqlState})` : ''}` +
+      (sqlState === '42501' ? '; migrate as the owner of the skiplock schema' : ''),
+    { cause: error },
+  );
+  return Object.assign(failed, { code: sqlState });
 }
 
 /**

@@ -108,6 +108,61 @@ describe('migrate', () => {
     }
   });
 
+  it("says which set failed and PostgreSQL's reason, and applies nothing of that set", async () => {
+    const adminUrl = inject('adminUrl');
+    const name = `${inject('runPrefix')}migrate_${randomBytes(4).toString('hex')}`;
+    const url = await createDatabase(adminUrl, name);
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      // Something of the same name is in the way of the first migration.
+      await client.query(`CREATE SCHEMA skiplock; CREATE TYPE skiplock.job_status AS ENUM ('x')`);
+      const error = await migrate({ connectionString: url, logger: quiet }).catch(
+        (e: unknown) => e,
+      );
+      // Before: drizzle's "Failed query: CREATE TYPE ... params:", with no reason.
+      expect(error).toMatchObject({
+        code: '42710',
+        message: expect.stringMatching(
+          /^migrate: the queue migrations from 0000_init_jobs \(\d+ pending\) failed, none of them applied: type "job_status" already exists \(42710\)$/,
+        ),
+      });
+      const { rows } = await client.query(`SELECT to_regclass('skiplock.jobs') AS t`);
+      expect(rows[0].t).toBeNull();
+    } finally {
+      await client.end();
+      await dropDatabase(adminUrl, name);
+    }
+  });
+
+  it('needs no privilege to create when the schema is up to date', async () => {
+    const adminUrl = inject('adminUrl');
+    const name = `${inject('runPrefix')}migrate_${randomBytes(4).toString('hex')}`;
+    const url = await createDatabase(adminUrl, name);
+    const role = `skiplock_t_reader_${randomBytes(4).toString('hex')}`;
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    try {
+      await migrate({ connectionString: url, logger: quiet });
+      // A worker's kind of role: it may read the schema, not create in the database.
+      await admin.query(`CREATE ROLE ${role} LOGIN;
+        REVOKE CREATE ON DATABASE "${name}" FROM PUBLIC;
+        GRANT USAGE ON SCHEMA skiplock TO ${role};
+        GRANT SELECT ON ALL TABLES IN SCHEMA skiplock TO ${role}`);
+      const asRole = new URL(url);
+      asRole.username = role;
+      asRole.password = '';
+      // Before: 42501 permission denied for database, from drizzle's CREATE SCHEMA IF NOT EXISTS.
+      expect(await migrate({ connectionString: asRole.toString(), logger: quiet })).toEqual({
+        applied: [],
+      });
+    } finally {
+      await admin.query(`DROP OWNED BY ${role}; DROP ROLE ${role}`).catch(() => {});
+      await admin.end();
+      await dropDatabase(adminUrl, name);
+    }
+  });
+
   it('names the folder it cannot read instead of failing inside drizzle', async () => {
     const adminUrl = inject('adminUrl');
     const name = `${inject('runPrefix')}migrate_${randomBytes(4).toString('hex')}`;
