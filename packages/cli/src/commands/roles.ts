@@ -103,7 +103,7 @@ export const rolesCommand: Command = {
       const code = (error as { code?: string }).code;
       if (code === '42501') {
         throw new CliError(
-          `${(error as Error).message}: run skiplock roles as a superuser or a role with CREATEROLE that may grant on the skiplock schema`,
+          `${(error as Error).message}: run skiplock roles as a superuser, or a role with CREATEROLE that is a member of the owner role`,
         );
       }
       throw databaseError(error, url);
