@@ -298,9 +298,12 @@ describe('skiplock roles --migrate on a database migrated by another role', () =
        UNION SELECT pg_get_userbyid(typowner) FROM pg_type
        WHERE typnamespace = 'skiplock'::regnamespace
        UNION SELECT pg_get_userbyid(proowner) FROM pg_proc
-       WHERE pronamespace = 'skiplock'::regnamespace`,
+       WHERE pronamespace = 'skiplock'::regnamespace
+       UNION SELECT pg_get_userbyid(stxowner) FROM pg_statistic_ext
+       WHERE stxnamespace = 'skiplock'::regnamespace`,
       oldUrl,
     );
+    // Extended statistics (jobs_queue_status) too: before, they stayed the admin's.
     expect(owners.rows).toEqual([{ owner: roles.owner }]);
     // Passwords were set by the first test (this file's tests run in order).
     const producerUrl = new URL(urlAs(roles.producer));

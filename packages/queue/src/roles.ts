@@ -76,7 +76,7 @@ export function grantsOnTable(table: string, statements: readonly string[]): str
 /**
  * Makes the owner own the schema and everything in it, for a database migrated before under
  * another role (a superuser, say): without it the owner could not run the next migration.
- * Indexes and the sequences of serial columns follow their tables.
+ * Indexes and the sequences of serial columns follow their tables; extended statistics do not.
  */
 function adoptSchema(name: string, owner: string): string {
   return [
@@ -106,6 +106,13 @@ function adoptSchema(name: string, owner: string): string {
     `           WHERE p.pronamespace = 'skiplock'::regnamespace AND p.proowner <> '${name}'::regrole`,
     `  LOOP`,
     `    EXECUTE format('ALTER ROUTINE %s OWNER TO ${owner}', r.name);`,
+    `  END LOOP;`,
+    // Extended statistics (jobs_queue_status) are objects of their own, not their table's.
+    `  FOR r IN SELECT format('%I.%I', s.stxnamespace::regnamespace, s.stxname) AS name`,
+    `           FROM pg_statistic_ext s`,
+    `           WHERE s.stxnamespace = 'skiplock'::regnamespace AND s.stxowner <> '${name}'::regrole`,
+    `  LOOP`,
+    `    EXECUTE format('ALTER STATISTICS %s OWNER TO ${owner}', r.name);`,
     `  END LOOP;`,
     `END $$`,
   ].join('\n');
