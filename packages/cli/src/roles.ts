@@ -33,22 +33,25 @@ function roleStatements(roles: RoleNames): string[] {
 
 /**
  * The whole script for `skiplock roles`: the roles, then the queue's grants (schema and jobs),
- * then the saga's (its tables). Each part comes from the package that owns the tables. Every
- * statement is safe to run again, and grants on a table the migrations have not created yet are
- * skipped, so the script runs before the owner's first migration and again after every upgrade.
+ * then the saga's (its tables), then `more` (the outbox's, from `@skiplock/outbox`, with
+ * `--outbox`). Each part comes from the package that owns the tables. Every statement is safe to
+ * run again, and grants on a table the migrations have not created yet are skipped, so the script
+ * runs before the owner's first migration and again after every upgrade.
  */
-export function rolesStatements(roles: RoleNames): string[] {
-  return [...roleStatements(roles), ...queueGrants(roles), ...sagaGrants(roles)];
+export function rolesStatements(roles: RoleNames, more: readonly string[] = []): string[] {
+  return [...roleStatements(roles), ...queueGrants(roles), ...sagaGrants(roles), ...more];
 }
 
 /** The script as text, for `--print`: statements separated by `;` and blank lines. */
-export function rolesScript(roles: RoleNames): string {
+export function rolesScript(
+  roles: RoleNames,
+  statements: readonly string[] = rolesStatements(roles),
+): string {
   const header = [
     `-- skiplock least-privilege roles: owner ${roles.owner}, worker ${roles.worker}, producer ${roles.producer}.`,
-    '-- Run as a superuser (or a role that can create roles) in the database skiplock uses;',
+    '-- Run as a superuser (or a CREATEROLE role that is a member of the owner role) in the',
+    '-- database skiplock uses;',
     '-- run it again after `skiplock migrate` (as the owner) so that new tables are granted.',
   ].join('\n');
-  return `${header}\n\n${rolesStatements(roles)
-    .map((s) => `${s};\n`)
-    .join('\n')}`;
+  return `${header}\n\n${statements.map((s) => `${s};\n`).join('\n')}`;
 }

@@ -1,5 +1,6 @@
 import { createDatabase, dropDatabase, withDatabaseName } from '@skiplock/devdb';
 import { createClient, createWorker, defineJob } from '@skiplock/queue';
+import { createRelay, publish } from '@skiplock/outbox';
 import { createSagaRuntime, defineSaga, migrate } from '@skiplock/saga';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
@@ -315,6 +316,49 @@ describe('skiplock roles --migrate on a database migrated by another role', () =
     const { id } = await producer.enqueue(sendMail, { to: 'c@example.com' });
     await denied(() => pool.query(`DELETE FROM skiplock.jobs WHERE id = $1`, [id]));
     await producer.close();
+  });
+
+  it('with --outbox grants the outbox: the producer publishes, the worker relays', async () => {
+    const args = ['roles', '--owner', roles.owner, '--worker', roles.worker];
+    const run = await runInProcess(
+      [...args, '--producer', roles.producer, '--outbox', '--migrate'],
+      {
+        DATABASE_URL: dbUrl,
+      },
+    );
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/applied \d+ migration\(s\) as /);
+    const printed = await runInProcess(
+      [...args, '--producer', roles.producer, '--outbox', '--print'],
+      {},
+    );
+    expect(printed.stdout).toContain(`ON skiplock.outbox_messages TO "${roles.producer}"`);
+    // Before: no grant on the outbox at all; the producer's publish failed with 42501.
+    const producerPool = poolAs(roles.producer);
+    const id = await publish(producerPool, { topic: 'roles.test', key: 'k', payload: { n: 1 } });
+    await denied(() => producerPool.query(`UPDATE skiplock.outbox_messages SET attempts = 0`));
+    await denied(() => producerPool.query(`DELETE FROM skiplock.outbox_messages`));
+    const sent: string[] = [];
+    const relay = createRelay({
+      pool: poolAs(roles.worker),
+      logger: silent,
+      topics: ['roles.test'],
+      sink: {
+        name: 'collect',
+        deliver: async (messages) =>
+          messages.map((m) => {
+            sent.push(m.id);
+            return { ok: true as const };
+          }),
+        close: async () => {},
+      },
+    });
+    try {
+      expect(await relay.runOnce()).toMatchObject({ delivered: 1 });
+    } finally {
+      await relay.stop();
+    }
+    expect(sent).toEqual([id]);
   });
 });
 

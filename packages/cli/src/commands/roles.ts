@@ -8,6 +8,7 @@ import {
 } from '../args.js';
 import { databaseError } from '../db-errors.js';
 import type { Command } from '../io.js';
+import { loadOutbox } from '../load-outbox.js';
 
 const options = {
   ...databaseOption,
@@ -16,6 +17,7 @@ const options = {
   producer: { type: 'string' },
   print: { type: 'boolean' },
   migrate: { type: 'boolean' },
+  outbox: { type: 'boolean' },
 } as const;
 
 export const rolesCommand: Command = {
@@ -23,7 +25,7 @@ export const rolesCommand: Command = {
   summary: 'create least-privilege owner, worker and producer roles (or --print the SQL)',
   usage: [
     'usage: skiplock roles --owner NAME --worker NAME --producer NAME [--print | --migrate]',
-    '                      [--database-url URL]',
+    '                      [--outbox] [--database-url URL]',
     '',
     'Creates three roles and grants each only what it needs in this database:',
     '  owner     owns the skiplock schema and tables, runs `skiplock migrate`',
@@ -35,8 +37,11 @@ export const rolesCommand: Command = {
     '',
     '  --print    print the SQL (for review, or to run with psql) and touch nothing',
     '  --migrate  after the grants, migrate as the owner and grant the new tables',
+    '  --outbox   also the outbox table (@skiplock/outbox, which must be installed): the producer',
+    '             publishes, the worker relays; with --migrate its migrations are applied too',
     '',
-    'Run it as a superuser (or a role that can create roles). The SQL is safe to run again: run',
+    'Run it as a superuser, or a role with CREATEROLE that is a member of the owner role. The',
+    'SQL is safe to run again: run',
     'it after every `skiplock migrate`, so tables added by an upgrade are granted too.',
   ].join('\n'),
   async run(args, io) {
@@ -48,16 +53,19 @@ export const rolesCommand: Command = {
       throw new UsageError('--print and --migrate do not go together');
     }
     const roles = { owner: values.owner!, worker: values.worker!, producer: values.producer! };
-    const { rolesScript, rolesStatements } = await import('../roles.js');
+    const [{ rolesScript, rolesStatements }, outbox] = await Promise.all([
+      import('../roles.js'),
+      values.outbox ? loadOutbox() : null,
+    ]);
     let statements: string[];
     try {
-      statements = rolesStatements(roles);
+      statements = rolesStatements(roles, outbox ? outbox.outboxGrants(roles) : []);
     } catch (error) {
       if (error instanceof TypeError) throw new UsageError(error.message);
       throw error;
     }
     if (values.print) {
-      io.stdout(rolesScript(roles));
+      io.stdout(rolesScript(roles, statements));
       return 0;
     }
     const url = databaseUrl(values['database-url'], io.env);
@@ -93,7 +101,11 @@ export const rolesCommand: Command = {
           application_name: 'skiplock-roles',
         });
         try {
-          ({ applied } = await migrate({ pool: owner, logger: pino({ level: 'silent' }) }));
+          ({ applied } = await migrate({
+            pool: owner,
+            logger: pino({ level: 'silent' }),
+            include: outbox ? [outbox.outboxMigrations] : [],
+          }));
         } finally {
           await owner.end();
         }
