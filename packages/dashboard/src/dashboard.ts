@@ -6,6 +6,7 @@ import {
   createDefaultLogger,
   discardDeadJobs,
   findJobsByKey,
+  isRowId,
   readQueueOverview,
   readRecentWorkers,
   readThroughput,
@@ -111,12 +112,6 @@ const SECURITY_HEADERS: Record<string, string> = {
 };
 
 const MAX_BODY_BYTES = 64 * 1024;
-const JOB_ID = /^[1-9][0-9]{0,18}$/;
-/**
- * A job or message id: digits within PostgreSQL's bigint. Every id from an address or a form is
- * checked so: 19 digits past the range reached PostgreSQL and failed the page (500).
- */
-const isRowId = (id: string) => JOB_ID.test(id) && BigInt(id) <= 9_223_372_036_854_775_807n;
 /** Counts on the outbox page stop here ("10,000+"): the page refreshes every few seconds. */
 const OUTBOX_COUNT_CAP = 10_000;
 const DEAD_MESSAGES_PER_PAGE = 50;

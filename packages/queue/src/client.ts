@@ -53,6 +53,7 @@ import {
   type StoredTrace,
   type TracingOption,
 } from './tracing.js';
+import { isRowId } from './row-id.js';
 
 export interface EnqueueOptions {
   queue?: string | undefined;
@@ -243,18 +244,13 @@ export interface Client {
   close(): Promise<void>;
 }
 
-const ID_PATTERN = /^[0-9]{1,19}$/;
-
 interface KeyedRow {
   id: string;
   concurrency_key: string | null;
 }
 
-/** The largest job id: ids are PostgreSQL `bigint`s. */
-const MAX_ID = 9_223_372_036_854_775_807n;
-
 function checkId(id: string): string {
-  if (typeof id !== 'string' || !ID_PATTERN.test(id) || BigInt(id) > MAX_ID) {
+  if (typeof id !== 'string' || !isRowId(id)) {
     throw new SkiplockError(
       'invalid_id',
       `job id must be a positive integer string within bigint's range, got ${JSON.stringify(id)}`,

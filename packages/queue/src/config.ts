@@ -35,6 +35,9 @@ export const backoffSchema = z
   .partial()
   .strict();
 
+/** A job's longest lease, in its options and in `ctx.extendLease`: a day. */
+export const MAX_LEASE_MS = 86_400_000;
+
 /** The longest throttle window: a year. */
 export const MAX_WINDOW_MS = 365 * 86_400_000;
 
@@ -45,7 +48,7 @@ export const jobOptionsSchema = z
     maxAttempts: z.number().int().min(1).max(1_000).optional(),
     backoff: backoffSchema.optional(),
     timeoutMs: z.number().int().min(1).max(86_400_000).nullable().optional(),
-    leaseMs: z.number().int().min(1_000).max(86_400_000).optional(),
+    leaseMs: z.number().int().min(1_000).max(MAX_LEASE_MS).optional(),
     concurrencyLimit: z.number().int().min(1).max(10_000).optional(),
     singletonMode: z.enum(['keep', 'replace', 'throttle']).optional(),
     singletonWindowMs: z.number().int().min(1).max(MAX_WINDOW_MS).nullable().optional(),

@@ -1,5 +1,6 @@
 import { context, type Context, type Span, type Tracer } from '@opentelemetry/api';
 import type pg from 'pg';
+import { MAX_LEASE_MS } from './config.js';
 import { runSql, withTransaction, type TransactionAbort } from './db.js';
 import { namedStatement, withOwnTransaction, type StatementRunner } from './prepared.js';
 import type { AnyJobDefinition, DeadJobInfo, JobContext, JobInfo } from './define.js';
@@ -404,9 +405,6 @@ function handOffSlot(ctx: RunContext, d: ExecutorDeps, run: RunningJob): HandOff
   };
   return (ctx[HAND_OFF] = slot);
 }
-
-/** A job's longest lease, as `leaseMs` in its options. */
-const MAX_LEASE_MS = 86_400_000;
 
 async function extendJobLease(
   d: ExecutorDeps,
