@@ -140,18 +140,20 @@ describe('migrate', () => {
     const name = `${inject('runPrefix')}migrate_${randomBytes(4).toString('hex')}`;
     const url = await createDatabase(adminUrl, name);
     const role = `skiplock_t_reader_${randomBytes(4).toString('hex')}`;
+    // The embedded server checks passwords on TCP connections; trust auth ignores them.
+    const password = randomBytes(12).toString('hex');
     const admin = new pg.Client({ connectionString: url });
     await admin.connect();
     try {
       await migrate({ connectionString: url, logger: quiet });
       // A worker's kind of role: it may read the schema, not create in the database.
-      await admin.query(`CREATE ROLE ${role} LOGIN;
+      await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}';
         REVOKE CREATE ON DATABASE "${name}" FROM PUBLIC;
         GRANT USAGE ON SCHEMA skiplock TO ${role};
         GRANT SELECT ON ALL TABLES IN SCHEMA skiplock TO ${role}`);
       const asRole = new URL(url);
       asRole.username = role;
-      asRole.password = '';
+      asRole.password = password;
       // Before: 42501 permission denied for database, from drizzle's CREATE SCHEMA IF NOT EXISTS.
       expect(await migrate({ connectionString: asRole.toString(), logger: quiet })).toEqual({
         applied: [],
