@@ -19,6 +19,14 @@ afterAll(async () => {
   await dashboard.close();
 });
 const { port } = new URL(served.url);
+/** Headers of an operator's form post from the dashboard's own origin, with the token. */
+const operatorForm = {
+  host: `127.0.0.1:${port}`,
+  origin: `http://127.0.0.1:${port}`,
+  authorization: `Bearer ${token}`,
+  'x-skiplock-operator': 'ada',
+  'content-type': 'application/x-www-form-urlencoded',
+};
 
 /** One raw HTTP request, with whatever Host header the test names (fetch will not send one). */
 function send(
@@ -121,13 +129,7 @@ describe('dashboard safety', () => {
       return x?.status === 'dead' && y?.status === 'dead';
     });
     await worker.stop();
-    const auth = {
-      host: `127.0.0.1:${port}`,
-      origin: `http://127.0.0.1:${port}`,
-      authorization: `Bearer ${token}`,
-      'x-skiplock-operator': 'ada',
-      'content-type': 'application/x-www-form-urlencoded',
-    };
+    const auth = operatorForm;
     const one = await send('POST', `/jobs/${a.id}/retry`, auth, '');
     expect(one.status).toBe(409);
     const bulk = await send(
@@ -167,13 +169,7 @@ describe('dashboard safety', () => {
       `UPDATE skiplock.jobs SET status = 'dead', attempts = 5 WHERE id = ANY($1::bigint[])`,
       [[retried, free]],
     );
-    const auth = {
-      host: `127.0.0.1:${port}`,
-      origin: `http://127.0.0.1:${port}`,
-      authorization: `Bearer ${token}`,
-      'x-skiplock-operator': 'ada',
-      'content-type': 'application/x-www-form-urlencoded',
-    };
+    const auth = operatorForm;
     const waits = await send('POST', `/jobs/${retried}/retry`, auth, '');
     expect(waits.status).toBe(303);
     expect(waits.location).toBe(`/jobs/${retried}?notice=job_retried_waiting`);
@@ -192,13 +188,7 @@ describe('dashboard safety', () => {
 
   it('job ids past the bigint range and saga ids with a NUL are refused, never failed', async () => {
     const host = { host: `127.0.0.1:${port}` };
-    const auth = {
-      ...host,
-      origin: `http://127.0.0.1:${port}`,
-      authorization: `Bearer ${token}`,
-      'x-skiplock-operator': 'ada',
-      'content-type': 'application/x-www-form-urlencoded',
-    };
+    const auth = operatorForm;
     const past = '9223372036854775808';
     // 19 digits past the range are no id, but a key may be digits: the lookup still finds it.
     const { rows } = await db.pool.query<{ id: string }>(
@@ -395,13 +385,7 @@ describe('dashboard safety', () => {
       expect(badPage.status).toBe(400);
       expect(badPage.text).toContain('before must be a message id');
     }
-    const auth = {
-      ...host,
-      origin: `http://127.0.0.1:${port}`,
-      authorization: `Bearer ${token}`,
-      'x-skiplock-operator': 'ada',
-      'content-type': 'application/x-www-form-urlencoded',
-    };
+    const auth = operatorForm;
     // 19 digits, past the bigint range: the outbox's own check names it.
     const past = await send('POST', '/outbox/retry', auth, 'id=9999999999999999999');
     expect(past.status).toBe(400);

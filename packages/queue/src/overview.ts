@@ -99,10 +99,12 @@ export async function readQueueOverview(
     }
     return counts;
   };
+  /** A count as shown: one the read cut reads as the cap, a lower bound. */
+  const atMost = (n: number) => Math.min(n, cap);
   for (const r of runnable.rows) {
     const q = line(r.queue);
-    q.pending = Math.min(r.pending, cap);
-    q.retryable = Math.min(r.retryable, cap);
+    q.pending = atMost(r.pending);
+    q.retryable = atMost(r.retryable);
     q.oldestRunnableAgeMs =
       r.oldest_age_ms !== null && r.oldest_age_ms >= 0 ? r.oldest_age_ms : null;
     if (r.seen > cap) q.atLeast.push('pending', 'retryable');
@@ -113,21 +115,21 @@ export async function readQueueOverview(
   const processingCapped = capped(processing.rows, (r: ProcessingRow) => r.processing);
   for (const r of processing.rows) {
     const q = line(r.queue);
-    q.processing = Math.min(r.processing, cap);
-    q.expiredLeases = Math.min(r.expired, cap);
+    q.processing = atMost(r.processing);
+    q.expiredLeases = atMost(r.expired);
     if (processingCapped) q.atLeast.push('processing');
   }
   const waitingCapped = capped(waiting.rows, (r: WaitingRow) => r.waiting);
   for (const r of waiting.rows) {
     const q = line(r.queue);
-    q.waiting = Math.min(r.waiting, cap);
+    q.waiting = atMost(r.waiting);
     if (waitingCapped) q.atLeast.push('waiting');
   }
   const deadCapped = capped(dead.rows, (r: DeadRow) => r.dead);
   for (const r of dead.rows) {
     const q = line(r.queue);
-    q.dead = Math.min(r.dead, cap);
-    q.deadLastHour = Math.min(r.dead_last_hour, cap);
+    q.dead = atMost(r.dead);
+    q.deadLastHour = atMost(r.dead_last_hour);
     if (deadCapped) q.atLeast.push('dead');
   }
   const total = estimate.rows[0]?.estimate ?? -1;
