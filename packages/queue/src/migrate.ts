@@ -79,7 +79,15 @@ export async function migrate(options: MigrateOptions = {}): Promise<MigrateResu
     : new pg.Client({ connectionString, application_name: 'skiplock-migrate' });
   if (own) await own.connect();
   const client = (pooled ?? own)!;
+  // Neither a checked-out nor an own client has an error listener: a backend terminated in the
+  // middle of a migration would emit an unhandled 'error' and end the process. The failed query
+  // reports it.
+  const onLost = () => {};
+  client.on('error', onLost);
   const applied: string[] = [];
+  // Set when the unlock fails: the connection is then closed, not pooled, which ends its session
+  // and so releases the session lock it may still hold.
+  let unlockFailed: Error | undefined;
   try {
     await client.query('SELECT pg_advisory_lock($1, $2)', [LOCK_NAMESPACE, LockKeys.migrate]);
     try {
@@ -101,7 +109,13 @@ export async function migrate(options: MigrateOptions = {}): Promise<MigrateResu
         applied.push(...pending.map((tag) => `${set.name}/${tag}`));
       }
     } finally {
-      await client.query('SELECT pg_advisory_unlock($1, $2)', [LOCK_NAMESPACE, LockKeys.migrate]);
+      // A connection lost in the middle of a migration fails the unlock too; that error must not
+      // replace the one saying which migration failed and why.
+      await client
+        .query('SELECT pg_advisory_unlock($1, $2)', [LOCK_NAMESPACE, LockKeys.migrate])
+        .catch((error: unknown) => {
+          unlockFailed = error instanceof Error ? error : new Error(String(error));
+        });
     }
     logger.info(
       { reason: 'migrated', applied: applied.length },
@@ -109,8 +123,9 @@ export async function migrate(options: MigrateOptions = {}): Promise<MigrateResu
     );
     return { applied };
   } finally {
-    if (own) await own.end();
-    pooled?.release();
+    if (own) await own.end().catch(() => {});
+    client.off('error', onLost);
+    pooled?.release(unlockFailed);
   }
 }
 

@@ -183,4 +183,56 @@ describe('migrate', () => {
       await dropDatabase(adminUrl, name);
     }
   });
+  it('says which migration failed when the connection is lost in the middle of it, and the pool migrates again after it', async () => {
+    const adminUrl = inject('adminUrl');
+    const name = `${inject('runPrefix')}migrate_${randomBytes(4).toString('hex')}`;
+    const url = await createDatabase(adminUrl, name);
+    const folder = await mkdtemp(join(tmpdir(), 'skiplock-migrations-'));
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    pool.on('error', () => {});
+    try {
+      // A set whose one migration runs until its backend is terminated.
+      await cp(join(queueMigrations.folder, 'meta'), join(folder, 'meta'), { recursive: true });
+      await writeFile(
+        join(folder, 'meta', '_journal.json'),
+        JSON.stringify({
+          version: '7',
+          dialect: 'postgresql',
+          entries: [{ idx: 0, version: '7', when: 1, tag: '0000_slow', breakpoints: true }],
+        }),
+      );
+      await writeFile(join(folder, '0000_slow.sql'), 'SELECT pg_sleep(60);');
+      const slow = { name: 'slow', folder, table: 'slow_migrations' };
+      const failed = migrate({ pool, logger: quiet, include: [slow] }).catch((e: unknown) => e);
+      let terminated = false;
+      for (let i = 0; i < 200 && !terminated; i += 1) {
+        const { rows } = await admin.query(
+          `SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity
+            WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep(60)%'`,
+        );
+        terminated = rows.length > 0;
+        if (!terminated) await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(terminated).toBe(true);
+      // Before: the unlock's "Client has encountered a connection error and is not queryable"
+      // replaced this.
+      expect(await failed).toMatchObject({
+        message: expect.stringMatching(
+          /^migrate: the slow migrations from 0000_slow \(1 pending\) failed, none of them applied: /,
+        ),
+      });
+      // The pool is usable afterwards: the next migrate of the set applies it.
+      await writeFile(join(folder, '0000_slow.sql'), 'SELECT 1;');
+      expect(await migrate({ pool, logger: quiet, include: [slow] })).toEqual({
+        applied: ['slow/0000_slow'],
+      });
+    } finally {
+      await pool.end();
+      await admin.end();
+      await rm(folder, { recursive: true, force: true });
+      await dropDatabase(adminUrl, name);
+    }
+  });
 });
