@@ -42,6 +42,8 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
   settledExplicitly = false;
   /** Settles when the handler has returned or thrown (at once for a handler never started). */
   handlerSettled: Promise<void> = Promise.resolve();
+  /** True from an async handler's start until it has returned or thrown. */
+  handlerRunning = false;
   /** How many hand-offs in a row led to this job; 0 for a job the worker claimed. */
   handOffDepth = 0;
   /** What the transaction that handed this job off left it (see `HandedOff`); else undefined. */
@@ -134,7 +136,10 @@ export interface ExecutorDeps {
   asyncCommit: boolean;
   /** How the worker sends statements (named prepared ones unless turned off; see prepared.ts). */
   run: StatementRunner;
-  /** Called when the handler has finished (before the settle write), freeing its slot. */
+  /**
+   * Called when the handler has finished (before the settle write), freeing its slot; for a
+   * handler that outlives its attempt, when it returns.
+   */
   handlerDone(job: RunningJob, durationMs: number): void;
   /** A job of this concurrency key settled: its slot is free for the key's next waiting job. */
   slotFreed(key: string): void;
@@ -200,7 +205,20 @@ async function execute(d: ExecutorDeps, job: RunningJob): Promise<void> {
   if (outcome.kind === 'failure' && job.span) failSpan(job.span, outcome.error);
   job.state = 'settling';
   const durationMs = performance.now() - started;
-  d.handlerDone(job, durationMs);
+  if (job.handlerRunning) {
+    // The attempt ended (timeout, lost lock, shutdown) under a handler that ignores its signal.
+    // Its slot stays taken until it returns: freed now, every timed-out attempt of a handler that
+    // hangs would leave one more running, past `concurrency` and without bound. Buffered jobs do
+    // not wait behind it for long (`maxPrefetchWaitMs`).
+    d.logger.warn(
+      { ...jobFields(job), reason: 'handler_overran' },
+      'handler still running after its attempt ended; its slot stays taken until it returns',
+    );
+    // The slot's real time, which the prefetch's handler speed should see.
+    void job.handlerSettled.then(() => d.handlerDone(job, performance.now() - started));
+  } else {
+    d.handlerDone(job, durationMs);
+  }
   try {
     await settle(d, job, outcome, durationMs);
     // A settled (or released) job of a concurrency key gave its slot back: admit the key's next
@@ -285,10 +303,11 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
     if (isThenable(result)) {
       // Its concurrency slot is given back when the handler has really returned, even after a
       // timeout or a lost lock ended the attempt: until then it may still be running.
-      job.handlerSettled = Promise.resolve(result).then(
-        () => {},
-        () => {},
-      );
+      job.handlerRunning = true;
+      const returned = () => {
+        job.handlerRunning = false;
+      };
+      job.handlerSettled = Promise.resolve(result).then(returned, returned);
       // A handler that ignores its signal cannot hold the attempt past the timeout: the race ends it.
       await raceAbort(job, result);
     }

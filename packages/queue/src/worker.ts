@@ -46,6 +46,14 @@ const workerOptionsSchema = z.object({
     .max(2 ** 30)
     .default(8 * 2 ** 20),
   prefetchWindowMs: z.number().int().min(0).max(60_000).default(50),
+  /**
+   * Longest a claimed job waits in the local buffer for a slot (default 1 s, 20 prefetch windows).
+   * Past it the buffer is handed back, without spending an attempt, for other workers to take,
+   * and this worker claims no more than its free slots until one of its handlers finishes: its
+   * slots are held by jobs far slower than the ones it sized the buffer by, or by handlers that
+   * outlived their attempts.
+   */
+  maxPrefetchWaitMs: z.number().int().min(10).max(3_600_000).default(1_000),
   pollIntervalMs: z.number().int().min(10).max(600_000).default(1_000),
   listen: z.boolean().default(true),
   heartbeatIntervalMs: z.number().int().min(50).max(3_600_000).optional(),
@@ -158,7 +166,8 @@ export interface Worker {
    */
   stop(options?: StopOptions): Promise<void>;
   /**
-   * Claims one batch and runs it to its settle, without starting the loop. Returns the count.
+   * Claims one batch (up to its free slots) and runs it to its settle, without starting the
+   * loop. Returns the count: 0 too when every slot is held by a handler that outlived its attempt.
    * With `listen` (and prepared statements) on it claims on the LISTEN connection as the loop
    * does, opening it on first use and keeping it until `stop()`: a worker never started must
    * then still be stopped, or that connection keeps the process alive.
@@ -232,6 +241,7 @@ export function createWorker(options: WorkerOptions): Worker {
     maxPrefetch: options.maxPrefetch,
     maxPrefetchBytes: options.maxPrefetchBytes,
     prefetchWindowMs: options.prefetchWindowMs,
+    maxPrefetchWaitMs: options.maxPrefetchWaitMs,
     pollIntervalMs: options.pollIntervalMs,
     listen: options.listen,
     heartbeatIntervalMs: options.heartbeatIntervalMs,
@@ -302,6 +312,11 @@ export function createWorker(options: WorkerOptions): Worker {
   /** The release of jobs handed off after stopping began (see `adopt`), for stop() to await. */
   let lateRelease: Promise<void> = Promise.resolve();
   let active = 0;
+  /**
+   * Set when the buffer was handed back after waiting `maxPrefetchWaitMs`; until one of this
+   * worker's handlers finishes, it claims for its free slots only.
+   */
+  let slotsStuck = false;
   let averageDurationMs: number | null = null;
   /** Running average of the payload JSON size of claimed jobs, for `maxPrefetchBytes`. */
   let averagePayloadBytes = 0;
@@ -350,6 +365,7 @@ export function createWorker(options: WorkerOptions): Worker {
     run,
     handlerDone: (_job, durationMs) => {
       active -= 1;
+      slotsStuck = false;
       averageDurationMs =
         averageDurationMs === null ? durationMs : averageDurationMs * 0.9 + durationMs * 0.1;
       pump();
@@ -533,7 +549,7 @@ export function createWorker(options: WorkerOptions): Worker {
    * 26,828 at 1,000, bare 27,327).
    */
   function prefetchLimit(): number {
-    if (averageDurationMs === null || config.maxPrefetch === 0) return 0;
+    if (averageDurationMs === null || config.maxPrefetch === 0 || slotsStuck) return 0;
     const perSlot = config.prefetchWindowMs / Math.max(averageDurationMs, 0.01);
     return Math.min(
       config.maxPrefetch,
@@ -644,7 +660,7 @@ export function createWorker(options: WorkerOptions): Worker {
     while (state === 'running') {
       const limit = claimLimit();
       if (limit <= 0) {
-        await nap('slot', null);
+        await nap('slot', bufferWaitLeft());
         continue;
       }
       workRequested = false;
@@ -670,19 +686,48 @@ export function createWorker(options: WorkerOptions): Worker {
       pump();
       if (rows.length === limit || workRequested) continue;
       if (running.size === 0) events.emit('worker:idle');
-      await nap('work', withJitter(config.pollIntervalMs));
+      const poll = withJitter(config.pollIntervalMs);
+      await nap('work', Math.min(poll, bufferWaitLeft() ?? poll));
     }
   }
 
+  /**
+   * How long until the oldest buffered job has waited `maxPrefetchWaitMs` for a slot, or null
+   * with nothing buffered. Once it has, the buffer is handed back (see the option): the loop
+   * checks before each nap, the only time jobs can sit in the buffer without a claim's turn.
+   */
+  function bufferWaitLeft(): number | null {
+    if (buffered.length === 0) return null;
+    let oldest = Number.POSITIVE_INFINITY;
+    for (const job of buffered) oldest = Math.min(oldest, job.takenAt);
+    const waited = performance.now() - oldest;
+    if (waited < config.maxPrefetchWaitMs) return Math.ceil(config.maxPrefetchWaitMs - waited);
+    slotsStuck = true;
+    logger.warn(
+      {
+        reason: 'prefetch_released',
+        jobs: buffered.length,
+        waitedMs: Math.round(waited),
+        running: active,
+      },
+      'buffered jobs waited too long for a slot; handed back for other workers',
+    );
+    // Its jobs' tasks settle when the release has run; stop() waits for them.
+    void releaseBuffered('buffer_wait');
+    return null;
+  }
+
   /** Hands buffered jobs back without running them: one statement, no attempt spent. */
-  async function releaseBuffered(): Promise<void> {
+  async function releaseBuffered(
+    reason: 'not_started' | 'buffer_wait' = 'not_started',
+  ): Promise<void> {
     const jobs = buffered.splice(0);
     if (jobs.length === 0) return;
     for (const job of jobs) job.abort(new ShutdownError());
     const tokens = jobs.map((j) => j.token);
     try {
       await runSql(pool, releaseJobs(id, tokens, config.asyncCommit));
-      for (const job of jobs) series.of(job.info.queue, job.info.type).released('not_started');
+      for (const job of jobs) series.of(job.info.queue, job.info.type).released(reason);
     } catch (error) {
       logger.warn(
         { reason: 'db_error', err: errorMessage(error) },
@@ -877,8 +922,12 @@ export function createWorker(options: WorkerOptions): Worker {
       if (state !== 'idle') return 0;
       let rows: ClaimedRow[] = [];
       let tasks: Promise<void>[] = [];
+      // Its free slots: one still held by a handler that outlived an earlier runOnce()'s attempt
+      // is not (see `handler_overran`), or what it claimed would wait behind that handler.
+      const free = Math.min(config.concurrency - active, batchSize);
+      if (free <= 0) return 0;
       const claimed = (async () => {
-        rows = await claim(Math.min(config.concurrency, batchSize));
+        rows = await claim(free);
         tasks = rows.map((row) => accept(row));
       })();
       onceClaim = claimed.then(

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, defineJob } from '../src/index.js';
 import { NOTIFY_CHANNEL } from '../src/listener.js';
-import { useTestDatabase } from '../../../test/support/db.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { countByStatus, quiet, testWorker } from './fixtures.js';
 import { metricValue } from '../../../test/support/metrics.js';
@@ -53,7 +53,12 @@ describe('claiming ahead into the local buffer', () => {
         await gate;
       },
     });
-    const worker = testWorker(db.pool, [mixed], { concurrency: 2, pollIntervalMs: 20 });
+    const worker = testWorker(db.pool, [mixed], {
+      concurrency: 2,
+      pollIntervalMs: 20,
+      // Buffered until stop() here, however slow the machine: not handed back for waiting.
+      maxPrefetchWaitMs: 600_000,
+    });
     // Teach the worker its handlers are quick, so that it starts claiming ahead.
     await client.enqueueMany(
       mixed,
@@ -110,6 +115,89 @@ describe('claiming ahead into the local buffer', () => {
         outcome: 'completed',
       }),
     ).toBe(52);
+  });
+
+  it('hands the buffer back for other workers once its jobs waited maxPrefetchWaitMs for a slot', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const ranOn: string[] = [];
+    const mixed = defineJob({
+      type: 'mixed-wait',
+      queue: 'buffer-wait',
+      payload: z.object({ slow: z.boolean() }),
+      handler: async ({ slow }, ctx) => {
+        if (slow) await gate;
+        else ranOn.push(ctx.job.id);
+      },
+    });
+    const logs = captureLogs();
+    const a = testWorker(db.pool, [mixed], {
+      concurrency: 1,
+      pollIntervalMs: 20,
+      maxPrefetchWaitMs: 200,
+      logger: logs.logger,
+    });
+    const b = testWorker(db.pool, [mixed], { concurrency: 5 });
+    try {
+      // Teach worker A its handlers are quick, so that it claims ahead.
+      await client.enqueueMany(
+        mixed,
+        Array.from({ length: 20 }, () => ({ payload: { slow: false } })),
+      );
+      await a.start();
+      await waitFor(async () => (await countByStatus(db.pool, 'buffer-wait')).completed === 20);
+      // One slow job and five quick ones behind it, committed together: A's next claim takes all
+      // six, runs the slow one in its only slot and buffers the rest.
+      const tx = await db.pool.connect();
+      let jobs: { id: string }[];
+      try {
+        await tx.query('BEGIN');
+        jobs = await client.enqueueMany(
+          mixed,
+          [true, false, false, false, false, false].map((slow) => ({ payload: { slow } })),
+          { tx },
+        );
+        await tx.query('COMMIT');
+      } finally {
+        tx.release();
+      }
+      const quickIds = jobs.slice(1).map((j) => j.id);
+      await waitFor(async () => (await countByStatus(db.pool, 'buffer-wait')).processing === 6, {
+        what: 'worker A claiming all six',
+      });
+      // Before: they stayed leased in A's buffer behind the slow job, and B found nothing.
+      await waitFor(
+        async () => {
+          await b.runOnce();
+          return quickIds.every((id) => ranOn.includes(id));
+        },
+        { what: 'worker B running the jobs A handed back' },
+      );
+      const { rows } = await db.pool.query<{ id: string; status: string; attempts: number }>(
+        `SELECT id::text, status::text, attempts FROM skiplock.jobs WHERE id = ANY($1::bigint[])`,
+        [jobs.map((j) => j.id)],
+      );
+      // Handed back without spending an attempt, while the slow job still holds A's slot.
+      expect(rows.filter((r) => quickIds.includes(r.id))).toEqual(
+        quickIds.map((id) => ({ id, status: 'completed', attempts: 1 })),
+      );
+      expect(rows.find((r) => r.id === jobs[0]!.id)).toMatchObject({ status: 'processing' });
+      expect(logs.lines.find((l) => l.reason === 'prefetch_released')).toMatchObject({
+        jobs: 5,
+        running: 1,
+      });
+      expect(
+        await metricValue(a.metrics, 'skiplock_job_outcomes_total', {
+          job_type: 'mixed-wait',
+          outcome: 'released',
+          reason: 'buffer_wait',
+        }),
+      ).toBe(5);
+    } finally {
+      release();
+      await a.stop();
+      await b.stop();
+    }
   });
 
   it('holds at most maxPrefetchBytes of stored payload in the buffer', async () => {

@@ -178,6 +178,62 @@ describe('worker outcomes', () => {
     expect(rowB.errors[0]).toMatchObject({ reason: 'timeout' });
   });
 
+  it('keeps the slot of a handler that outlives its attempt until it returns', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let stubbornReturned = false;
+    let returnedWhenNextStarted: boolean | null = null;
+    const stubborn = defineJob({
+      type: 'overruns',
+      queue: 'overrun',
+      payload: z.object({}),
+      timeoutMs: 50,
+      maxAttempts: 1,
+      // Ignores its signal: the attempt ends at its timeout, the handler only at the gate.
+      handler: async () => {
+        await gate;
+        stubbornReturned = true;
+      },
+    });
+    const next = defineJob({
+      type: 'after-overrun',
+      queue: 'overrun',
+      payload: z.object({}),
+      handler: async () => {
+        returnedWhenNextStarted = stubbornReturned;
+      },
+    });
+    const logs = captureLogs();
+    const worker = testWorker(db.pool, [stubborn, next], {
+      queues: ['overrun'],
+      concurrency: 1,
+      pollIntervalMs: 20,
+      logger: logs.logger,
+    });
+    const first = await client.enqueue(stubborn, {});
+    const second = await client.enqueue(next, {}, { runAt: new Date(Date.now() + 100) });
+    await worker.start();
+    try {
+      await waitFor(async () => (await jobRow(db.pool, first.id)).status === 'dead', {
+        what: 'the overrunning attempt failing at its timeout',
+      });
+      // Long enough for the loop to claim and start the next job, were the slot free (before:
+      // it started while the first handler still ran, two at once at concurrency 1).
+      await new Promise((r) => setTimeout(r, 300));
+      expect(returnedWhenNextStarted).toBeNull();
+      expect((await jobRow(db.pool, second.id)).status).toBe('pending');
+      expect(logs.lines.find((l) => l.reason === 'handler_overran')).toMatchObject({
+        jobId: first.id,
+      });
+      release();
+      await waitFor(async () => (await jobRow(db.pool, second.id)).status === 'completed');
+      expect(returnedWhenNextStarted).toBe(true);
+    } finally {
+      release();
+      await worker.stop();
+    }
+  });
+
   it('gives handlers a stable idempotency key across attempts', async () => {
     const keys: string[] = [];
     const keyed = defineJob({
