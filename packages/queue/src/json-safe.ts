@@ -28,7 +28,7 @@ function child(path: string, key: string): string {
 export function asStored(issue: JsonProblem): JsonProblem {
   return {
     path: issue.path,
-    message: `${issue.message} (checked as stored in JSON, where a Date becomes a string and an undefined in an array null)`,
+    message: `${issue.message} (checked as stored in JSON, where a Date becomes a string, and undefined null or, in an object, nothing)`,
   };
 }
 

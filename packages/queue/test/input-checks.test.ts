@@ -171,7 +171,7 @@ describe('schemas whose payloads cannot survive JSON', () => {
       {
         path: 'payload',
         message:
-          'expected a Date (checked as stored in JSON, where a Date becomes a string and an undefined in an array null)',
+          'expected a Date (checked as stored in JSON, where a Date becomes a string, and undefined null or, in an object, nothing)',
       },
     ]);
     const many = await client

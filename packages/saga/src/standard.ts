@@ -60,7 +60,10 @@ export async function storedJsonIssues(
   value: unknown,
   root: string,
 ): Promise<FieldIssue[] | null> {
-  const notes = { converted: false };
+  // A value of undefined is stored as null: checked again as such, or a schema that takes
+  // undefined but not null (an optional input, a payload-less signal) accepts what every step
+  // will then refuse.
+  const notes = { converted: value === undefined };
   const problem = findJsonProblem(value ?? null, root, notes);
   if (problem) return [problem];
   if (!notes.converted) return null;

@@ -272,7 +272,7 @@ describe('input that a toJSON changes on its way to storage', () => {
       {
         path: 'input',
         message:
-          'expected a Date (checked as stored in JSON, where a Date becomes a string and an undefined in an array null)',
+          'expected a Date (checked as stored in JSON, where a Date becomes a string, and undefined null or, in an object, nothing)',
       },
     ]);
     expect(await runtime.getSaga('dated')).toBeNull();
@@ -284,6 +284,33 @@ describe('input that a toJSON changes on its way to storage', () => {
     expect(refused).toBeInstanceOf(SagaValidationError);
     expect((refused as SagaValidationError).issues[0]!.path).toBe('payload');
     expect(await count("skiplock.saga_signals WHERE saga_id = 'waits'")).toBe(0);
+    await runtime.close();
+  });
+
+  it('checks an undefined input or signal payload as the null it is stored as', async () => {
+    // Schemas that take undefined but not null.
+    const optional = defineSaga({
+      name: 'optional-input',
+      version: 1,
+      input: z.object({ note: z.string() }).optional(),
+    }).step('only', { ...fast, run: () => 1 });
+    const bare = defineSaga({ name: 'bare-signal', version: 1, input: z.object({}) })
+      .step('first', { ...fast, run: () => 1 })
+      .waitFor('go', { payload: z.undefined(), timeoutMs: 60_000 });
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [optional, bare], logger: silent });
+    // Before: started, then its first step died, its stored input null no longer its schema's.
+    const bad = await runtime
+      .start(optional, { id: 'no-input', input: undefined })
+      .catch((e: unknown) => e);
+    expect(bad).toBeInstanceOf(SagaValidationError);
+    expect((bad as SagaValidationError).issues[0]!.path).toBe('input');
+    expect(await runtime.getSaga('no-input')).toBeNull();
+    // Before: stored as null ahead of its wait, which then refused it and compensated the saga.
+    await runtime.start(bare, { id: 'early', input: {} });
+    const refused = await runtime.signal('early', 'go', undefined).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(SagaValidationError);
+    expect((refused as SagaValidationError).issues[0]!.path).toBe('payload');
+    expect(await count("skiplock.saga_signals WHERE saga_id = 'early'")).toBe(0);
     await runtime.close();
   });
 });
