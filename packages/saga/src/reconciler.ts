@@ -101,6 +101,15 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
         saga.id,
         `${why}; no runtime here knows saga "${saga.name}" version ${saga.version}`,
       );
+    } else if (saga.current_kind === 'step' && !entry.steps.some((s) => s.name === step)) {
+      // Its version's definition has no such step: renamed without a new version. Nothing here
+      // knows what it compensates, as for an unknown version (before, failStep threw on the
+      // missing step and rolled back the whole pass, every other stranded saga's too).
+      await runSql(
+        tx,
+        settleStep({ sagaId: saga.id, step, kind: 'step', status: 'failed', error: why, attempt }),
+      );
+      transition = await failSaga(e, tx, saga.id, `${why}; ${notInDefinition(saga, step)}`);
     } else if (saga.current_kind === 'step') {
       const index = entry.steps.findIndex((s) => s.name === step);
       transition = await inSagaTrace(e.tracer, saga, `reconcile ${step}`, () =>
@@ -129,6 +138,25 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     );
   }
 
+  /** Every queue this runtime's saga jobs go to. */
+  function sagaQueues(): Set<string> {
+    const queues = new Set<string>();
+    for (const entry of e.entries.values()) {
+      for (const job of [...entry.runJobs, ...entry.compensateJobs, ...entry.timeoutJobs]) {
+        if (job) queues.add(job.queue);
+      }
+    }
+    return queues;
+  }
+
+  /** Why nothing here can compensate `saga` at `step`. */
+  function notInDefinition(saga: SagaRow, step: string): string {
+    const entry = e.entries.get(entryKey(saga.name, saga.version));
+    return entry
+      ? `version ${saga.version} of saga "${saga.name}" has no step "${step}" (renamed without a new version?)`
+      : `no runtime here knows saga "${saga.name}" version ${saga.version}`;
+  }
+
   // Where the next pass goes on: after the last saga this one read, or from the start.
   let cursor: { updatedAt: string; id: string } | null = null;
   let waitingCursor: { updatedAt: string; id: string } | null = null;
@@ -147,6 +175,15 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     for (const row of page) {
       const entry = e.entries.get(entryKey(row.name, row.version));
       const index = entry?.steps.findIndex((s) => s.name === row.current_step) ?? -1;
+      if (index === -1) {
+        // A version no runtime here knows (retired while its sagas slept or waited), or a step
+        // its definition lacks: whether the wait is timed is not known, but its timeout or wake
+        // job, if it has one, died of that too (unknown_type). Looked for in every queue this
+        // runtime's sagas use; found ended, the saga fails (before, it waited for good).
+        const key = timeoutKey(row.id, row.current_step);
+        for (const queue of sagaQueues()) expected.push({ row, index, queue, key });
+        continue;
+      }
       const spec = entry?.steps[index];
       const timeoutJob = entry?.timeoutJobs[index];
       // The same condition under which entering the wait enqueued its timeout job; a sleep
@@ -162,6 +199,27 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     const failed: string[] = [];
     for (const { row, index, queue, key } of expected) {
       const job = jobs.get(`${queue}\0${key}`);
+      if (index === -1) {
+        // Only a job found ended says the wait can no longer end; none found may be a wait
+        // with no timeout, which a signal ends.
+        if (!job || (job.status !== 'dead' && job.status !== 'cancelled')) continue;
+        if (failed.includes(row.id)) continue;
+        const saga = (await runSql<SagaRow>(tx, lockSaga(row.id))).rows[0]!;
+        const why = `timeout job ${job.id} is ${job.status}: ${job.lastError ?? 'no error recorded'}`;
+        const step = row.current_step;
+        await runSql(
+          tx,
+          settleStep({ sagaId: row.id, step, kind: 'step', status: 'failed', error: why }),
+        );
+        const transition = await failSaga(e, tx, row.id, `${why}; ${notInDefinition(saga, step)}`);
+        e.metrics.outcomes.inc({ saga: row.name, step, outcome: transition });
+        e.logger.warn(
+          { reason: 'saga_reconciled', sagaId: row.id, step, outcome: transition },
+          'waiting saga of an unknown version or step failed',
+        );
+        failed.push(row.id);
+        continue;
+      }
       if (job && job.status !== 'dead' && job.status !== 'cancelled') continue;
       const why = job
         ? `timeout job ${job.id} is ${job.status}: ${job.lastError ?? 'no error recorded'}`

@@ -653,6 +653,15 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         if (saga.pivoted) return { accepted: false, status: saga.status, reason: 'pivoted' };
         const entry = entryOf(saga.name, saga.version);
         const index = entry.steps.findIndex((s) => s.name === saga.current_step);
+        if (index === -1) {
+          // Compensating from no step would undo nothing and call the saga cancelled.
+          throw new SagaError(
+            'step_not_in_definition',
+            `saga "${sagaId}" is at step "${saga.current_step}", which version ${saga.version} of ` +
+              `saga "${saga.name}" does not have (renamed without a new version?); ` +
+              'register the definition it was started with to cancel it',
+          );
+        }
         const step = saga.current_step!;
         const flagged = { ...saga, cancel_requested: true };
         await runSql(tx, setSagaFlags(sagaId, { cancelRequested: true, error: 'cancelled' }));

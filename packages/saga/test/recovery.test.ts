@@ -83,6 +83,84 @@ describe('versions', () => {
   });
 });
 
+describe('sagas their runtime no longer has a definition for', () => {
+  const retiredV1 = defineSaga({ name: 'retired', version: 1, input })
+    .step('a', { ...fast, run: () => 1, compensate: () => {} })
+    .sleep('nap', 300)
+    .step('b', { ...fast, run: () => 2 });
+  const retiredV2 = defineSaga({ name: 'retired', version: 2, input }).step('a', {
+    ...fast,
+    run: () => 1,
+  });
+
+  it('fails a saga of a retired version whose wake job died, instead of leaving it waiting', async () => {
+    const { runtime: old, worker: oldWorker } = await startSagas(db.pool, [retiredV1]);
+    await old.start(retiredV1, { id: 'sleeper', input: {} });
+    await settled(old, 'sleeper', ['waiting']);
+    await oldWorker.stop();
+    // Only version 2 is deployed now: the wake job comes due and dies as an unknown type.
+    const { runtime, worker } = await startSagas(db.pool, [retiredV2]);
+    await waitFor(
+      async () =>
+        (
+          await db.pool.query(
+            `SELECT 1 FROM skiplock.jobs WHERE idempotency_key LIKE 'saga:sleeper:%nap%' AND status = 'dead'`,
+          )
+        ).rowCount === 1,
+      { what: 'the wake job dead' },
+    );
+    await waitFor(() => worker.inFlight === 0 || null, { what: 'the worker to let go of the job' });
+    // Before: skipped (no definition to tell whether the wait is timed), waiting for good.
+    expect(await runtime.reconciler.runOnce()).toMatchObject({ sagaIds: ['sleeper'] });
+    const saga = await runtime.getSaga('sleeper');
+    expect(saga).toMatchObject({ status: 'failed', currentStep: null });
+    expect(saga?.error).toMatch(
+      /^timeout job \d+ is dead: unknown_type: .*; no runtime here knows saga "retired" version 1$/,
+    );
+    expect(saga?.history.at(-1)).toMatchObject({ step: 'nap', status: 'failed' });
+    expect((await runtime.reconciler.runOnce()).reconciled).toBe(0);
+  });
+
+  it('refuses to cancel, and the reconciler fails, a saga at a step its version no longer has', async () => {
+    const before = defineSaga({ name: 'renamed', version: 1, input })
+      .step('a', { ...fast, run: () => 1, compensate: () => {} })
+      .waitFor('go', { payload: z.object({}) });
+    // The same version with its steps renamed, against the rule to define a new version.
+    const after = defineSaga({ name: 'renamed', version: 1, input })
+      .step('first', { ...fast, run: () => 1, compensate: () => {} })
+      .waitFor('proceed', { payload: z.object({}) });
+    const { runtime: old, worker: oldWorker } = await startSagas(db.pool, [before]);
+    await old.start(before, { id: 'parked', input: {} });
+    await settled(old, 'parked', ['waiting']);
+    await oldWorker.stop();
+    const starter = createSagaRuntime({ pool: db.pool, sagas: [before], logger: silent });
+    await starter.start(before, { id: 'stranded', input: {} });
+    await starter.close();
+    const { runtime, worker } = await startSagas(db.pool, [after]);
+    // Before: accepted and ended cancelled, with step a never compensated.
+    await expect(runtime.cancel('parked')).rejects.toThrow(
+      /^saga "parked" is at step "go", which version 1 of saga "renamed" does not have/,
+    );
+    expect((await runtime.getSaga('parked'))?.status).toBe('waiting');
+    // Its first step's job dies as an unknown type; the reconciler fails the saga. Before: it
+    // threw on the missing step, rolling back every pass.
+    await waitFor(
+      async () =>
+        (
+          await db.pool.query(
+            `SELECT 1 FROM skiplock.jobs WHERE idempotency_key = 'saga:stranded:a' AND status = 'dead'`,
+          )
+        ).rowCount === 1,
+      { what: "the stranded saga's job dead" },
+    );
+    await waitFor(() => worker.inFlight === 0 || null, { what: 'the worker to let go of the job' });
+    expect(await runtime.reconciler.runOnce()).toMatchObject({ sagaIds: ['stranded'] });
+    expect((await runtime.getSaga('stranded'))?.error).toMatch(
+      /; version 1 of saga "renamed" has no step "a" \(renamed without a new version\?\)$/,
+    );
+  });
+});
+
 describe('stale leases', () => {
   it("compensates a saga whose step's last lease expired through the sweeper alone, with no reconciler", async () => {
     const undone: string[] = [];
