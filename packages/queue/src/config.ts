@@ -15,10 +15,13 @@ export function parseConfig<S extends z.ZodType>(
   throw new ConfigError(`invalid ${what}: ${details}`);
 }
 
+/** The longest queue name or job type (the saga package checks the types it composes). */
+export const MAX_NAME_LENGTH = 128;
+
 export const queueName = z
   .string()
   .min(1)
-  .max(128)
+  .max(MAX_NAME_LENGTH)
   .regex(/^[A-Za-z0-9_.:-]+$/, 'use letters, digits, _ . : -');
 
 export const backoffSchema = z

@@ -65,6 +65,7 @@ export {
 } from './roles.js';
 export { LockKeys, type LockKey } from './sql/lock.js';
 export { isRowId } from './row-id.js';
+export { MAX_NAME_LENGTH } from './config.js';
 export { IntervalService } from './service.js';
 // The queue's copy of prom-client, for the metrics of packages built on it (they register theirs
 // in the registry the application gives, beside the queue's).

@@ -1,9 +1,10 @@
 import type { BackoffOptions, Logger } from '@skiplock/queue';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
-import { findSchemaJsonProblem } from '@skiplock/queue/engine';
+import { findSchemaJsonProblem, MAX_NAME_LENGTH } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { z } from 'zod';
 import { branchCode, branchInputSchema, branchSagaName } from './branch.js';
+import { jobType } from './engine.js';
 import { SagaDefinitionError } from './errors.js';
 import { orderProblem, roleOf, type PlannedStep, type StepRole } from './plan.js';
 import { notAStandardSchema, standardSchemaProblem } from './standard.js';
@@ -632,6 +633,17 @@ function build(
           Object.freeze([]),
         ) as unknown as { step(name: string, options: unknown): AnySagaDefinition };
         const def = blank.step(branch, { ...options, run: code.run, compensate: code.compensate });
+        // The branch's saga name holds the group's and the saga's names, so names each within
+        // their own bound can still make a job type past the queue's: said here, by name, not as
+        // the queue's bare refusal when the runtime is created.
+        const longest = jobType(def, branch, 'compensate');
+        if (longest.length > MAX_NAME_LENGTH) {
+          throw new SagaDefinitionError(
+            base.name,
+            `${at}: its job type ${longest} is ${longest.length} characters, over the queue's ` +
+              `${MAX_NAME_LENGTH}; shorten the saga's, the group's or the branch's name`,
+          );
+        }
         return Object.freeze({ name: branch, def });
       });
       const undoable = defs.some((b) => b.def.steps[0]!.role === 'compensatable');

@@ -597,6 +597,18 @@ describe('parallel branches', () => {
     expect(refused(() => base.parallel('g', () => [{ run }, { run }] as never))).toMatch(
       /branches must be a function/,
     );
+    // Names each within bounds whose branch job type is not (before: accepted here, then the
+    // queue's bare "invalid job type" from createSagaRuntime, naming no saga, group or branch).
+    const long = defineSaga({
+      name: 'fulfilment_of_customer_orders',
+      version: 1,
+      input: z.object({}),
+    });
+    const group = 'reserve_inventory_in_every_hub';
+    const branch = 'warehouse_north_eastern_region';
+    expect(refused(() => long.parallel(group, () => ({ [branch]: { run }, b: { run } })))).toMatch(
+      /^saga "fulfilment_of_customer_orders": parallel step "reserve_inventory_in_every_hub", branch "warehouse_north_eastern_region": its job type saga:.*:compensate is 1[3-9]\d characters, over the queue's 128; shorten/,
+    );
   });
 
   it('refuses a start whose branch ids would break the id rules, writing nothing', async () => {
