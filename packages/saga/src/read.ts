@@ -238,13 +238,22 @@ export function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
 function decodeCursor(cursor: string): { createdKey: string; id: string } {
   try {
     const value = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
-    if (Array.isArray(value) && value.length === 2 && value.every((v) => typeof v === 'string')) {
+    // No NUL: PostgreSQL text cannot hold one, and would refuse the cursor with its own error.
+    if (
+      Array.isArray(value) &&
+      value.length === 2 &&
+      value.every((v) => typeof v === 'string' && !v.includes('\0'))
+    ) {
       return { createdKey: value[0] as string, id: value[1] as string };
     }
   } catch {
     // Reported below.
   }
-  throw new SagaError(
+  throw invalidCursor(cursor);
+}
+
+function invalidCursor(cursor: string): SagaError {
+  return new SagaError(
     'invalid_cursor',
     `cursor ${JSON.stringify(cursor)} is not a listSagas cursor`,
   );
@@ -255,20 +264,30 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
   if (!Number.isInteger(limit) || limit < 1 || limit > 1_000) {
     throw new SagaError('invalid_limit', `limit must be an integer from 1 to 1000, got ${limit}`);
   }
-  const statuses =
-    options.status === undefined
-      ? []
-      : typeof options.status === 'string'
-        ? [options.status]
-        : [...options.status];
+  const status: unknown = options.status;
+  if (
+    status !== undefined &&
+    typeof status !== 'string' &&
+    !(Array.isArray(status) && status.every((s) => typeof s === 'string'))
+  ) {
+    throw new SagaError('invalid_status', 'status must be a saga status or an array of them');
+  }
+  const given: readonly string[] =
+    status === undefined ? [] : typeof status === 'string' ? [status] : status;
   if (
     options.version !== undefined &&
-    (!Number.isInteger(options.version) || options.version < 1)
+    (!Number.isInteger(options.version) || options.version < 1 || options.version > 2 ** 31 - 1)
   ) {
     throw new SagaError(
       'invalid_version',
-      `version must be a positive integer, got ${options.version}`,
+      `version must be an integer from 1 to 2147483647, got ${options.version}`,
     );
+  }
+  if (
+    options.name !== undefined &&
+    (typeof options.name !== 'string' || options.name.includes('\0'))
+  ) {
+    throw new SagaError('invalid_name', 'name must be a string without NUL characters');
   }
   const scanLimit = options.scanLimit ?? SAGA_SCAN_LIMIT;
   if (!Number.isInteger(scanLimit) || scanLimit < 1 || scanLimit > 1_000_000) {
@@ -277,7 +296,8 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
       `scanLimit must be an integer from 1 to 1000000, got ${scanLimit}`,
     );
   }
-  const unknown = statuses.filter((s) => !sagaStatus.enumValues.includes(s));
+  const known: readonly string[] = sagaStatus.enumValues;
+  const unknown = given.filter((s) => !known.includes(s));
   if (unknown.length > 0) {
     throw new SagaError(
       'invalid_status',
@@ -285,7 +305,7 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
     );
   }
   const filter = {
-    statuses,
+    statuses: given as readonly SagaStatus[],
     name: options.name,
     version: options.version,
     limit: limit + 1,
@@ -293,9 +313,16 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
     scanLimit: Math.max(scanLimit, limit + 1),
   };
   // With histories, the page and its histories are read on one snapshot (see readSaga).
-  return options.history
+  const page = options.history
     ? withSnapshot(pool, (tx) => readPage(tx, filter, true))
     : readPage(pool, filter, false);
+  if (!filter.after) return page;
+  return page.catch((error: unknown) => {
+    // A cursor that decodes but whose time PostgreSQL cannot read (22007, 22008): not one of ours.
+    const code = (error as { code?: unknown }).code;
+    if (code === '22007' || code === '22008') throw invalidCursor(options.cursor!);
+    throw error;
+  });
 }
 
 async function readPage(

@@ -194,6 +194,25 @@ describe('reading sagas', () => {
       /not a listSagas cursor/,
     );
     await expect(runtime.listSagas({ limit: 0 })).rejects.toThrow(/limit must be/);
+    // Each refused by name, as SagaErrors the dashboard and CLI map to a 400 or a usage error
+    // (before: PostgreSQL's 22007, 22021 and 22003, and a TypeError, "not iterable").
+    const cursorOf = (value: unknown) =>
+      Buffer.from(JSON.stringify(value), 'utf8').toString('base64url');
+    await expect(
+      runtime.listSagas({ cursor: cursorOf(['not a time', 'list-1']) }),
+    ).rejects.toMatchObject({ code: 'invalid_cursor' });
+    await expect(
+      runtime.listSagas({ cursor: cursorOf(['2026-01-01 00:00:00+00', 'a\0b']) }),
+    ).rejects.toMatchObject({ code: 'invalid_cursor' });
+    await expect(runtime.listSagas({ name: 'a\0b' })).rejects.toMatchObject({
+      code: 'invalid_name',
+    });
+    await expect(runtime.listSagas({ version: 2 ** 40 })).rejects.toMatchObject({
+      code: 'invalid_version',
+    });
+    await expect(runtime.listSagas({ status: 5 as never })).rejects.toMatchObject({
+      code: 'invalid_status',
+    });
     expect(await runtime.getSaga('list-nope')).toBeNull();
     await runtime.close();
   });
