@@ -18,15 +18,16 @@ export function printJson(io: CliIo, value: unknown): void {
 }
 
 /**
- * Control characters other than newline and tab, C1 controls included, as `\uXXXX`. Job errors,
- * names and payloads come from applications and may hold escape sequences that would recolour,
- * retitle or rewrite an operator's terminal. In JSON the escape is the same string, so `--json`
- * output parses to what was stored.
+ * Control characters other than newline and tab, C1 controls included, and the bidirectional
+ * formatting characters, as `\uXXXX`. Job errors, names and payloads come from applications and
+ * may hold escape sequences that would recolour, retitle or rewrite an operator's terminal, or a
+ * right-to-left override that shows a key or an id reversed and spoofed. In JSON the escape is
+ * the same string, so `--json` output parses to what was stored.
  */
 export function terminalSafe(text: string): string {
   return text.replace(
     // eslint-disable-next-line no-control-regex
-    /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g,
+    /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g,
     (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
   );
 }

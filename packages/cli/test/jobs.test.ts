@@ -261,8 +261,9 @@ describe('skiplock jobs', () => {
   });
 
   it("prints an application's escape sequences as text, never to the terminal", async () => {
-    // Clear the screen, retitle the window, and a C1 CSI (red) in an error, a type and a payload.
-    const error = 'boom \u001b[2J\u001b]0;owned\u0007 \u009b31m\r';
+    // Clear the screen, retitle the window, a C1 CSI (red) and a right-to-left override in an
+    // error, a type and a payload.
+    const error = 'boom \u001b[2J\u001b]0;owned\u0007 \u009b31m\r \u202etxt.exe';
     const { rows } = await db.pool.query<{ id: string }>(
       `INSERT INTO skiplock.jobs (queue, job_type, status, last_error, payload)
        VALUES ('esc', $1, 'dead', $2, $3) RETURNING id::text`,
@@ -277,7 +278,7 @@ describe('skiplock jobs', () => {
       ]);
       results.push(await runInProcess(['jobs', 'retry', id], env));
       // eslint-disable-next-line no-control-regex
-      const control = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
+      const control = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202e]/;
       for (const { stdout, stderr } of results) {
         expect(control.test(stdout + stderr)).toBe(false);
       }
@@ -285,6 +286,7 @@ describe('skiplock jobs', () => {
       expect(retried!.stdout).toContain(`job ${id} (evil\\u001b[8m) was dead`);
       expect(list!.stdout).toContain('evil\\u001b[8m');
       expect(list!.stdout).toContain('boom \\u001b[2J\\u001b]0;owned\\u0007 \\u009b31m');
+      expect(show!.stdout).toContain('\\u202etxt.exe');
       expect(show!.stdout).toContain('\\u001b]0;owned\\u0007');
       // In JSON the escape is the same string: it parses to what was stored.
       const parsed = JSON.parse(shownJson!.stdout) as {
