@@ -4,6 +4,7 @@ import type pg from 'pg';
 import { computeBackoffMs, type BackoffOptions, type Logger } from '@skiplock/queue';
 import {
   createDefaultLogger,
+  detached,
   errorMessage,
   IntervalService,
   Listener,
@@ -426,7 +427,9 @@ export function createRelay(options: RelayOptions): Relay {
       if (running) return;
       listener?.start();
       retention.start();
-      running = Array.from({ length: lanes }, () => lane());
+      // In the root context, so a sink's own spans (an HTTP client's) are not children of the
+      // span active at start().
+      running = Array.from({ length: lanes }, () => detached(lane));
       logger.info(
         { reason: 'outbox_relay_started', relay: name, sink: sink.name, lanes, batchSize },
         'outbox relay started',

@@ -78,6 +78,7 @@ export { asStored, findJsonProblem, type JsonProblem } from './json-safe.js';
 // OpenTelemetry helpers, so a package on top stores and reads span contexts as the queue does.
 export {
   contextOf,
+  detached,
   failSpan,
   inSpan,
   resolveTracer,

@@ -5,6 +5,7 @@ import type { Logger } from './logger.js';
 import { extendLeases } from './sql/heartbeat.js';
 import type { LockToken } from './sql/settle.js';
 import { sleep, withJitter } from './timers.js';
+import { detached } from './tracing.js';
 
 export interface HeartbeatResult {
   /** Leases extended by this tick. */
@@ -56,7 +57,7 @@ export class Heartbeat {
   ) {}
 
   start(): void {
-    this.loop ??= this.run();
+    this.loop ??= detached(() => this.run());
   }
 
   async stop(): Promise<void> {

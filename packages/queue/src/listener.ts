@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { Logger } from './logger.js';
 import { retryDelayMs, sleep } from './timers.js';
+import { detached } from './tracing.js';
 
 export const NOTIFY_CHANNEL = 'skiplock_jobs';
 /** Inserts of jobs waiting for a concurrency slot notify their key here (`*`: many keys). */
@@ -69,7 +70,7 @@ export class Listener {
   }
 
   start(): void {
-    this.loop ??= this.run();
+    this.loop ??= detached(() => this.run());
   }
 
   /**

@@ -1,5 +1,6 @@
 import type { Logger } from './logger.js';
 import { retryDelayMs, sleep, withJitter } from './timers.js';
+import { detached } from './tracing.js';
 
 /**
  * The shape of every maintenance service: `runOnce()` does one bounded pass and returns what it
@@ -21,7 +22,7 @@ export class IntervalService<R> {
   }
 
   start(): void {
-    this.loop ??= this.run();
+    this.loop ??= detached(() => this.run());
   }
 
   async stop(): Promise<void> {

@@ -112,6 +112,15 @@ export function continuedContext(
   return stored ? contextOf(stored) : null;
 }
 
+/**
+ * Calls `start` (which starts a background loop or timer) in the root context: a loop started in
+ * its caller's context would run every pass under the span active at start() (an app's boot
+ * span) for as long as it runs.
+ */
+export function detached<T>(start: () => T): T {
+  return context.with(ROOT_CONTEXT, start);
+}
+
 /** A context whose parent span is the stored one (ROOT_CONTEXT when there is none). */
 export function contextOf(stored: SpanContext | null): Context {
   return stored ? trace.setSpanContext(ROOT_CONTEXT, stored) : ROOT_CONTEXT;

@@ -22,7 +22,7 @@ import { createDefaultLogger, type Logger } from './logger.js';
 import { createJobGauges, type JobGauges, type JobGaugesOptions } from './gauges.js';
 import { JobSeriesCache } from './job-series.js';
 import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
-import { resolveTracer, type TracingOption } from './tracing.js';
+import { detached, resolveTracer, type TracingOption } from './tracing.js';
 import { resolvePool, type PoolSource } from './pool.js';
 import { createRetention, type Retention, type RetentionOptions } from './retention.js';
 import { CLAIM_SESSION_SQL, claimJobs, inClaimOrder, type ClaimedRow } from './sql/claim.js';
@@ -897,7 +897,9 @@ export function createWorker(options: WorkerOptions): Worker {
       scheduler?.start();
       admitter?.start();
       jobGauges?.start();
-      loopDone = loop().catch((error) => {
+      // In the root context, as each service's loop: jobs the loop claims run in the context they
+      // were taken in (`takenIn`), never in the caller's.
+      loopDone = detached(loop).catch((error) => {
         logger.fatal({ reason: 'loop_crashed', err: errorMessage(error) }, 'worker loop crashed');
       });
       logger.info({ reason: 'started', queues, concurrency: config.concurrency }, 'worker started');
@@ -953,7 +955,8 @@ export function createWorker(options: WorkerOptions): Worker {
       // A never-started worker has no heartbeat loop: its ticks renew these jobs' leases while
       // they run (and give up those left unrenewed for a whole lease), or a job longer than its
       // lease is taken back by a sweeper elsewhere and runs twice.
-      const beats = setInterval(() => heartbeat.tick(), heartbeatIntervalMs);
+      // Ticks in the root context, not under whatever span the caller of runOnce() had active.
+      const beats = detached(() => setInterval(() => heartbeat.tick(), heartbeatIntervalMs));
       try {
         await Promise.all(tasks);
       } finally {

@@ -8,7 +8,13 @@ import {
 } from '@opentelemetry/api';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ConfigError, createClient, createWorker, defineJob } from '../src/index.js';
+import {
+  ConfigError,
+  createClient,
+  createWorker,
+  defineJob,
+  defineSchedule,
+} from '../src/index.js';
 import { spanContextOf } from '../src/tracing.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { memoryTracing, traceparentOf } from '../../../test/support/tracing.js';
@@ -226,6 +232,60 @@ describe('OpenTelemetry traces', () => {
     } finally {
       release();
       await worker.stop();
+    }
+  });
+
+  it('background loops do not run in the context start() was called in', async () => {
+    otel.reset();
+    const app = otel.tracerProvider.getTracer('app');
+    const tick = defineJob({
+      type: 'loop-tick',
+      queue: 'loop-context',
+      payload: z.object({ at: z.string() }),
+      handler: () => {},
+    });
+    // A job of a worker that does not trace: its handler's own span has only the loop's context.
+    const work = defineJob({
+      type: 'loop-work',
+      queue: 'loop-work',
+      payload: z.object({}),
+      handler: () => app.startSpan('handler work').end(),
+    });
+    const everySecond = defineSchedule({
+      name: 'loop-context',
+      cron: '* * * * * *',
+      job: tick,
+      payload: (t) => ({ at: t.toISOString() }),
+    });
+    const scheduling = testWorker(db.pool, [tick], {
+      queues: ['loop-context'],
+      schedules: [everySecond],
+      scheduler: { intervalMs: 200 },
+      tracing: otel.tracing,
+    });
+    const untraced = testWorker(db.pool, [work], {
+      queues: ['loop-work'],
+      pollIntervalMs: 20,
+      tracing: false,
+    });
+    // Started during an application's start-up, inside its span.
+    const boot = await app.startActiveSpan('app boot', async (span) => {
+      await scheduling.start();
+      await untraced.start();
+      span.end();
+      return span.spanContext();
+    });
+    try {
+      const send = await waitFor(() => byName('send loop-context')[0], { what: 'a tick' });
+      await client.enqueue(work, {});
+      const handled = await waitFor(() => byName('handler work')[0], { what: 'the handler' });
+      expect(send.parentSpanContext?.spanId).not.toBe(boot.spanId);
+      expect(send.spanContext().traceId).not.toBe(boot.traceId);
+      expect(handled.parentSpanContext?.spanId).not.toBe(boot.spanId);
+      expect(handled.spanContext().traceId).not.toBe(boot.traceId);
+    } finally {
+      await scheduling.stop();
+      await untraced.stop();
     }
   });
 
