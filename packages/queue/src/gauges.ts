@@ -91,8 +91,6 @@ export function createJobGauges(
   const { pool, logger = createDefaultLogger(), metrics: given, ...rest } = options;
   const config = parseConfig('job gauges options', jobGaugesOptionsSchema, rest);
   const metrics = resolveMetrics(given);
-  /** Queues this refresher set last time, to remove the ones that went away. */
-  let reported = new Set<string>();
   /** How many queues went to `_other` last time, to log only when it changes. */
   let lastOther = 0;
   const asked = config.queues.filter((q) => q !== OTHER_QUEUE).slice(0, config.maxQueues);
@@ -162,7 +160,6 @@ export function createJobGauges(
     }
     if (rest.length > 0) {
       result.otherQueues = rest.length;
-      queues.add(OTHER_QUEUE);
       for (const status of STATUSES) {
         let count = 0;
         let estimated = false;
@@ -174,16 +171,15 @@ export function createJobGauges(
       }
       result.oldestRunnableAgeSeconds[OTHER_QUEUE] = Math.max(0, ...rest.map((q) => ages[q] ?? 0));
     }
+    // Reset, not remove only what this refresher set last time: another one on the registry (a
+    // worker stopped before this one was made) may have set queues this one never reports. Reset
+    // and sets in one synchronous block, so no scrape sees the gauges empty.
+    metrics.jobs.reset();
+    metrics.oldestRunnableAge.reset();
     for (const { queue, status, count } of result.jobs) metrics.jobs.set({ queue, status }, count);
     for (const [queue, age] of Object.entries(result.oldestRunnableAgeSeconds)) {
       metrics.oldestRunnableAge.set({ queue }, age);
     }
-    for (const queue of reported) {
-      if (queues.has(queue)) continue;
-      for (const status of STATUSES) metrics.jobs.remove({ queue, status });
-      metrics.oldestRunnableAge.remove({ queue });
-    }
-    reported = queues;
     metrics.gaugesRefreshed.set(Date.now() / 1000);
     return result;
   }

@@ -265,6 +265,36 @@ describe('Prometheus metrics', () => {
     await client.close();
   });
 
+  it('a second refresher on the registry removes the queues the first one reported', async () => {
+    const client = createClient({ pool: db.pool, logger: quiet });
+    const job = defineJob({
+      type: 'gauge-handover',
+      queue: 'gauge-handover',
+      payload: z.object({}),
+      handler: async () => {},
+    });
+    await client.enqueueMany(job, [{ payload: {} }, { payload: {} }]);
+    const registry = new Registry();
+    // A worker's refresher, then its replacement's on the same registry (a restart in-process).
+    const before = createJobGauges({ pool: db.pool, metrics: registry, logger: quiet });
+    await before.runOnce();
+    await before.stop();
+    const series = async () =>
+      (await before.metrics.jobs.get()).values.filter((v) => v.labels.queue === 'gauge-handover');
+    const ages = async () =>
+      (await before.metrics.oldestRunnableAge.get()).values.filter(
+        (v) => v.labels.queue === 'gauge-handover',
+      );
+    expect((await series()).find((v) => v.labels.status === 'pending')?.value).toBe(2);
+    await db.pool.query(`DELETE FROM skiplock.jobs WHERE queue = 'gauge-handover'`);
+    const after = createJobGauges({ pool: db.pool, metrics: registry, logger: quiet });
+    expect(after.metrics).toBe(before.metrics);
+    await after.runOnce();
+    expect(await series()).toEqual([]);
+    expect(await ages()).toEqual([]);
+    await client.close();
+  });
+
   it('caps the queues with series of their own, sums the rest into _other, and bounds the estimates', async () => {
     const client = createClient({ pool: db.pool, logger: quiet });
     const job = defineJob({
