@@ -59,11 +59,16 @@ const made = new WeakMap<Registry, QueueMetrics>();
 /**
  * The queue's metrics in `registry` (default: a new registry of their own; never prom-client's
  * global one). Made once per registry: a second call with the same registry returns the same
- * object, so a worker and a separate sweeper can share it.
+ * object, so a worker and a separate sweeper can share it (made again once `registry.clear()`
+ * dropped them).
  */
 export function createQueueMetrics(registry: Registry = new Registry()): QueueMetrics {
   const known = made.get(registry);
-  if (known) return known;
+  // Only while the registry still holds them: after registry.clear() they would record into
+  // metrics no scrape reads.
+  if (known && registry.getSingleMetric('skiplock_job_outcomes_total') === known.jobOutcomes) {
+    return known;
+  }
   const counter = <L extends string>(name: string, help: string, labelNames: L[] = []) =>
     reuse(registry, name, Counter, () => new Counter<L>({ name, help, labelNames, registers: [] }));
   const histogram = <L extends string>(

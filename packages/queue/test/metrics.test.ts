@@ -369,6 +369,35 @@ describe('Prometheus metrics', () => {
     await Promise.all([a.stop(), b.stop(), c.stop()]);
   });
 
+  it('a worker given a registry cleared since an earlier one registers its metrics again', async () => {
+    const client = createClient({ pool: db.pool, logger: quiet });
+    const job = defineJob({
+      type: 'mt-cleared',
+      queue: 'mt-cleared',
+      payload: z.object({}),
+      handler: async () => {},
+    });
+    const registry = new Registry();
+    const options = { metrics: registry, queues: ['mt-cleared'] };
+    const first = testWorker(db.pool, [job], options);
+    await client.enqueue(job, {});
+    expect(await first.runOnce()).toBe(1);
+    await first.stop();
+    // Between tests, or an application rebuilding its metrics.
+    registry.clear();
+    const second = testWorker(db.pool, [job], options);
+    expect(registry.getSingleMetric('skiplock_job_outcomes_total')).toBe(
+      second.metrics.jobOutcomes,
+    );
+    await client.enqueue(job, {});
+    expect(await second.runOnce()).toBe(1);
+    await second.stop();
+    expect(
+      await metricValue(registry, 'skiplock_job_outcomes_total', { queue: 'mt-cleared' }),
+    ).toBe(1);
+    await client.close();
+  });
+
   it('serves several registries merged, and answers 500 when two hold the same metric', async () => {
     const own = createQueueMetrics();
     own.claimErrors.inc(2);

@@ -26,7 +26,10 @@ export function createSagaMetrics(option?: SagaMetricsOption): SagaMetrics {
     throw new TypeError('createSagaRuntime: `metrics` must be a prom-client Registry');
   }
   const known = made.get(registry);
-  if (known) return known;
+  // Only while the registry still holds them (not after registry.clear()), as the queue's.
+  if (known && registry.getSingleMetric('skiplock_saga_outcomes_total') === known.outcomes) {
+    return known;
+  }
   const counter = <L extends string>(name: string, help: string, labelNames: L[] = []) =>
     reuse(registry, name, Counter, () => new Counter<L>({ name, help, labelNames, registers: [] }));
   const metrics: SagaMetrics = {

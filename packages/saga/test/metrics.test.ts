@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { createSagaRuntime, defineSaga } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { scrape } from '../../../test/support/prometheus.js';
-import { fast, settled, silent } from './fixtures.js';
+import { fast, settled, silent, startSagas } from './fixtures.js';
 
 const db = await useTestDatabase();
 
@@ -94,5 +94,29 @@ describe('saga metrics', () => {
       await runtime.close();
       await served.close();
     }
+  });
+
+  it('a runtime given a registry cleared since an earlier one registers its metrics again', async () => {
+    const once = defineSaga({ name: 'mt-cleared', version: 1, input: z.object({}) }).step('only', {
+      ...fast,
+      run: () => 1,
+    });
+    const registry = new Registry();
+    const first = createSagaRuntime({
+      pool: db.pool,
+      sagas: [once],
+      logger: silent,
+      metrics: registry,
+    });
+    await first.close();
+    // Between tests, or an application rebuilding its metrics.
+    registry.clear();
+    const { runtime } = await startSagas(db.pool, [once], { metrics: registry });
+    expect(registry.getSingleMetric('skiplock_saga_outcomes_total')).toBe(runtime.metrics.outcomes);
+    await runtime.start(once, { id: 'mt-cleared-1', input: {} });
+    expect((await settled(runtime, 'mt-cleared-1')).status).toBe('completed');
+    expect(await registry.getSingleMetricAsString('skiplock_saga_outcomes_total')).toContain(
+      'skiplock_saga_outcomes_total{saga="mt-cleared",step="only",outcome="completed"} 1',
+    );
   });
 });
