@@ -1,4 +1,4 @@
-import { SpanStatusCode, context, trace } from '@opentelemetry/api';
+import { SpanKind, SpanStatusCode, context, trace } from '@opentelemetry/api';
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { createWorker, NonRetryableError, type Worker } from '@skiplock/queue';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -96,6 +96,11 @@ describe('OpenTelemetry traces of a saga', () => {
     expect(byName('start traced-order').parentSpanContext?.spanId).toBe(
       request.spanContext().spanId,
     );
+    // The start is a local operation; the message it sends has a producer span of its own.
+    expect(byName('start traced-order').kind).toBe(SpanKind.INTERNAL);
+    const firstSend = parentOf(parentOf(byName('step reserve'))!)!;
+    expect(firstSend.kind).toBe(SpanKind.PRODUCER);
+    expect(parentOf(firstSend)?.name).toBe('start traced-order');
     // Each step runs under its job's consumer span, which continues the enqueue's trace.
     for (const step of ['step reserve', 'step charge', 'compensate reserve']) {
       const run = parentOf(byName(step))!;
