@@ -661,11 +661,9 @@ async function compensationDead(spec: StepSpec, e: Engine, tx: pg.PoolClient, in
       attempt: await deadAttempt(tx, info),
     }),
   );
-  const transition = await failSaga(
-    e,
-    tx,
-    saga.id,
-    `compensation of "${spec.name}" failed: ${error}`,
+  // In a span of the saga's, as a dead step's: the transition is noted there.
+  const transition = await inSagaTrace(e.tracer, saga, `dead ${spec.name}`, () =>
+    failSaga(e, tx, saga.id, `compensation of "${spec.name}" failed: ${error}`),
   );
   report(e, saga, spec.name, transition);
 }

@@ -71,6 +71,12 @@ export function inSagaTrace<T extends string>(
   });
 }
 
+/**
+ * Step spans that record: a transition is noted only on one of these, never on a span of the
+ * queue's (a dead job's hook runs in its `process` span, after its `dead <step>` span ended).
+ */
+const stepSpans = new WeakSet<Span>();
+
 /** Runs one step, compensation or timeout job of a saga in a span of its own, under its run. */
 export function inStepSpan<T>(
   tracer: Tracer | null,
@@ -87,12 +93,15 @@ export function inStepSpan<T>(
       'skiplock.saga.step': step,
       'skiplock.saga.kind': what,
     });
+    stepSpans.add(span);
   }
   return inSpan(span, work);
 }
 
-/** Notes on the active span (a step's) what the saga did, e.g. `advanced` or `compensating`. */
+/** Notes on the active span, if a step's, what the saga did, e.g. `advanced` or `compensating`. */
 export function noteTransition(transition: string): void {
   const span = trace.getActiveSpan();
-  if (span?.isRecording()) span.setAttribute('skiplock.saga.transition', transition);
+  if (span && stepSpans.has(span) && span.isRecording()) {
+    span.setAttribute('skiplock.saga.transition', transition);
+  }
 }

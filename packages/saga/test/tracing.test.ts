@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createSagaRuntime, defineSaga, type SagaRuntime } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
 import { memoryTracing } from '../../../test/support/tracing.js';
 import { fast, settled, silent } from './fixtures.js';
 
@@ -126,6 +127,41 @@ describe('OpenTelemetry traces of a saga', () => {
     expect(at(byName('compensate reserve').startTime)).toBeGreaterThanOrEqual(
       at(byName('step charge').endTime),
     );
+  });
+
+  it("a dead job's transition is on the saga's dead span, not on the queue's process span", async () => {
+    otel.reset();
+    const broken = defineSaga({ name: 'traced-broken', version: 1, input: z.object({}) })
+      .step('hold', {
+        ...fast,
+        run: () => 1,
+        compensate: () => {
+          throw new NonRetryableError('release API is down');
+        },
+      })
+      .step('pay', {
+        ...fast,
+        run: () => {
+          throw new NonRetryableError('no');
+        },
+      });
+    const runtime = await traced([broken]);
+    await runtime.start(broken, { id: 'traced-5', input: {} });
+    expect((await settled(runtime, 'traced-5')).status).toBe('failed');
+    // The step's job died (the saga compensates), then the compensation's (the saga failed).
+    const spans = await waitForSpans('traced-5', ['dead pay', 'dead hold']);
+    const byName = (n: string) => spans.find((s) => s.name === n)!;
+    expect(byName('dead pay').attributes['skiplock.saga.transition']).toBe('compensating');
+    expect(byName('dead hold').attributes['skiplock.saga.transition']).toBe('failed');
+    const traceId = byName('start traced-broken').spanContext().traceId;
+    // Hold's, pay's and hold's compensation's runs; the last ends after its job's dead hook.
+    const runs = await waitFor(() => {
+      const found = otel
+        .spans()
+        .filter((s) => s.name === 'process sagas' && s.spanContext().traceId === traceId);
+      return found.length === 3 ? found : null;
+    });
+    for (const run of runs) expect(run.attributes['skiplock.saga.transition']).toBeUndefined();
   });
 
   it('a signal from another trace resumes the saga in its own trace, linked to the sender', async () => {
