@@ -1,5 +1,6 @@
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { ConfigError } from '@skiplock/queue';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Delivery, OutboxMessage } from '../src/sink.js';
@@ -333,6 +334,18 @@ describe.skipIf(!natsServer && !process.env.CI)('natsSink across a broker restar
 });
 
 describe('natsSink without a broker', () => {
+  it('refuses an ackTimeoutMs that is not whole ms from 1 to an hour, naming it and the value', () => {
+    // Past 2^31-1 ms (Infinity too) Node fires the timeout after 1 ms: every publish would fail.
+    for (const ackTimeoutMs of [3_000_000_000, 2 ** 31, 3_600_001, Infinity, NaN, 0, 0.5]) {
+      const make = () => natsSink({ servers: natsUrl, ackTimeoutMs });
+      expect(make).toThrow(ConfigError);
+      expect(make).toThrow(
+        `natsSink options: ackTimeoutMs must be an integer from 1 to 3600000, got ${ackTimeoutMs}`,
+      );
+    }
+    expect(natsSink({ servers: natsUrl, ackTimeoutMs: 3_600_000 }).name).toBe('nats');
+  });
+
   it('fails every message when it cannot connect, and connects again on the next batch', async () => {
     const url = `nats://127.0.0.1:${await freePort()}`;
     const sink = natsSink({ servers: url });

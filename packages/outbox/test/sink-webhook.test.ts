@@ -449,6 +449,22 @@ describe('webhookSink options', () => {
     );
     expect(webhookSink(ok).name).toBe('webhook');
   });
+
+  it('refuses a timeoutMs that is not whole ms from 1 to an hour, naming it and the value', async () => {
+    // Past 2^31-1 ms Node fires the timeout after 1 ms: every request would time out at once.
+    for (const timeoutMs of [3_000_000_000, 2 ** 31, 3_600_001, Infinity, NaN, 0, 0.5]) {
+      const make = () => webhookSink({ url, secret, timeoutMs });
+      expect(make).toThrow(ConfigError);
+      expect(make).toThrow(
+        `webhookSink options: timeoutMs must be an integer from 1 to 3600000, got ${timeoutMs}`,
+      );
+    }
+    const { base } = await receiver((_request, response) => {
+      setTimeout(() => response.writeHead(200).end(), 50);
+    });
+    const results = await sink({ url: base, timeoutMs: 3_600_000 }).deliver([message('1')], never);
+    expect(results).toEqual([{ ok: true }]);
+  });
 });
 
 describe('parseRetryAfter', () => {

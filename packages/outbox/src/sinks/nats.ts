@@ -14,6 +14,7 @@ import {
   type MsgHdrs,
   type NatsConnection,
 } from '@nats-io/transport-node';
+import { ConfigError } from '@skiplock/queue';
 import type { Logger } from 'pino';
 import {
   encodePayload,
@@ -37,7 +38,7 @@ export interface NatsSinkOptions {
    * one stream its own prefix, or their ids collide in the stream's duplicate window.
    */
   msgIdPrefix?: string | undefined;
-  /** How long to wait for the stream's PubAck of one message; default 5000. */
+  /** How long to wait for each message's PubAck: whole ms from 1 to 3 600 000; default 5000. */
   ackTimeoutMs?: number | undefined;
   logger?: Logger | undefined;
 }
@@ -49,6 +50,8 @@ export interface NatsSink extends Sink {
 export { KEY_HEADER, TOPIC_HEADER } from '../sink.js';
 
 const CONNECTION_NAME = 'skiplock-outbox';
+/** An hour: longer is no timeout at all, and past 2^31-1 ms Node's timers misfire. */
+const MAX_ACK_TIMEOUT_MS = 3_600_000;
 const OK: Delivery = { ok: true };
 const ABORTED = Symbol('aborted');
 const abortedDelivery = failed('aborted before the stream acknowledged the message');
@@ -66,9 +69,12 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
     ackTimeoutMs = 5_000,
     logger,
   } = options;
-  // Checked here: nats.js would reject each publish, and the failure would count as permanent.
-  if (!(ackTimeoutMs >= 1))
-    throw new RangeError(`ackTimeoutMs must be at least 1, not ${ackTimeoutMs}`);
+  // Checked here: nats.js would reject each publish, and the failure would count as permanent;
+  // and Node fires a timer of more than 2^31-1 ms (Infinity too) after 1 ms, failing every publish.
+  if (!Number.isInteger(ackTimeoutMs) || ackTimeoutMs < 1 || ackTimeoutMs > MAX_ACK_TIMEOUT_MS)
+    throw new ConfigError(
+      `natsSink options: ackTimeoutMs must be an integer from 1 to ${MAX_ACK_TIMEOUT_MS}, got ${String(ackTimeoutMs)}`,
+    );
   let client: Promise<{ nc: NatsConnection; js: JetStreamClient }> | undefined;
   let closed = false;
 

@@ -9,7 +9,7 @@ export interface WebhookSinkOptions {
   url: string | ((message: OutboxMessage) => string);
   /** A Standard Webhooks secret: `whsec_` followed by the base64 key the receiver also holds. */
   secret: string;
-  /** Per request, including reading the response. Default 10 000. */
+  /** Per request, including reading the response: whole ms from 1 to 3 600 000. Default 10 000. */
   timeoutMs?: number;
   /** Sent with every request (an auth header, say). Never logged; a message cannot override them. */
   headers?: Record<string, string>;
@@ -52,6 +52,8 @@ const ownHeaders = new Set([
 /** Read past this and the connection is dropped instead of reused: not worth the wait. */
 const drainLimitBytes = 64 * 1024;
 const errorTextChars = 200;
+/** An hour: longer is no timeout at all, and past 2^31-1 ms Node's timers misfire. */
+const MAX_TIMEOUT_MS = 3_600_000;
 
 /**
  * A sink that POSTs each message to an HTTP endpoint, signed per Standard Webhooks
@@ -71,8 +73,11 @@ export function webhookSink(options: WebhookSinkOptions): Sink {
   } else if (typeof url !== 'function') {
     throw configError('url must be a string or a function of the message');
   }
-  if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
-    throw configError('timeoutMs must be a positive integer');
+  // Node fires a timer of more than 2^31-1 ms after 1 ms: every request would time out at once.
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_TIMEOUT_MS)
+    throw configError(
+      `timeoutMs must be an integer from 1 to ${MAX_TIMEOUT_MS}, got ${String(timeoutMs)}`,
+    );
   if (!Number.isInteger(concurrency) || concurrency <= 0)
     throw configError('concurrency must be a positive integer');
   if (typeof idPrefix !== 'string' || !/^[\x21-\x7e]*$/.test(idPrefix))
