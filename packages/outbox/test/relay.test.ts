@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   createRelay,
   deadMessages,
+  failed,
   outboxCounts,
   publishMany,
   retryDeadMessages,
@@ -22,6 +23,13 @@ function relayFor(receiver: Receiver, options: Partial<RelayOptions> = {}) {
   const sink = webhookSink({ url: receiver.url, secret, timeoutMs: 5_000 });
   return createRelay({ pool: db.pool, sink, logger: silent, backoff: quickBackoff, ...options });
 }
+
+/** Acknowledges every message without sending it anywhere. */
+const okSink: Sink = {
+  name: 'ok',
+  deliver: async (messages) => messages.map(() => ({ ok: true as const })),
+  close: async () => {},
+};
 
 /** Runs passes until one claims nothing that is due. */
 async function drain(relay: ReturnType<typeof createRelay>, passes = 100) {
@@ -281,6 +289,50 @@ describe('relay', () => {
     );
     expect(rows).toEqual([{ lease_id: null }]);
     await db.pool.query(`DELETE FROM skiplock.outbox_messages WHERE id = $1`, [id]);
+  });
+
+  it('fences a late settle that did not deliver: a message maintenance sent dead stays dead', async () => {
+    for (const [n, outcome] of [
+      failed('not sent: the relay gave up on the batch first', { notSent: true }),
+      failed('HTTP 503'),
+      failed('HTTP 410', { permanent: true }),
+    ].entries()) {
+      const topic = `late-failed.test.${n}`;
+      const [first, second] = await publishMany(db.pool, [
+        { topic, key: 'L', payload: 1 },
+        { topic, key: 'L', payload: 2 },
+      ]);
+      const options = { pool: db.pool, logger: silent, topics: [topic], maxAttempts: 1 };
+      const other = createRelay({ ...options, sink: okSink });
+      let meanwhile: unknown;
+      // Its lease runs out before it settles (fast-forwarded), maintenance sends the first message
+      // dead, and that frees the key's second for another relay.
+      const sink: Sink = {
+        name: 'late',
+        deliver: async (messages) => {
+          await db.pool.query(
+            `UPDATE skiplock.outbox_messages SET lease_until = now() - interval '1 second' WHERE id = $1`,
+            [first],
+          );
+          meanwhile = await other.retainOnce();
+          return messages.map(() => outcome);
+        },
+        close: async () => {},
+      };
+      const late = createRelay({ ...options, sink });
+      expect(await late.runOnce()).toMatchObject({ claimed: 1, fenced: 1 });
+      expect(meanwhile).toMatchObject({ expired: 1 });
+      // Back to pending, the first would be its key's head again beside the second in flight.
+      expect((await statusOf([first!]))[0]).toMatchObject({
+        status: 'dead',
+        last_error: expect.stringContaining('lease ran out'),
+      });
+      expect(await other.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
+      expect((await statusOf([first!, second!])).map((r) => r.status)).toEqual([
+        'dead',
+        'delivered',
+      ]);
+    }
   });
 
   it('keeps delivered messages for retainDeliveredMs, then deletes them in bounded passes', async () => {

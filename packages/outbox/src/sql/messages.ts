@@ -103,7 +103,10 @@ export function claimMessages(options: {
 /**
  * Settles a claimed batch in one statement: delivered, dead, or back to pending after its delay.
  * Fenced on the lease: a relay whose lease ran out and whose messages another relay claimed
- * changes nothing (the rows it no longer holds are missing from RETURNING).
+ * changes nothing (the rows it no longer holds are missing from RETURNING). A message that
+ * `expireLastAttempts` sent dead keeps its lease for a late delivered settle only: a failed one
+ * would bring it back to pending past the revive's key checks, beside its key's next message
+ * (found in review).
  */
 export function settleMessages(
   leaseId: string,
@@ -133,7 +136,7 @@ export function settleMessages(
     FROM unnest(${sql.param(outcome.ids)}::bigint[], ${sql.param(outcome.ok)}::boolean[], ${sql.param(outcome.dead)}::boolean[],
                 ${sql.param(outcome.unsent)}::boolean[], ${sql.param(outcome.delayMs)}::int[], ${sql.param(outcome.errors)}::text[])
          AS f(id, ok, dead, unsent, delay_ms, error), ${commitItem(asyncCommit)}
-    WHERE m.id = f.id AND m.lease_id = ${leaseId}::uuid
+    WHERE m.id = f.id AND m.lease_id = ${leaseId}::uuid AND (m.status = 'pending' OR f.ok)
     RETURNING m.id, m.key, m.status, m.run_after
     ),
     -- A key whose head waits out a backoff holds its followers back anyway: give them the head's
