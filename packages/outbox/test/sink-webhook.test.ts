@@ -360,6 +360,21 @@ describe('webhookSink outcomes', () => {
     expect(received).toHaveLength(0);
   });
 
+  it('fails a message whose URL is on a port fetch refuses for good, naming the port', async () => {
+    const webhook = sink({ url: (m) => `http://127.0.0.1:${m.topic}/hooks?token=hidden` });
+    const results = await webhook.deliver(
+      ['6000', '10080', '5060'].map((port) => message('1', { topic: port })),
+      never,
+    );
+    for (const [i, port] of ['6000', '10080', '5060'].entries()) {
+      const result = failure(results[i]);
+      expect(result.permanent).toBe(true);
+      expect(result.error).toBe(
+        `webhook url for this message: fetch refuses port ${port} (a "bad port")`,
+      );
+    }
+  });
+
   it('logs reason codes, never payloads, secrets, header values or response bodies', async () => {
     const lines: string[] = [];
     const logger = pino({ level: 'debug' }, { write: (line: string) => lines.push(line) });
@@ -438,6 +453,14 @@ describe('webhookSink options', () => {
     expect(() => webhookSink({ ...ok, url: 'ftp://example.test' })).toThrow(/url/);
     expect(() => webhookSink({ ...ok, url: 'not a url' })).toThrow(/url/);
     expect(() => webhookSink({ ...ok, timeoutMs: 0 })).toThrow(/timeoutMs/);
+    for (const port of [6000, 10080, 6666]) {
+      const badPort = () => webhookSink({ ...ok, url: `http://127.0.0.1:${port}/hooks` });
+      expect(badPort).toThrow(ConfigError);
+      expect(badPort).toThrow(
+        `webhookSink options: url: fetch refuses port ${port} (a "bad port")`,
+      );
+    }
+    expect(webhookSink({ ...ok, url: 'http://127.0.0.1:6001/hooks' }).name).toBe('webhook');
     expect(() => webhookSink({ ...ok, concurrency: 1.5 })).toThrow(/concurrency/);
     expect(() => webhookSink({ ...ok, idPrefix: 'has space' })).toThrow(/idPrefix/);
     expect(() => webhookSink({ ...ok, timeout: 5 } as never)).toThrow(/unknown option "timeout"/);

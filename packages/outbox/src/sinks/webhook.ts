@@ -70,6 +70,8 @@ export function webhookSink(options: WebhookSinkOptions): Sink {
     if (!isHttpUrl(url)) {
       throw configError('url must be an http: or https: URL without a user or password in it');
     }
+    const port = badPort(url);
+    if (port !== undefined) throw configError(`url: fetch refuses port ${port} (a "bad port")`);
   } else if (typeof url !== 'function') {
     throw configError('url must be a string or a function of the message');
   }
@@ -109,6 +111,13 @@ export function webhookSink(options: WebhookSinkOptions): Sink {
           permanent: true,
         },
       );
+    }
+    const port = badPort(target);
+    if (port !== undefined) {
+      logger?.warn({ ...log, reason: 'webhook_bad_url', port }, 'webhook url port is refused');
+      return failed(`webhook url for this message: fetch refuses port ${port} (a "bad port")`, {
+        permanent: true,
+      });
     }
 
     const id = idPrefix + message.id;
@@ -229,6 +238,25 @@ function isHttpUrl(value: unknown): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The Fetch standard's "bad ports" (https://fetch.spec.whatwg.org/#bad-port), which Node's fetch
+ * refuses without a request: its error read as a network failure, retried until dead (found in
+ * review).
+ */
+const BAD_PORTS = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102,
+  103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465,
+  512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993,
+  995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668,
+  6669, 6679, 6697, 10080,
+]);
+
+/** The port of an http(s) URL when fetch refuses it; a default port (80, 443) never is. */
+function badPort(value: string): number | undefined {
+  const port = Number(new URL(value).port);
+  return BAD_PORTS.has(port) ? port : undefined;
 }
 
 /**
