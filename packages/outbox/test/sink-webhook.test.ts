@@ -500,11 +500,25 @@ describe('parseRetryAfter', () => {
     expect(parseRetryAfter('9'.repeat(400), now)).toBe(maxRetryAfterMs);
     expect(parseRetryAfter('Sun, 06 Nov 1994 08:49:37 GMT', now)).toBe(10_000);
     expect(parseRetryAfter('Sunday, 06-Nov-94 08:49:37 GMT', now)).toBe(10_000);
+    // asctime: no zone named, yet UTC whatever the process's time zone.
+    expect(parseRetryAfter('Sun Nov  6 08:49:37 1994', now)).toBe(10_000);
+    expect(parseRetryAfter('Wed Nov 16 08:49:37 1994', now)).toBe(maxRetryAfterMs);
+    expect(parseRetryAfter('Sun Nov  6 08:00:00 1994', now)).toBe(0);
     expect(parseRetryAfter('Sun, 06 Nov 1994 08:00:00 GMT', now)).toBe(0);
   });
 
   it('ignores what is not a Retry-After value', () => {
-    for (const garbage of [null, undefined, '', '-1', '1.5', 'soon', '1994-11-06', '1 2']) {
+    for (const garbage of [
+      null,
+      undefined,
+      '',
+      '-1',
+      '1.5',
+      'soon',
+      '1994-11-06',
+      '1 2',
+      'Sun Nov  6 08:49:37 94',
+    ]) {
       expect(parseRetryAfter(garbage, now)).toBeUndefined();
     }
   });

@@ -10,6 +10,9 @@ const deltaSeconds = /^[0-9]+$/;
 // accepts nearly anything (`1` is the year 2001).
 const httpDate =
   /^[A-Za-z]{3,9}, [0-9]{2}[ -][A-Za-z]{3}[ -][0-9]{2,4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT$/;
+// And the obsolete asctime form (`Sun Nov  6 08:49:37 1994`), which the RFC also requires a
+// recipient to read; it names no zone and is UTC, which Date.parse takes only when told.
+const asctimeDate = /^[A-Za-z]{3} [A-Za-z]{3} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}$/;
 
 /**
  * A `Retry-After` header as ms from `now`, capped at `maxRetryAfterMs`; a date in the past is 0.
@@ -24,6 +27,7 @@ export function parseRetryAfter(
   let ms: number;
   if (deltaSeconds.test(text)) ms = Number(text) * 1_000;
   else if (httpDate.test(text)) ms = Date.parse(text) - now;
+  else if (asctimeDate.test(text)) ms = Date.parse(`${text} GMT`) - now;
   else return undefined;
   if (!Number.isFinite(ms)) return ms > 0 ? maxRetryAfterMs : undefined;
   return Math.min(Math.max(Math.round(ms), 0), maxRetryAfterMs);
