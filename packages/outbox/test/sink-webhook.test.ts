@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
@@ -404,6 +405,11 @@ describe('webhookSink outcomes', () => {
     expect(log).toMatch(/webhook_retryable_status/);
     expect(log).toMatch(/webhook_retry_after/);
     expect(log).toMatch(/webhook_rejected/);
+    // An operator reading a log line looks its reason code up in the README.
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    for (const line of lines) {
+      expect(readme).toContain(`\`${(JSON.parse(line) as { reason: string }).reason}\``);
+    }
     for (const secretish of [
       'payload-marker',
       'header-value',
