@@ -103,7 +103,7 @@ export interface Relay {
    * attempt is given back. Closes what the relay opened, never the sink.
    */
   stop(options?: { timeoutMs?: number }): Promise<void>;
-  /** One claim, delivery and settle; what tests and `skiplock outbox relay --once` call. */
+  /** One claim, delivery and settle, as one turn of `start()`'s loop; for tests and scripts. */
   runOnce(): Promise<RelayPassResult>;
   /** One bounded maintenance pass: retention, and this relay's messages out of attempts. */
   retainOnce(): Promise<RetentionResult>;
