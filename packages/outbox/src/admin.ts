@@ -13,7 +13,13 @@ const MAX_IDS = 1_000;
 const BIGINT_MAX = 9_223_372_036_854_775_807n;
 
 function checkId(id: unknown, what: string): string {
-  if (typeof id !== 'string' || !/^[1-9][0-9]{0,18}$/.test(id) || BigInt(id) > BIGINT_MAX) {
+  // Said apart: a number's text looks like an id, and the error read as if 213 were unknown.
+  if (typeof id !== 'string') {
+    throw new TypeError(
+      `${what}: a message id must be a string, not the ${typeof id} ${String(id)}`,
+    );
+  }
+  if (!/^[1-9][0-9]{0,18}$/.test(id) || BigInt(id) > BIGINT_MAX) {
     throw new TypeError(`${what}: "${String(id)}" is not a message id`);
   }
   return id;
@@ -102,7 +108,12 @@ export async function deadMessages(
   db: Queryable,
   options: { limit?: number; beforeId?: string } = {},
 ): Promise<DeadMessage[]> {
-  const limit = Math.min(Math.max(1, Math.floor(options.limit ?? 50)), 1_000);
+  const asked = options.limit ?? 50;
+  // NaN would pass the clamps below and reach PostgreSQL as LIMIT NaN.
+  if (typeof asked !== 'number' || Number.isNaN(asked)) {
+    throw new TypeError(`deadMessages: limit must be a number (1 to 1,000), not ${String(asked)}`);
+  }
+  const limit = Math.min(Math.max(1, Math.floor(asked)), 1_000);
   const before = options.beforeId === undefined ? null : checkId(options.beforeId, 'deadMessages');
   const { rows } = await runSql<DeadRow>(db, selectDead(limit, before));
   return rows.map((r) => ({

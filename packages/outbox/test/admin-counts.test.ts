@@ -1,6 +1,6 @@
 import type { SQL } from 'drizzle-orm';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { outboxCounts } from '../src/index.js';
+import { deadMessages, outboxCounts, retryDeadMessages } from '../src/index.js';
 import { countMessagesCapped } from '../src/sql/messages.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { explainAnalyze } from '../../../test/support/explain.js';
@@ -65,5 +65,23 @@ describe('outbox counts for a page that refreshes', () => {
         /outboxCounts: cap must be an integer/,
       );
     }
+  });
+});
+
+describe('deadMessages and retryDeadMessages', () => {
+  it('refuse a limit that is not a number and an id that is not a string, naming them', async () => {
+    for (const limit of [Number.NaN, '10' as never]) {
+      await expect(deadMessages(db.pool, { limit })).rejects.toThrow(
+        `deadMessages: limit must be a number (1 to 1,000), not ${String(limit)}`,
+      );
+    }
+    await expect(retryDeadMessages(db.pool, [213 as never])).rejects.toThrow(
+      'retryDeadMessages: a message id must be a string, not the number 213',
+    );
+    await expect(deadMessages(db.pool, { beforeId: 7 as never })).rejects.toThrow(
+      'deadMessages: a message id must be a string, not the number 7',
+    );
+    await expect(retryDeadMessages(db.pool, ['0x1'])).rejects.toThrow('"0x1" is not a message id');
+    expect(await deadMessages(db.pool, { limit: 0 })).toHaveLength(1);
   });
 });
