@@ -473,6 +473,17 @@ describe('webhookSink options', () => {
     const badHeader = () => webhookSink({ ...ok, headers: { authorization: 'Bearer a\nb' } });
     expect(badHeader).toThrow(/headers: "authorization"/);
     expect(badHeader).not.toThrow(/Bearer/);
+    for (const [value, kind] of [
+      [5, 'a number'],
+      [null, 'null'],
+      [['a'], 'an array'],
+    ] as const) {
+      const notString = () => webhookSink({ ...ok, headers: { 'x-a': value as never } });
+      expect(notString).toThrow(ConfigError);
+      expect(notString).toThrow(
+        `webhookSink options: headers: "x-a" must be a string, not ${kind}`,
+      );
+    }
     expect(() => webhookSink({ ...ok, headers: { 'Webhook-Signature': 'v1,x' } })).toThrow(
       /headers: "Webhook-Signature" is set by the sink/,
     );

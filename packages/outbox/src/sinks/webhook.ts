@@ -88,6 +88,9 @@ export function webhookSink(options: WebhookSinkOptions): Sink {
   for (const [name, value] of staticHeaders) {
     if (ownHeaders.has(name.toLowerCase()))
       throw configError(`headers: "${name}" is set by the sink itself`);
+    // Not echoed, as a bad value below: it may be a credential.
+    if (typeof value !== 'string')
+      throw configError(`headers: "${name}" must be a string, not ${kindOf(value)}`);
     // Checked here so a bad header fails at startup, not as every message's delivery error.
     if (setHeader(new Headers(), name, value))
       throw configError(`headers: "${name}" is not a valid header name or value`);
@@ -320,6 +323,13 @@ function networkCause(error: unknown): { code: string | undefined; text: string 
   const message = errorText(cause);
   if (typeof code !== 'string') return { code: undefined, text: message || 'unknown error' };
   return { code, text: message.includes(code) ? message : `${code} ${message}`.trim() };
+}
+
+/** What a value is, for an error that must not show it. */
+function kindOf(value: unknown): string {
+  if (value === null || value === undefined) return String(value);
+  if (Array.isArray(value)) return 'an array';
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
 }
 
 function errorText(error: unknown): string {
