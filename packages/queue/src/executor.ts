@@ -697,9 +697,10 @@ export async function releaseUnadopted(
 }
 
 /**
- * The hand-off slot of a dead job's hook transaction. Its handler is over and its slot already
- * counted free (`handlerDone`), where a buffered job may already have started: so its room is the
- * worker's free slots not yet promised, and even its first hand-off needs one. Taken without room,
+ * The hand-off slot of a dead job's hook transaction. Its attempt is over and its slot counted
+ * free (`handlerDone`; or still taken by a handler that outlived the attempt), where a buffered
+ * job may already have started: so its room is the worker's free slots not yet promised, and
+ * even its first hand-off needs one. Taken without room,
  * it waited at the front of the buffer behind whatever held the slots (a 3 s job held a saga's
  * compensation 3,007 ms while another worker idled); now it is enqueued for any worker instead.
  */

@@ -660,7 +660,8 @@ export function createWorker(options: WorkerOptions): Worker {
     while (state === 'running') {
       const limit = claimLimit();
       if (limit <= 0) {
-        await nap('slot', bufferWaitLeft());
+        // Never without a timer: a hand-off may join the buffer while the loop naps.
+        await nap('slot', bufferWaitLeft() ?? config.maxPrefetchWaitMs);
         continue;
       }
       workRequested = false;
@@ -693,8 +694,9 @@ export function createWorker(options: WorkerOptions): Worker {
 
   /**
    * How long until the oldest buffered job has waited `maxPrefetchWaitMs` for a slot, or null
-   * with nothing buffered. Once it has, the buffer is handed back (see the option): the loop
-   * checks before each nap, the only time jobs can sit in the buffer without a claim's turn.
+   * with nothing buffered. Once it has, the buffer is handed back (see the option). The loop
+   * checks before each nap, and naps no longer than the option or its poll interval, so a job
+   * waits at most about twice the option (one that joined the buffer during a nap).
    */
   function bufferWaitLeft(): number | null {
     if (buffered.length === 0) return null;
@@ -713,21 +715,66 @@ export function createWorker(options: WorkerOptions): Worker {
       'buffered jobs waited too long for a slot; handed back for other workers',
     );
     // Its jobs' tasks settle when the release has run; stop() waits for them.
-    void releaseBuffered('buffer_wait');
+    void handBackWaiting();
     return null;
   }
 
+  /**
+   * Hands the buffer back while the worker runs on (see `maxPrefetchWaitMs`). Unlike the release
+   * at stop, a failed statement keeps the jobs: they are still leased here, so they go back to
+   * the buffer, renewed by the heartbeat, and the next check tries again; dropped, each would
+   * wait out its lease and lose an attempt it never ran.
+   */
+  async function handBackWaiting(): Promise<void> {
+    const jobs = buffered.splice(0);
+    if (jobs.length === 0) return;
+    // Out of the heartbeat meanwhile: a tick after the release committed would take the rows it
+    // no longer finds for lost leases, and log each.
+    for (const job of jobs) job.state = 'settling';
+    let released = true;
+    try {
+      await runSql(
+        pool,
+        releaseJobs(
+          id,
+          jobs.map((j) => j.token),
+          config.asyncCommit,
+        ),
+      );
+    } catch (error) {
+      released = false;
+      if (state === 'running') {
+        logger.warn(
+          { reason: 'db_error', err: errorMessage(error), jobs: jobs.length },
+          'hand-back of waiting buffered jobs failed; they stay buffered',
+        );
+        for (const job of jobs) job.state = 'queued';
+        buffered.unshift(...jobs);
+        pump();
+        return;
+      }
+      logger.warn(
+        { reason: 'db_error', err: errorMessage(error) },
+        'release failed; leases will expire',
+      );
+    }
+    for (const job of jobs) {
+      job.abort(new ShutdownError());
+      if (released) series.of(job.info.queue, job.info.type).released('buffer_wait');
+      job.state = 'done';
+      job.turn!(false);
+    }
+  }
+
   /** Hands buffered jobs back without running them: one statement, no attempt spent. */
-  async function releaseBuffered(
-    reason: 'not_started' | 'buffer_wait' = 'not_started',
-  ): Promise<void> {
+  async function releaseBuffered(): Promise<void> {
     const jobs = buffered.splice(0);
     if (jobs.length === 0) return;
     for (const job of jobs) job.abort(new ShutdownError());
     const tokens = jobs.map((j) => j.token);
     try {
       await runSql(pool, releaseJobs(id, tokens, config.asyncCommit));
-      for (const job of jobs) series.of(job.info.queue, job.info.type).released(reason);
+      for (const job of jobs) series.of(job.info.queue, job.info.type).released('not_started');
     } catch (error) {
       logger.warn(
         { reason: 'db_error', err: errorMessage(error) },

@@ -200,6 +200,66 @@ describe('claiming ahead into the local buffer', () => {
     }
   });
 
+  it('keeps the buffer when its hand-back fails, and runs the jobs once a slot frees', async () => {
+    /** A pool whose first release of waiting buffered jobs fails, as a dropped connection would. */
+    class FailingRelease extends pg.Pool {
+      failed = 0;
+      override query(...args: unknown[]): never {
+        const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string })?.text;
+        if (this.failed === 0 && text?.includes('WITH released AS')) {
+          this.failed += 1;
+          return Promise.reject(new Error('connection lost')) as never;
+        }
+        return (super.query as (...a: unknown[]) => never)(...args);
+      }
+    }
+    const pool = new FailingRelease({ connectionString: db.url, max: 4 });
+    pool.on('error', () => {});
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const mixed = defineJob({
+      type: 'mixed-fail',
+      queue: 'buffer-fail',
+      payload: z.object({ slow: z.boolean() }),
+      maxAttempts: 1,
+      handler: async ({ slow }) => {
+        if (slow) await gate;
+      },
+    });
+    const logs = captureLogs();
+    const worker = testWorker(pool, [mixed], {
+      concurrency: 1,
+      pollIntervalMs: 20,
+      maxPrefetchWaitMs: 100,
+      logger: logs.logger,
+    });
+    try {
+      await client.enqueueMany(
+        mixed,
+        Array.from({ length: 20 }, () => ({ payload: { slow: false } })),
+      );
+      await worker.start();
+      await waitFor(async () => (await countByStatus(db.pool, 'buffer-fail')).completed === 20);
+      await client.enqueueMany(
+        mixed,
+        [true, false, false, false].map((slow) => ({ payload: { slow } })),
+      );
+      await waitFor(() => pool.failed === 1, { what: 'the failed hand-back' });
+      // Before: dropped, left to wait out their leases and die with an attempt never run.
+      expect(await worker.heartbeat()).toMatchObject({ lost: 0 });
+      release();
+      await waitFor(async () => (await countByStatus(db.pool, 'buffer-fail')).completed === 24, {
+        what: 'every job completed',
+      });
+      expect(logs.reasons()).toContain('db_error');
+      expect(logs.reasons()).not.toContain('lock_lost');
+    } finally {
+      release();
+      await worker.stop();
+      await pool.end();
+    }
+  });
+
   it('holds at most maxPrefetchBytes of stored payload in the buffer', async () => {
     const big = (queue: string) =>
       defineJob({
