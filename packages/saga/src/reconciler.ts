@@ -88,28 +88,11 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     // Nothing is written when an attempt starts: what the job made is known only from the job.
     const attempt = job && { attempt: job.attempts, startedAt: job.lockedAt };
     let transition: Transition;
-    if (!entry) {
-      // The step it was on ends failed too, so the history keeps it (and its job).
-      const kind = saga.current_kind ?? 'step';
-      await runSql(
-        tx,
-        settleStep({ sagaId: saga.id, step, kind, status: 'failed', error: why, attempt }),
-      );
-      transition = await failSaga(
-        e,
-        tx,
-        saga.id,
-        `${why}; no runtime here knows saga "${saga.name}" version ${saga.version}`,
-      );
-    } else if (saga.current_kind === 'step' && !entry.steps.some((s) => s.name === step)) {
-      // Its version's definition has no such step: renamed without a new version. Nothing here
-      // knows what it compensates, as for an unknown version (before, failStep threw on the
-      // missing step and rolled back the whole pass, every other stranded saga's too).
-      await runSql(
-        tx,
-        settleStep({ sagaId: saga.id, step, kind: 'step', status: 'failed', error: why, attempt }),
-      );
-      transition = await failSaga(e, tx, saga.id, `${why}; ${notInDefinition(saga, step)}`);
+    if (!entry || (saga.current_kind === 'step' && !entry.steps.some((s) => s.name === step))) {
+      // An unknown version, or a step its definition lacks (renamed without a new version;
+      // before, failStep threw on it and rolled back the whole pass, every other stranded saga's
+      // too): nothing here knows what it compensates.
+      transition = await failUndefined(tx, saga, saga.current_kind ?? 'step', why, attempt);
     } else if (saga.current_kind === 'step') {
       const index = entry.steps.findIndex((s) => s.name === step);
       transition = await inSagaTrace(e.tracer, saga, `reconcile ${step}`, () =>
@@ -138,23 +121,40 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     );
   }
 
-  /** Every queue this runtime's saga jobs go to. */
-  function sagaQueues(): Set<string> {
-    const queues = new Set<string>();
+  /** Every queue this runtime's saga jobs go to; its definitions are fixed, so made once. */
+  let queues: readonly string[] | null = null;
+  function sagaQueues(): readonly string[] {
+    if (queues) return queues;
+    const found = new Set<string>();
     for (const entry of e.entries.values()) {
       for (const job of [...entry.runJobs, ...entry.compensateJobs, ...entry.timeoutJobs]) {
-        if (job) queues.add(job.queue);
+        if (job) found.add(job.queue);
       }
     }
-    return queues;
+    return (queues = [...found]);
   }
 
-  /** Why nothing here can compensate `saga` at `step`. */
-  function notInDefinition(saga: SagaRow, step: string): string {
+  /**
+   * Fails a saga no definition here can move on (an unknown version, or a step its version
+   * lacks): the step it was on ends failed too, so the history keeps it (and its job).
+   */
+  async function failUndefined(
+    tx: Parameters<typeof failSaga>[1],
+    saga: SagaRow,
+    kind: 'step' | 'compensation',
+    why: string,
+    attempt?: { attempt: number; startedAt: Date | null },
+  ): Promise<Transition> {
+    const step = saga.current_step!;
+    await runSql(
+      tx,
+      settleStep({ sagaId: saga.id, step, kind, status: 'failed', error: why, attempt }),
+    );
     const entry = e.entries.get(entryKey(saga.name, saga.version));
-    return entry
+    const cause = entry
       ? `version ${saga.version} of saga "${saga.name}" has no step "${step}" (renamed without a new version?)`
       : `no runtime here knows saga "${saga.name}" version ${saga.version}`;
+    return failSaga(e, tx, saga.id, `${why}; ${cause}`);
   }
 
   // Where the next pass goes on: after the last saga this one read, or from the start.
@@ -179,7 +179,10 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
         // A version no runtime here knows (retired while its sagas slept or waited), or a step
         // its definition lacks: whether the wait is timed is not known, but its timeout or wake
         // job, if it has one, died of that too (unknown_type). Looked for in every queue this
-        // runtime's sagas use; found ended, the saga fails (before, it waited for good).
+        // runtime's sagas use; found ended, the saga fails (before, it waited for good). Not
+        // after the pivot: a wait an operator retried there waits on with no timeout job, and
+        // the dead one of its first wait is still under the key (found in review).
+        if (row.pivoted) continue;
         const key = timeoutKey(row.id, row.current_step);
         for (const queue of sagaQueues()) expected.push({ row, index, queue, key });
         continue;
@@ -199,39 +202,24 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     const failed: string[] = [];
     for (const { row, index, queue, key } of expected) {
       const job = jobs.get(`${queue}\0${key}`);
-      if (index === -1) {
-        // Only a job found ended says the wait can no longer end; none found may be a wait
-        // with no timeout, which a signal ends.
-        if (!job || (job.status !== 'dead' && job.status !== 'cancelled')) continue;
-        if (failed.includes(row.id)) continue;
-        const saga = (await runSql<SagaRow>(tx, lockSaga(row.id))).rows[0]!;
-        const why = `timeout job ${job.id} is ${job.status}: ${job.lastError ?? 'no error recorded'}`;
-        const step = row.current_step;
-        await runSql(
-          tx,
-          settleStep({ sagaId: row.id, step, kind: 'step', status: 'failed', error: why }),
-        );
-        const transition = await failSaga(e, tx, row.id, `${why}; ${notInDefinition(saga, step)}`);
-        e.metrics.outcomes.inc({ saga: row.name, step, outcome: transition });
-        e.logger.warn(
-          { reason: 'saga_reconciled', sagaId: row.id, step, outcome: transition },
-          'waiting saga of an unknown version or step failed',
-        );
-        failed.push(row.id);
-        continue;
-      }
       if (job && job.status !== 'dead' && job.status !== 'cancelled') continue;
+      // Without a definition, only a job found ended says the wait can no longer end: none
+      // found may be a wait with no timeout, which a signal ends. Once per saga, whichever
+      // queue held the job.
+      if (index === -1 && (!job || failed.includes(row.id))) continue;
       const why = job
         ? `timeout job ${job.id} is ${job.status}: ${job.lastError ?? 'no error recorded'}`
         : `timeout job ${key} no longer exists`;
       const saga = (await runSql<SagaRow>(tx, lockSaga(row.id))).rows[0]!;
-      const entry = e.entries.get(entryKey(row.name, row.version))!;
+      const entry = e.entries.get(entryKey(row.name, row.version));
       // After the pivot a sleep whose wake job is lost only ends early: the saga goes on.
-      const onward = saga.pivoted && entry.steps[index]!.sleep !== null;
+      const onward = index !== -1 && saga.pivoted && entry!.steps[index]!.sleep !== null;
       const transition = await inSagaTrace(e.tracer, saga, `reconcile ${row.current_step}`, () =>
-        onward
-          ? advanceAfter(e, tx, entry, saga, index, null)
-          : failStep(e, tx, entry, saga, index, why),
+        index === -1
+          ? failUndefined(tx, saga, 'step', why)
+          : onward
+            ? advanceAfter(e, tx, entry!, saga, index, null)
+            : failStep(e, tx, entry!, saga, index, why),
       );
       if (OUTCOMES.has(transition)) {
         e.metrics.outcomes.inc({ saga: row.name, step: row.current_step, outcome: transition });

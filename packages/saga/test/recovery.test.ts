@@ -121,6 +121,37 @@ describe('sagas their runtime no longer has a definition for', () => {
     expect((await runtime.reconciler.runOnce()).reconciled).toBe(0);
   });
 
+  it('leaves a retired version waiting after its pivot, as a wait an operator retried there waits on', async () => {
+    const pivotedV1 = defineSaga({ name: 'pivoted', version: 1, input })
+      .step('charge', { ...fast, pivot: true, run: () => 1 })
+      .waitFor('packed', { payload: z.object({}), timeoutMs: 300 })
+      .step('ship', { ...fast, retriable: true, run: () => 2 });
+    const pivotedV2 = defineSaga({ name: 'pivoted', version: 2, input }).step('x', {
+      ...fast,
+      run: () => 1,
+    });
+    const { runtime: old, worker: oldWorker } = await startSagas(db.pool, [pivotedV1]);
+    await old.start(pivotedV1, { id: 'past-pivot', input: {} });
+    await settled(old, 'past-pivot', ['waiting']);
+    await oldWorker.stop();
+    const { runtime, worker } = await startSagas(db.pool, [pivotedV2]);
+    await waitFor(
+      async () =>
+        (
+          await db.pool.query(
+            `SELECT 1 FROM skiplock.jobs WHERE idempotency_key = 'saga:past-pivot:timeout:packed' AND status = 'dead'`,
+          )
+        ).rowCount === 1,
+      { what: 'the timeout job dead' },
+    );
+    await waitFor(() => worker.inFlight === 0 || null, { what: 'the worker to let go of the job' });
+    // The dead job could be what is left of a wait an operator retried (retryFailed puts it back
+    // to waiting with no timeout job, the dead one still under the key): before, failed again
+    // on every pass of a runtime without this version.
+    expect((await runtime.reconciler.runOnce()).reconciled).toBe(0);
+    expect((await runtime.getSaga('past-pivot'))?.status).toBe('waiting');
+  });
+
   it('refuses to cancel, and the reconciler fails, a saga at a step its version no longer has', async () => {
     const before = defineSaga({ name: 'renamed', version: 1, input })
       .step('a', { ...fast, run: () => 1, compensate: () => {} })
