@@ -83,6 +83,19 @@ describe('versions', () => {
   });
 });
 
+/** Until the job under `key` (a saga's step or timeout job) is dead. */
+const untilDead = (key: string) =>
+  waitFor(
+    async () =>
+      (
+        await db.pool.query(
+          `SELECT 1 FROM skiplock.jobs WHERE idempotency_key = $1 AND status = 'dead'`,
+          [key],
+        )
+      ).rowCount === 1,
+    { what: `job ${key} dead` },
+  );
+
 describe('sagas their runtime no longer has a definition for', () => {
   const retiredV1 = defineSaga({ name: 'retired', version: 1, input })
     .step('a', { ...fast, run: () => 1, compensate: () => {} })
@@ -100,15 +113,7 @@ describe('sagas their runtime no longer has a definition for', () => {
     await oldWorker.stop();
     // Only version 2 is deployed now: the wake job comes due and dies as an unknown type.
     const { runtime, worker } = await startSagas(db.pool, [retiredV2]);
-    await waitFor(
-      async () =>
-        (
-          await db.pool.query(
-            `SELECT 1 FROM skiplock.jobs WHERE idempotency_key LIKE 'saga:sleeper:%nap%' AND status = 'dead'`,
-          )
-        ).rowCount === 1,
-      { what: 'the wake job dead' },
-    );
+    await untilDead('saga:sleeper:timeout:nap');
     await waitFor(() => worker.inFlight === 0 || null, { what: 'the worker to let go of the job' });
     // Before: skipped (no definition to tell whether the wait is timed), waiting for good.
     expect(await runtime.reconciler.runOnce()).toMatchObject({ sagaIds: ['sleeper'] });
@@ -135,15 +140,7 @@ describe('sagas their runtime no longer has a definition for', () => {
     await settled(old, 'past-pivot', ['waiting']);
     await oldWorker.stop();
     const { runtime, worker } = await startSagas(db.pool, [pivotedV2]);
-    await waitFor(
-      async () =>
-        (
-          await db.pool.query(
-            `SELECT 1 FROM skiplock.jobs WHERE idempotency_key = 'saga:past-pivot:timeout:packed' AND status = 'dead'`,
-          )
-        ).rowCount === 1,
-      { what: 'the timeout job dead' },
-    );
+    await untilDead('saga:past-pivot:timeout:packed');
     await waitFor(() => worker.inFlight === 0 || null, { what: 'the worker to let go of the job' });
     // The dead job could be what is left of a wait an operator retried (retryFailed puts it back
     // to waiting with no timeout job, the dead one still under the key): before, failed again
@@ -175,15 +172,7 @@ describe('sagas their runtime no longer has a definition for', () => {
     expect((await runtime.getSaga('parked'))?.status).toBe('waiting');
     // Its first step's job dies as an unknown type; the reconciler fails the saga. Before: it
     // threw on the missing step, rolling back every pass.
-    await waitFor(
-      async () =>
-        (
-          await db.pool.query(
-            `SELECT 1 FROM skiplock.jobs WHERE idempotency_key = 'saga:stranded:a' AND status = 'dead'`,
-          )
-        ).rowCount === 1,
-      { what: "the stranded saga's job dead" },
-    );
+    await untilDead('saga:stranded:a');
     await waitFor(() => worker.inFlight === 0 || null, { what: 'the worker to let go of the job' });
     expect(await runtime.reconciler.runOnce()).toMatchObject({ sagaIds: ['stranded'] });
     expect((await runtime.getSaga('stranded'))?.error).toMatch(
