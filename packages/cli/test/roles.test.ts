@@ -360,6 +360,56 @@ describe('skiplock roles --migrate on a database migrated by another role', () =
     }
     expect(sent).toEqual([id]);
   });
+
+  it('says the connection was lost when its backend is terminated mid-grant, without a crash', async () => {
+    const cutName = `${dbName}_cut`;
+    const cutUrl = withDatabaseName(adminUrl, cutName);
+    await createDatabase(adminUrl, cutName);
+    created.push(cutName);
+    await migrate({ connectionString: cutUrl, logger: silent });
+    // Holds the grants up: the roles command waits for this lock until its backend is terminated.
+    const holder = new pg.Client({ connectionString: cutUrl });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE');
+      const running = runCli(
+        [
+          'roles',
+          '--owner',
+          roles.owner,
+          '--worker',
+          roles.worker,
+          '--producer',
+          roles.producer,
+          '--database-url',
+          cutUrl,
+        ],
+        {},
+      );
+      await waitFor(
+        async () =>
+          (
+            await admin(
+              `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+               WHERE datname = '${cutName}' AND application_name = 'skiplock-roles'
+                 AND wait_event_type = 'Lock'`,
+            )
+          ).rowCount === 1,
+        { what: 'the roles command waiting for the lock' },
+      );
+      const run = await running;
+      // Before: the checked-out connection had no error listener, and the process died of an
+      // unhandled 'error' event, with its stack trace, instead of saying what failed.
+      expect(run.code).toBe(1);
+      expect(run.stderr).not.toContain("Unhandled 'error' event");
+      expect(run.stderr).not.toMatch(/^\s+at /m);
+      expect(run.stderr).toMatch(/terminat/i);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      await holder.end();
+    }
+  });
 });
 
 /** One sweep pass with a worker of its own, on `pool`; resolves when the pass ran. */

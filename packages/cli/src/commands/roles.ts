@@ -76,8 +76,12 @@ export const rolesCommand: Command = {
       import('pg'),
     ]);
     const db = await openDatabase(url, { requireSchema: false, applicationName: 'skiplock-roles' });
+    // A checked-out connection has no error listener of the pool's: a backend terminated while
+    // it works would end the process with an unhandled 'error' event; the failed query says it.
+    const ignoreLost = () => {};
     const apply = async () => {
       const client = await db.pool.connect();
+      client.on('error', ignoreLost);
       try {
         await client.query('BEGIN');
         for (const statement of statements) await client.query(statement);
@@ -86,6 +90,7 @@ export const rolesCommand: Command = {
         await client.query('ROLLBACK').catch(() => {});
         throw error;
       } finally {
+        client.off('error', ignoreLost);
         client.release();
       }
     };
@@ -100,6 +105,7 @@ export const rolesCommand: Command = {
           options: `-c role=${roles.owner}`,
           application_name: 'skiplock-roles',
         });
+        owner.on('error', ignoreLost);
         try {
           ({ applied } = await migrate({
             pool: owner,
