@@ -661,7 +661,7 @@ export function createWorker(options: WorkerOptions): Worker {
       const limit = claimLimit();
       if (limit <= 0) {
         // Never without a timer: a hand-off may join the buffer while the loop naps.
-        await nap('slot', bufferWaitLeft() ?? config.maxPrefetchWaitMs);
+        await nap('slot', checkBufferWait() ?? config.maxPrefetchWaitMs);
         continue;
       }
       workRequested = false;
@@ -688,7 +688,7 @@ export function createWorker(options: WorkerOptions): Worker {
       if (rows.length === limit || workRequested) continue;
       if (running.size === 0) events.emit('worker:idle');
       const poll = withJitter(config.pollIntervalMs);
-      await nap('work', Math.min(poll, bufferWaitLeft() ?? poll));
+      await nap('work', Math.min(poll, checkBufferWait() ?? poll));
     }
   }
 
@@ -698,7 +698,7 @@ export function createWorker(options: WorkerOptions): Worker {
    * checks before each nap, and naps no longer than the option or its poll interval, so a job
    * waits at most about twice the option (one that joined the buffer during a nap).
    */
-  function bufferWaitLeft(): number | null {
+  function checkBufferWait(): number | null {
     if (buffered.length === 0) return null;
     let oldest = Number.POSITIVE_INFINITY;
     for (const job of buffered) oldest = Math.min(oldest, job.takenAt);
@@ -715,23 +715,25 @@ export function createWorker(options: WorkerOptions): Worker {
       'buffered jobs waited too long for a slot; handed back for other workers',
     );
     // Its jobs' tasks settle when the release has run; stop() waits for them.
-    void handBackWaiting();
+    void releaseBuffered('buffer_wait');
     return null;
   }
 
   /**
-   * Hands the buffer back while the worker runs on (see `maxPrefetchWaitMs`). Unlike the release
-   * at stop, a failed statement keeps the jobs: they are still leased here, so they go back to
-   * the buffer, renewed by the heartbeat, and the next check tries again; dropped, each would
-   * wait out its lease and lose an attempt it never ran.
+   * Hands buffered jobs back without running them: one statement, no attempt spent; on stop, and
+   * while the worker runs on once they waited `maxPrefetchWaitMs` (`buffer_wait`). Then a failed
+   * statement keeps the jobs: still leased here, they go back to the buffer, renewed by the
+   * heartbeat, and the next check tries again; dropped, each would wait out its lease and lose an
+   * attempt it never ran. On stop they are dropped, and their leases expire.
    */
-  async function handBackWaiting(): Promise<void> {
+  async function releaseBuffered(
+    reason: 'not_started' | 'buffer_wait' = 'not_started',
+  ): Promise<void> {
     const jobs = buffered.splice(0);
     if (jobs.length === 0) return;
     // Out of the heartbeat meanwhile: a tick after the release committed would take the rows it
     // no longer finds for lost leases, and log each.
     for (const job of jobs) job.state = 'settling';
-    let released = true;
     try {
       await runSql(
         pool,
@@ -741,9 +743,9 @@ export function createWorker(options: WorkerOptions): Worker {
           config.asyncCommit,
         ),
       );
+      for (const job of jobs) series.of(job.info.queue, job.info.type).released(reason);
     } catch (error) {
-      released = false;
-      if (state === 'running') {
+      if (reason === 'buffer_wait' && state === 'running') {
         logger.warn(
           { reason: 'db_error', err: errorMessage(error), jobs: jobs.length },
           'hand-back of waiting buffered jobs failed; they stay buffered',
@@ -760,28 +762,6 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     for (const job of jobs) {
       job.abort(new ShutdownError());
-      if (released) series.of(job.info.queue, job.info.type).released('buffer_wait');
-      job.state = 'done';
-      job.turn!(false);
-    }
-  }
-
-  /** Hands buffered jobs back without running them: one statement, no attempt spent. */
-  async function releaseBuffered(): Promise<void> {
-    const jobs = buffered.splice(0);
-    if (jobs.length === 0) return;
-    for (const job of jobs) job.abort(new ShutdownError());
-    const tokens = jobs.map((j) => j.token);
-    try {
-      await runSql(pool, releaseJobs(id, tokens, config.asyncCommit));
-      for (const job of jobs) series.of(job.info.queue, job.info.type).released('not_started');
-    } catch (error) {
-      logger.warn(
-        { reason: 'db_error', err: errorMessage(error) },
-        'release failed; leases will expire',
-      );
-    }
-    for (const job of jobs) {
       job.state = 'done';
       job.turn!(false);
     }
