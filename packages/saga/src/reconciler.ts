@@ -14,6 +14,7 @@ import { inSagaTrace } from './tracing.js';
 import {
   selectLiveSagas,
   selectStrandedParents,
+  type StrandedChildRow,
   selectWaitingSagas,
   type LiveSagaRow,
   type WaitingSagaRow,
@@ -234,6 +235,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
   }
 
   let queueCursor: { name: string; key: string } | null = null;
+  let parentCursor: { updatedAt: string; id: string } | null = null;
 
   /**
    * Lock keys with sagas queued and none active (the end of the last holder ran where no runtime
@@ -266,7 +268,15 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
    * children does.
    */
   async function reconcileChildren(tx: Parameters<typeof failSaga>[1]): Promise<string[]> {
-    const ended = (await runSql<{ id: string }>(tx, selectStrandedParents(batchSize))).rows;
+    const ended = (
+      await runSql<StrandedChildRow>(tx, selectStrandedParents(batchSize, parentCursor))
+    ).rows;
+    // The next pass goes on after this page's last parent (from the start once a page is not
+    // full): parents this runtime cannot move (their version unknown here) stay where they are,
+    // and a full page of them hid every parent after it (noticed in review).
+    const last = ended.at(-1);
+    parentCursor =
+      ended.length === batchSize && last ? { updatedAt: last.updated_at, id: last.parent } : null;
     const moved: string[] = [];
     for (const { id } of ended) {
       const transition = await resumeEndedChild(e, tx, id);

@@ -325,6 +325,60 @@ describe('child sagas', () => {
     }
   });
 
+  it('a stranded parent no runtime here can move does not hide the ones after it from the reconciler', async () => {
+    // Two parents whose children ended where no runtime knew them; the reconciler's runtime knows
+    // only the second, and reads one parent per pass. Before, every pass read the first again.
+    const parentOf = (name: string) =>
+      defineSaga({ name, version: 1, input: orderInput, queue: name })
+        .child('ship', shipping, (ctx) => ({ order: ctx.input.id }))
+        .step('bill', { ...fast, run: (ctx) => ctx.steps.ship.label.label });
+    const unknown = parentOf('order_unmovable');
+    const known = parentOf('order_movable');
+    const childSide = createSagaRuntime({ pool: db.pool, sagas: [shipping], logger: silent });
+    const unknownSide = createSagaRuntime({ pool: db.pool, sagas: [unknown], logger: silent });
+    const knownSide = createSagaRuntime({
+      pool: db.pool,
+      sagas: [known],
+      logger: silent,
+      reconciler: { batchSize: 1 },
+    });
+    const worker = (jobs: typeof childSide.jobs, queues: string[]) =>
+      createWorker({
+        pool: db.pool,
+        jobs,
+        queues,
+        logger: silent,
+        pollIntervalMs: 20,
+        sweeper: false,
+        retention: false,
+      });
+    const children = worker(childSide.jobs, ['sagas']);
+    const parents = worker(knownSide.jobs, ['order_movable']);
+    // Runs the first parent's child step (which starts its child), and is gone when it ends.
+    const gone = worker(unknownSide.jobs, ['order_unmovable']);
+    await Promise.all([children.start(), parents.start(), gone.start()]);
+    try {
+      // The parent that cannot be moved here waits longest, so it comes first in every page.
+      await unknownSide.start(unknown, { id: 'pg1', input: { id: 'pg1' } });
+      expect((await settled(childSide, 'pg1/ship')).status).toBe('completed');
+      await gone.stop();
+      await unknownSide.close();
+      await knownSide.start(known, { id: 'pg2', input: { id: 'pg2' } });
+      expect((await settled(childSide, 'pg2/ship')).status).toBe('completed');
+      const moved: string[] = [];
+      for (let pass = 0; pass < 5 && !moved.includes('pg2/ship'); pass++) {
+        moved.push(...(await knownSide.reconciler.runOnce()).sagaIds);
+      }
+      expect(moved).toContain('pg2/ship');
+      expect(moved).not.toContain('pg1/ship');
+      expect((await settled(knownSide, 'pg2')).status).toBe('completed');
+      expect((await knownSide.getSaga('pg1'))?.status).toBe('waiting');
+    } finally {
+      await Promise.all([children.stop(), parents.stop(), gone.stop()]);
+      await Promise.all([childSide.close(), unknownSide.close(), knownSide.close()]);
+    }
+  });
+
   it("a parent failed on its child's failed compensation goes on compensating once the child is retried", async () => {
     let undoBroken = true;
     const fragile = defineSaga({

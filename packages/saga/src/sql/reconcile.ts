@@ -50,17 +50,29 @@ export function selectWaitingSagas(limit: number, after: { updatedAt: string; id
     FOR UPDATE SKIP LOCKED`;
 }
 
+export interface StrandedChildRow {
+  /** The ended child that moves its parent. */
+  id: string;
+  parent: string;
+  /** The parent's, as text exact to the microsecond: the position for the next page. */
+  updated_at: string;
+}
+
 /**
  * Up to `limit` child sagas that ended while their parent still waits on them: the parent
- * `waiting` on the child's step, or `compensating` it once the child is undone or failed. Only
- * when the child ended where no runtime knew the parent's version, or a parent's failure came
- * between; the child's end moves its parent in every other case.
+ * `waiting` on the child's step, or `compensating` it once the child is undone or failed, parents
+ * least recently moved first, after the cursor `after` (a parent's `updated_at` and id) when
+ * given. Only when the child ended where no runtime knew the parent's version, or a parent's
+ * failure came between; the child's end moves its parent in every other case.
  */
-export function selectStrandedParents(limit: number) {
+export function selectStrandedParents(
+  limit: number,
+  after: { updatedAt: string; id: string } | null,
+) {
   // One row per parent (a parallel group has several ended branches), and only once no branch
   // of the group is active: the last branch's end is what moves the parent.
   return sql`
-    SELECT id FROM (
+    SELECT id, parent, updated_at::text AS updated_at FROM (
       SELECT DISTINCT ON (p.updated_at, p.id) c.id, p.updated_at, p.id AS parent
       FROM skiplock.sagas p
       JOIN skiplock.sagas c ON c.parent_id = p.id AND c.parent_step = p.current_step
@@ -68,6 +80,7 @@ export function selectStrandedParents(limit: number) {
               AND c.status IN ('completed', 'compensated', 'cancelled', 'failed'))
           OR (p.status = 'compensating' AND p.current_kind = 'compensation'
               AND p.current_job_id IS NULL AND c.status IN ('compensated', 'cancelled', 'failed')))
+        ${after ? sql`AND (p.updated_at, p.id) > (${after.updatedAt}::timestamptz, ${after.id})` : sql``}
         AND NOT EXISTS (
           SELECT 1 FROM skiplock.sagas s
           WHERE s.parent_id = p.id AND s.parent_step = p.current_step
