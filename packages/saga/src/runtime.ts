@@ -9,6 +9,7 @@ import {
 import {
   cancelQueuedJob,
   createDefaultLogger,
+  errorMessage,
   inSpan,
   namedStatement,
   lendsSlots,
@@ -709,13 +710,33 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         result = await ownTransaction(once);
       }
       logger.info({ reason: 'saga_cancel', sagaId, accepted: result.accepted }, 'cancel requested');
+      // Every child is tried, whichever fails: a branch's cancel that threw (its database call,
+      // a step its definition lacks) left the branches after it running (noticed in review).
+      const refused: { childId: string; error: unknown }[] = [];
       for (const childId of children) {
-        const down = await runtime.cancel(childId);
-        // The child ended before the cancel reached it (its end may have run where no runtime
-        // knew this parent): move the parent on from it now (for a branch: once all ended).
-        if (down.reason === 'finished') {
-          await ownTransaction((tx) => resumeEndedChild(engine, tx, childId));
+        try {
+          const down = await runtime.cancel(childId);
+          // The child ended before the cancel reached it (its end may have run where no runtime
+          // knew this parent): move the parent on from it now (for a branch: once all ended).
+          if (down.reason === 'finished') {
+            await ownTransaction((tx) => resumeEndedChild(engine, tx, childId));
+          }
+        } catch (error) {
+          refused.push({ childId, error });
         }
+      }
+      if (refused.length > 0) {
+        const named = refused.map((r) => `"${r.childId}" (${errorMessage(r.error)})`).join(', ');
+        throw new SagaError(
+          'children_not_cancelled',
+          `saga "${sagaId}": the cancel is recorded, but ${refused.length === 1 ? 'child saga' : 'child sagas'} ${named} could not be cancelled; call cancel again to retry them`,
+          {
+            cause:
+              refused.length === 1
+                ? refused[0]!.error
+                : new AggregateError(refused.map((r) => r.error)),
+          },
+        );
       }
       return result;
     },

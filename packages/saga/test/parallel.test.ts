@@ -261,6 +261,36 @@ describe('parallel branches', () => {
     expect(undone('p4')).toEqual(['p4:uncard', 'p4:unquote', 'p4:unstock R-p4']);
   });
 
+  it('a branch whose cancel throws does not keep the others from being cancelled; cancel again retries it', async () => {
+    const { runtime } = await startSagas(db.pool, [checkout]);
+    const hold = ['stock', 'card'];
+    await runtime.start(checkout, { id: 'p9', input: { id: 'p9', hold } });
+    await waitFor(() => hold.every((b) => gates.has(`p9:${b}`)) || null, {
+      what: 'both branches to run',
+    });
+    // The first branch cancelled is at a step its definition lacks, so its cancel throws.
+    const setStep = (step: string) =>
+      db.pool.query(`UPDATE skiplock.sagas SET current_step = $1 WHERE id = 'p9/prepare/stock'`, [
+        step,
+      ]);
+    await setStep('renamed');
+    const refused = await runtime.cancel('p9').catch((error: unknown) => error);
+    expect(refused).toMatchObject({ code: 'children_not_cancelled' });
+    expect((refused as Error).message).toContain('"p9/prepare/stock" (');
+    expect((refused as Error).message).toContain('step "renamed"');
+    expect((refused as Error).message).not.toContain('p9/prepare/card');
+    // The branch after it was cancelled all the same (before: still running, unflagged).
+    expect((await runtime.getSaga('p9/prepare/card'))?.cancelRequested).toBe(true);
+    expect((await runtime.getSaga('p9'))?.cancelRequested).toBe(true);
+    await setStep('stock');
+    expect(await runtime.cancel('p9')).toEqual({ accepted: true, status: 'waiting' });
+    expect((await runtime.getSaga('p9/prepare/stock'))?.cancelRequested).toBe(true);
+    for (const b of hold) await open(`p9:${b}`);
+    const saga = await settled(runtime, 'p9');
+    expect(saga.status).toBe('cancelled');
+    expect(undone('p9')).toEqual(['p9:uncard', 'p9:unquote', 'p9:unstock R-p9']);
+  });
+
   it("a branch that cannot be undone fails the saga; the operator's retry of the saga retries that branch", async () => {
     undoBroken = true;
     const { runtime } = await startSagas(db.pool, [checkout]);
