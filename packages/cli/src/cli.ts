@@ -7,6 +7,11 @@ import { jobsShowCommand } from './commands/jobs-show.js';
 import { migrateCommand } from './commands/migrate.js';
 import { outboxDeadCommand, outboxRetryCommand, outboxStatsCommand } from './commands/outbox.js';
 import { rolesCommand } from './commands/roles.js';
+import {
+  sagasCancelCommand,
+  sagasRetryCommand,
+  sagasSignalCommand,
+} from './commands/saga-actions.js';
 import { sagasGraphCommand } from './commands/sagas-graph.js';
 import { sagasListCommand } from './commands/sagas-list.js';
 import { sagasShowCommand } from './commands/sagas-show.js';
@@ -31,6 +36,9 @@ const commands: Command[] = [
   jobsCancelCommand,
   sagasListCommand,
   sagasShowCommand,
+  sagasCancelCommand,
+  sagasRetryCommand,
+  sagasSignalCommand,
   sagasGraphCommand,
   schedulesListCommand,
   schedulesPauseCommand,

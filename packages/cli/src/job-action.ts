@@ -32,8 +32,8 @@ export async function applyJobAction(
       const saga = sagaId === null ? 'a saga' : `saga ${JSON.stringify(sagaId)}`;
       throw new CliError(
         `job ${id} is a step of ${saga} (${before.jobType}) and moves only with it; ` +
-          `use the saga's retry or cancel (the saga's page of skiplock dashboard --module FILE, ` +
-          `or its runtime's retryFailed or cancel)` +
+          `use the saga's retry or cancel (skiplock sagas retry|cancel <id> --module FILE, the ` +
+          `saga's page of skiplock dashboard --module FILE, or its runtime's retryFailed or cancel)` +
           (sagaId === null ? '' : `; skiplock sagas show ${sagaId} shows where it stands`),
       );
     }

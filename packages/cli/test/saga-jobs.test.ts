@@ -60,8 +60,9 @@ describe('skiplock jobs retry/cancel on a saga job', () => {
     expect(retry.code).toBe(1);
     expect(retry.stderr).toBe(
       `skiplock jobs retry: job ${ship.id} is a step of saga "ship:1" (saga:shipment:v1:ship) ` +
-        `and moves only with it; use the saga's retry or cancel (the saga's page of skiplock ` +
-        `dashboard --module FILE, or its runtime's retryFailed or cancel); ` +
+        `and moves only with it; use the saga's retry or cancel (skiplock sagas retry|cancel ` +
+        `<id> --module FILE, the saga's page of skiplock dashboard --module FILE, or its ` +
+        `runtime's retryFailed or cancel); ` +
         `skiplock sagas show ship:1 shows where it stands\n`,
     );
     expect(cancel.code).toBe(1);

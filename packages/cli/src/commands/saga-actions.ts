@@ -1,0 +1,224 @@
+import {
+  CliError,
+  UsageError,
+  databaseOption,
+  databaseUrl,
+  jsonOption,
+  parseOptions,
+  positionalArgs,
+} from '../args.js';
+import { printJson, type CliIo, type Command } from '../io.js';
+import type { SagaRuntime } from '@skiplock/saga';
+
+// The saga package's own rule for ids: 1-200 characters, no whitespace or control characters.
+const SAGA_ID = /^[^\s\p{Cc}]{1,200}$/u;
+const MODULE_HELP = [
+  '  --module FILE   the module (TypeScript or JavaScript) that exports the saga definitions',
+  '                  (as for `sagas graph`); the saga\u2019s name and version must be among them',
+];
+
+const moduleOption = { module: { type: 'string' } } as const;
+
+function sagaIdArg(value: string): string {
+  if (!SAGA_ID.test(value)) {
+    throw new UsageError('<id> must be 1-200 printable characters without spaces');
+  }
+  return value;
+}
+
+/**
+ * Runs `act` with a saga runtime over the module's definitions, after checking that the saga
+ * exists and that the module has its name and version: the runtime needs the definition to
+ * compensate, retry or resume it. Its errors (`SagaError`s, named by code) exit 1.
+ */
+async function withSagaRuntime<T>(
+  io: CliIo,
+  url: string,
+  module: string,
+  id: string,
+  act: (runtime: SagaRuntime) => Promise<T>,
+): Promise<T> {
+  const [{ loadSagaModule }, { withDatabase }, saga, { pino }] = await Promise.all([
+    import('../load-sagas.js'),
+    import('../database.js'),
+    import('@skiplock/saga'),
+    import('pino'),
+  ]);
+  const definitions = await loadSagaModule(module, io.cwd);
+  return withDatabase(url, async (db) => {
+    const seen = await saga.readSaga(db.pool, id);
+    if (!seen) throw new CliError(`saga ${JSON.stringify(id)} does not exist`);
+    if (!definitions.some((d) => d.name === seen.name && d.version === seen.version)) {
+      throw new CliError(
+        `saga ${JSON.stringify(id)} is ${seen.name} v${seen.version}, which ${module} does not ` +
+          `export; it exports ${definitions.map((d) => `${d.name} v${d.version}`).join(', ')}`,
+      );
+    }
+    // Its own log lines would repeat what the command prints; errors reach the command.
+    const runtime = saga.createSagaRuntime({
+      pool: db.pool,
+      sagas: definitions,
+      logger: pino({ level: 'silent' }),
+    });
+    try {
+      return await act(runtime);
+    } catch (error) {
+      if (error instanceof saga.SagaError) {
+        throw new CliError(`saga ${JSON.stringify(id)}: ${error.message} (${error.code})`);
+      }
+      throw error;
+    } finally {
+      await runtime.close();
+    }
+  });
+}
+
+function requireModule(value: string | undefined): string {
+  if (typeof value !== 'string') throw new UsageError('--module FILE is required');
+  return value;
+}
+
+export const sagasCancelCommand: Command = {
+  name: 'sagas cancel',
+  summary: 'cancel a saga before its pivot: it compensates what it completed, then ends cancelled',
+  usage: [
+    'usage: skiplock sagas cancel <id> --module FILE [--json] [--database-url URL]',
+    '',
+    ...MODULE_HELP,
+    '',
+    'A queued or waiting saga starts compensating at once; a running step finishes first. The',
+    'compensations run on your workers. Exits 1 when the cancel is refused: the saga has ended',
+    '(finished), passed its pivot (pivoted) or is compensating already.',
+  ].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, {
+      ...databaseOption,
+      ...jsonOption,
+      ...moduleOption,
+    });
+    const id = sagaIdArg(positionalArgs(positionals, ['<id>'])[0]!);
+    const module = requireModule(values.module);
+    const url = databaseUrl(values['database-url'], io.env);
+    const result = await withSagaRuntime(io, url, module, id, (runtime) => runtime.cancel(id));
+    if (values.json) {
+      printJson(io, {
+        id,
+        accepted: result.accepted,
+        status: result.status,
+        reason: result.reason ?? null,
+      });
+    }
+    if (!result.accepted) {
+      throw new CliError(
+        `saga ${JSON.stringify(id)} is ${result.status}; cancel refused (${result.reason ?? 'finished'})`,
+      );
+    }
+    if (!values.json) {
+      io.stdout(
+        `saga ${id}: cancel accepted; it is ${result.status} and compensates what it completed\n`,
+      );
+    }
+    return 0;
+  },
+};
+
+export const sagasRetryCommand: Command = {
+  name: 'sagas retry',
+  summary: 'run the step or compensation of a failed saga again, with fresh attempts',
+  usage: [
+    'usage: skiplock sagas retry <id> --module FILE [--json] [--database-url URL]',
+    '',
+    ...MODULE_HELP,
+    '',
+    'A saga fails when a step past its pivot or a compensation failed for good. Its dead job runs',
+    'again with fresh attempts and the saga goes on from there. Exits 1 when nothing was retried,',
+    'with the reason (not_failed, no_failed_step, job_gone, lock_busy, ...).',
+  ].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, {
+      ...databaseOption,
+      ...jsonOption,
+      ...moduleOption,
+    });
+    const id = sagaIdArg(positionalArgs(positionals, ['<id>'])[0]!);
+    const module = requireModule(values.module);
+    const url = databaseUrl(values['database-url'], io.env);
+    const result = await withSagaRuntime(io, url, module, id, (runtime) => runtime.retryFailed(id));
+    if (values.json) {
+      printJson(io, {
+        id,
+        retried: result.retried,
+        step: result.step ?? null,
+        kind: result.kind ?? null,
+        reason: result.reason ?? null,
+      });
+    }
+    if (!result.retried) {
+      throw new CliError(
+        `saga ${JSON.stringify(id)}: nothing retried (${result.reason ?? 'not_failed'})`,
+      );
+    }
+    if (!values.json) {
+      const what = result.kind === 'compensation' ? 'compensation of' : 'step';
+      io.stdout(`saga ${id}: ${what} ${result.step ?? '?'} runs again\n`);
+    }
+    return 0;
+  },
+};
+
+export const sagasSignalCommand: Command = {
+  name: 'sagas signal',
+  summary: 'deliver a named signal to a saga (once per name), resuming the step that waits for it',
+  usage: [
+    'usage: skiplock sagas signal <id> <name> --module FILE [--payload JSON] [--json]',
+    '                             [--database-url URL]',
+    '',
+    ...MODULE_HELP,
+    '  --payload JSON  the signal\u2019s payload (default null), checked by the wait\u2019s schema',
+    '',
+    'A signal of a name is delivered once; a repeat is ignored (exit 0, "already delivered").',
+    'One that arrives before its wait is stored for it. Exits 1 when the payload fails the',
+    'schema, naming the fields.',
+  ].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, {
+      ...databaseOption,
+      ...jsonOption,
+      ...moduleOption,
+      payload: { type: 'string' },
+    });
+    const [rawId, name] = positionalArgs(positionals, ['<id>', '<name>']);
+    const id = sagaIdArg(rawId!);
+    const module = requireModule(values.module);
+    let payload: unknown = null;
+    if (values.payload !== undefined) {
+      try {
+        payload = JSON.parse(values.payload);
+      } catch (error) {
+        throw new UsageError(`--payload is not JSON: ${(error as Error).message}`);
+      }
+    }
+    const url = databaseUrl(values['database-url'], io.env);
+    const { result, status } = await withSagaRuntime(io, url, module, id, async (runtime) => {
+      const result = await runtime.signal(id, name!, payload);
+      return { result, status: (await runtime.getSaga(id))?.status ?? 'gone' };
+    });
+    if (values.json) {
+      printJson(io, {
+        id,
+        signal: name,
+        delivered: result.delivered,
+        resumed: result.resumed,
+        status,
+      });
+      return 0;
+    }
+    const outcome = !result.delivered
+      ? 'was delivered before; this one is ignored'
+      : result.resumed
+        ? 'delivered; the step waiting for it moved the saga on'
+        : 'stored; no step waits for it now (a wait for it that starts later takes it)';
+    io.stdout(`saga ${id}: signal ${name} ${outcome}; the saga is ${status}\n`);
+    return 0;
+  },
+};

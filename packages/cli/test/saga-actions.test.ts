@@ -1,0 +1,167 @@
+import { defineSaga } from '@skiplock/saga';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { approval, controls } from './fixtures/approval-sagas.js';
+import { fixture, runCli, runInProcess } from './run-cli.js';
+import { startSagaWorker } from './saga-worker.js';
+
+const db = await useTestDatabase();
+const env = { DATABASE_URL: db.url };
+const module = fixture('approval-sagas.ts');
+// A version the module does not export: the CLI must refuse to act on its sagas.
+const approvalV2 = defineSaga({ name: 'approval', version: 2, input: z.object({}) }).step('x', {
+  run: () => null,
+});
+
+const { runtime } = await startSagaWorker(db.pool, [approval, approvalV2]);
+
+async function until(id: string, status: string) {
+  return waitFor(async () => (await runtime.getSaga(id))?.status === status || null, {
+    what: `saga ${id} to be ${status}`,
+  });
+}
+const current = async (id: string) => (await runtime.getSaga(id))?.currentStep;
+
+describe('skiplock sagas cancel, retry and signal', () => {
+  it('signals a waiting saga on: payload checked by the wait, a repeat ignored', async () => {
+    await runtime.start(approval, { id: 'ap-signal', input: { breakUndo: false } });
+    await waitFor(async () => (await current('ap-signal')) === 'approved' || null, {
+      what: 'the saga to wait',
+    });
+    const bad = await runCli(
+      ['sagas', 'signal', 'ap-signal', 'approved', '--module', module, '--payload', '{"by":1}'],
+      env,
+    );
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain('invalid signal "approved": payload.by');
+    expect(bad.stderr).toContain('(invalid_signal)');
+    expect((await runtime.getSaga('ap-signal'))?.status).toBe('waiting');
+
+    const ok = await runCli(
+      ['sagas', 'signal', 'ap-signal', 'approved', '--module', module, '--payload', '{"by":"ops"}'],
+      env,
+    );
+    expect(ok.stderr).toBe('');
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toMatch(/^saga ap-signal: signal approved delivered; the step waiting/);
+    const done = await until('ap-signal', 'completed');
+    expect(done && (await runtime.getSaga('ap-signal'))?.history.at(-1)?.output).toEqual({
+      by: 'ops',
+    });
+
+    const again = await runInProcess(
+      [
+        'sagas',
+        'signal',
+        'ap-signal',
+        'approved',
+        '--module',
+        module,
+        '--payload',
+        '{"by":"ops"}',
+        '--json',
+      ],
+      env,
+    );
+    expect(again.code, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout)).toEqual({
+      id: 'ap-signal',
+      signal: 'approved',
+      delivered: false,
+      resumed: false,
+      status: 'completed',
+    });
+    const unknown = await runInProcess(
+      ['sagas', 'signal', 'ap-signal', 'nope', '--module', module],
+      env,
+    );
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain('waits for no signal "nope" (it waits for: approved)');
+    const notJson = await runInProcess(
+      ['sagas', 'signal', 'ap-signal', 'approved', '--module', module, '--payload', '{by'],
+      env,
+    );
+    expect(notJson.code).toBe(2);
+    expect(notJson.stderr).toContain('--payload is not JSON');
+  });
+
+  it('cancels a waiting saga, which compensates; a second cancel is refused', async () => {
+    await runtime.start(approval, { id: 'ap-cancel', input: { breakUndo: false } });
+    await waitFor(async () => (await current('ap-cancel')) === 'approved' || null, {
+      what: 'the saga to wait',
+    });
+    const cancel = await runCli(['sagas', 'cancel', 'ap-cancel', '--module', module], env);
+    expect(cancel.stderr).toBe('');
+    expect(cancel.code).toBe(0);
+    expect(cancel.stdout).toContain('saga ap-cancel: cancel accepted');
+    await until('ap-cancel', 'cancelled');
+    const history = (await runtime.getSaga('ap-cancel'))!.history;
+    expect(history.find((h) => h.kind === 'compensation' && h.step === 'reserve')?.status).toBe(
+      'completed',
+    );
+
+    const again = await runInProcess(
+      ['sagas', 'cancel', 'ap-cancel', '--module', module, '--json'],
+      env,
+    );
+    expect(again.code).toBe(1);
+    expect(JSON.parse(again.stdout)).toEqual({
+      id: 'ap-cancel',
+      accepted: false,
+      status: 'cancelled',
+      reason: 'finished',
+    });
+    expect(again.stderr).toContain('saga "ap-cancel" is cancelled; cancel refused (finished)');
+  });
+
+  it('retries the failed compensation of a saga once its cause is mended', async () => {
+    controls.undoBroken = true;
+    await runtime.start(approval, { id: 'ap-retry', input: { breakUndo: true } });
+    await waitFor(async () => (await current('ap-retry')) === 'approved' || null, {
+      what: 'the saga to wait',
+    });
+    await runtime.cancel('ap-retry');
+    await until('ap-retry', 'failed');
+
+    const notFailed = await runInProcess(['sagas', 'retry', 'ap-signal', '--module', module], env);
+    expect(notFailed.code).toBe(1);
+    expect(notFailed.stderr).toContain('saga "ap-signal": nothing retried (not_failed)');
+
+    controls.undoBroken = false;
+    const retry = await runCli(['sagas', 'retry', 'ap-retry', '--module', module, '--json'], env);
+    expect(retry.code, retry.stderr).toBe(0);
+    expect(JSON.parse(retry.stdout)).toEqual({
+      id: 'ap-retry',
+      retried: true,
+      step: 'reserve',
+      kind: 'compensation',
+      reason: null,
+    });
+    await until('ap-retry', 'cancelled');
+  });
+
+  it('refuses a saga that does not exist, one of a version the module lacks, and bad arguments', async () => {
+    const missing = await runInProcess(['sagas', 'cancel', 'nobody', '--module', module], env);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('saga "nobody" does not exist');
+
+    await runtime.start(approvalV2, { id: 'ap-v2', input: {} });
+    await until('ap-v2', 'completed');
+    const unknown = await runInProcess(['sagas', 'retry', 'ap-v2', '--module', module], env);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain(
+      'saga "ap-v2" is approval v2, which ' + module + ' does not export; it exports approval v1',
+    );
+
+    const noModule = await runInProcess(['sagas', 'cancel', 'ap-v2'], env);
+    expect(noModule.code).toBe(2);
+    expect(noModule.stderr).toContain('--module FILE is required');
+    const badId = await runInProcess(['sagas', 'cancel', 'a b', '--module', module], env);
+    expect(badId.code).toBe(2);
+    expect(badId.stderr).toContain('<id> must be 1-200 printable characters');
+    const noName = await runInProcess(['sagas', 'signal', 'ap-v2', '--module', module], env);
+    expect(noName.code).toBe(2);
+  });
+});
