@@ -40,3 +40,14 @@ export function terminalSafeIo(io: CliIo): CliIo {
     stderr: (text) => io.stderr(terminalSafe(text)),
   };
 }
+
+/**
+ * Where a long-running command's pino log lines go: `io.stdout`, which the CLI passes through
+ * `terminalSafe`. JSON escapes the C0 controls but not C1 controls or the bidirectional formatting
+ * characters, which a job's error message (from the application, often from a payload) may hold;
+ * written to a terminal as is, they would rewrite or reorder what the operator sees. Escaped, each
+ * line is still the same JSON.
+ */
+export function logDestination(io: CliIo): { write(line: string): void } {
+  return { write: (line) => io.stdout(line) };
+}

@@ -77,6 +77,8 @@ export interface LongRunning {
   child: ChildProcess;
   /** stdout's JSON log lines so far. */
   lines: LogLine[];
+  /** The same lines as written, unparsed. */
+  rawLines: string[];
   stderr(): string;
   waitForLine(match: (line: LogLine) => boolean, timeoutMs?: number): Promise<LogLine>;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -86,6 +88,7 @@ export interface LongRunning {
 export function startCli(args: string[], env: Env): LongRunning {
   const child = start(args, env);
   const lines: LogLine[] = [];
+  const rawLines: string[] = [];
   const waiters = new Set<{ match: (l: LogLine) => boolean; resolve: (l: LogLine) => void }>();
   let stderr = '';
   child.stderr!.on(
@@ -99,7 +102,10 @@ export function startCli(args: string[], env: Env): LongRunning {
     } catch {
       line = { text };
     }
-    if (lines.length < MAX_LINES) lines.push(line);
+    if (lines.length < MAX_LINES) {
+      lines.push(line);
+      rawLines.push(text);
+    }
     for (const w of waiters) {
       if (w.match(line)) {
         waiters.delete(w);
@@ -113,6 +119,7 @@ export function startCli(args: string[], env: Env): LongRunning {
   return {
     child,
     lines,
+    rawLines,
     stderr: () => stderr,
     exited,
     waitForLine(match, timeoutMs = 60_000) {

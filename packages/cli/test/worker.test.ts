@@ -13,6 +13,11 @@ const client = createClient({ pool: db.pool, logger: pino({ level: 'silent' }) }
 // Producer-side twins of the fixtures' definitions: same type and payload, no handler needed.
 const gated = defineJob({ type: 'gated', payload: z.object({ n: z.number() }), handler: () => {} });
 const sleeper = defineJob({ type: 'sleeper', payload: z.object({}), handler: () => {} });
+const shout = defineJob({
+  type: 'shout',
+  payload: z.object({ message: z.string() }),
+  handler: () => {},
+});
 const record = defineJob({
   type: 'record',
   payload: z.object({ n: z.number() }),
@@ -93,6 +98,21 @@ describe('skiplock worker', () => {
     expect(worker.lines.some(reason('started'))).toBe(true);
     // Every stdout line is a JSON log line.
     expect(worker.lines.filter((l) => 'text' in l)).toEqual([]);
+  });
+
+  it("escapes C1 controls and bidirectional overrides of a job's error in its log lines", async () => {
+    // CSI (U+009B) starts a terminal escape sequence; U+202E shows what follows reversed.
+    const message = 'declined \u009b2J cleared \u202e desrever';
+    await client.enqueue(shout, { message });
+    const worker = startCli(['worker', fixture('failing-jobs.ts'), '--no-listen'], env);
+    const dead = await worker.waitForLine(reason('non_retryable'));
+    worker.child.kill('SIGTERM');
+    expect((await worker.exited).code).toBe(0);
+    // The line parses to the message as it was thrown, and is written without the raw characters.
+    expect(dead.err).toBe(message);
+    const raw = worker.rawLines.find((l) => l.includes('"reason":"non_retryable"'))!;
+    expect(raw).toContain('declined \\u009b2J cleared \\u202e desrever');
+    expect(worker.rawLines.join('\n')).not.toMatch(/[\u0080-\u009f\u202a-\u202e]/);
   });
 
   it('drains on SIGTERM: running jobs finish, unstarted ones stay pending, none processing', async () => {

@@ -6,7 +6,7 @@ import {
   parseOptions,
   positionalArgs,
 } from '../args.js';
-import type { Command } from '../io.js';
+import { logDestination, type Command } from '../io.js';
 
 const DEFAULT_HOST = '127.0.0.1';
 const DEFAULT_PORT = 4600;
@@ -70,11 +70,14 @@ export const dashboardCommand: Command = {
     const sagas = values.module
       ? await (await import('../load-sagas.js')).loadSagaModule(values.module, io.cwd)
       : [];
-    const logger = pino({
-      name: 'skiplock-dashboard',
-      level: io.env.SKIPLOCK_LOG_LEVEL ?? 'info',
-      redact: ['payload', 'password', 'token', 'connectionString', '*.payload', '*.password'],
-    });
+    const logger = pino(
+      {
+        name: 'skiplock-dashboard',
+        level: io.env.SKIPLOCK_LOG_LEVEL ?? 'info',
+        redact: ['payload', 'password', 'token', 'connectionString', '*.payload', '*.password'],
+      },
+      logDestination(io),
+    );
     const db = await openDatabase(url, {
       maxConnections: 4,
       applicationName: 'skiplock-dashboard',

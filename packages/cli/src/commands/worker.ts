@@ -8,7 +8,7 @@ import {
   parseOptions,
   positionalArgs,
 } from '../args.js';
-import type { Command } from '../io.js';
+import { logDestination, type Command } from '../io.js';
 
 // The worker's own default; used here only to size the pool before the worker exists.
 const DEFAULT_CONCURRENCY = 10;
@@ -67,11 +67,14 @@ export const workerCommand: Command = {
       ]);
     const loaded = await loadJobModule(specifier!, io.cwd);
 
-    const logger = pino({
-      name: 'skiplock',
-      level: io.env.SKIPLOCK_LOG_LEVEL ?? 'info',
-      redact: ['payload', 'password', 'connectionString', '*.payload', '*.password'],
-    });
+    const logger = pino(
+      {
+        name: 'skiplock',
+        level: io.env.SKIPLOCK_LOG_LEVEL ?? 'info',
+        redact: ['payload', 'password', 'connectionString', '*.payload', '*.password'],
+      },
+      logDestination(io),
+    );
     const options = {
       ...loaded.workerOptions,
       ...(queues ? { queues } : {}),
