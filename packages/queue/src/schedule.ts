@@ -6,9 +6,9 @@ import { z } from 'zod';
 
 /**
  * What a scheduler does with ticks it finds already past (the process was down, the schedule
- * was paused): `'skip'` enqueues only ticks at most a minute late; `'latest'` enqueues the most
- * recent missed tick once and skips the rest; `{ withinMs }` enqueues every missed tick no older
- * than that (at most `MAX_TICKS_PER_PASS` per pass, oldest first).
+ * was paused): `'skip'` enqueues only ticks at most a minute late; `'latest'` enqueues those too
+ * and, when none is, the most recent missed tick once, skipping the rest; `{ withinMs }` enqueues
+ * every missed tick no older than that (at most `MAX_TICKS_PER_PASS` per pass, oldest first).
  */
 export type CatchUp = 'skip' | 'latest' | { withinMs: number };
 

@@ -95,21 +95,21 @@ export function createScheduler(
 
   /** The ticks of one schedule to enqueue now, and how far its pointer moves. */
   function due(s: ScheduleDefinition, last: Date, now: Date): { ticks: Date[]; through: Date } {
-    if (s.catchUp === 'latest') {
-      const latest = s.latest(now);
-      return latest && latest > last
-        ? { ticks: [latest], through: latest }
-        : { ticks: [], through: last };
-    }
-    const windowMs = s.catchUp === 'skip' ? onTimeMs : s.catchUp.withinMs;
+    const windowMs = typeof s.catchUp === 'string' ? onTimeMs : s.catchUp.withinMs;
     // Ticks come strictly after `from`: one exactly `windowMs` late is still inside the window.
     const from = new Date(Math.max(last.getTime(), now.getTime() - windowMs - 1));
-    const ticks = s.ticks(from, now, MAX_TICKS_PER_PASS);
+    let ticks = s.ticks(from, now, MAX_TICKS_PER_PASS);
+    if (s.catchUp === 'latest' && ticks.length === 0) {
+      // On-time ticks run as under 'skip' (a pass finds several when the cron is faster than the
+      // interval: taking only the newest dropped the others); with none, the newest missed one.
+      const latest = s.latest(now);
+      if (latest && latest > last) ticks = [latest];
+    }
     // Everything up to now is handled, unless the pass stopped at its bound: then the next pass
     // goes on from the last tick enqueued.
     const through =
       ticks.length === MAX_TICKS_PER_PASS ? ticks[ticks.length - 1]! : (s.latest(now) ?? last);
-    if (from > last && s.ticks(last, from, 1).length > 0) {
+    if (s.catchUp !== 'latest' && from > last && s.ticks(last, from, 1).length > 0) {
       logger.warn(
         { reason: 'schedule_ticks_missed', schedule: s.name, since: last.toISOString() },
         'schedule missed ticks while no scheduler ran it; skipped per its catchUp policy',

@@ -238,6 +238,36 @@ describe('scheduler', () => {
     expect(logs.reasons()).not.toContain('schedule_ticks_missed');
   });
 
+  it("under 'latest', a running scheduler enqueues every tick it passes in time, not only the newest", async () => {
+    const s = defineSchedule({
+      name: 'latest-running',
+      cron: '* * * * *',
+      job: job('latest-running'),
+      payload: (t) => ({ at: t.toISOString() }),
+      catchUp: 'latest',
+    });
+    // A pass every 5 minutes: each finds the five ticks since the last one, all on time.
+    const scheduler = createScheduler({
+      pool: db.pool,
+      schedules: [s],
+      logger: quiet,
+      intervalMs: 300_000,
+    });
+    const t0 = at('2026-06-02T00:00:30Z');
+    for (let m = 0; m <= 10; m += 5) await scheduler.runOnce({ now: minutes(t0, m) });
+    // Before: only the newest tick of each pass, 00:05 and 00:10.
+    expect(await ticksOf('latest-running')).toEqual(
+      [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].map((m) =>
+        minutes(at('2026-06-02T00:00:00Z'), m).toISOString(),
+      ),
+    );
+    // Down for an hour: the newest missed tick once, as before (with a scheduler whose on-time
+    // window is the minute).
+    const fast = createScheduler({ pool: db.pool, schedules: [s], logger: quiet });
+    await fast.runOnce({ now: minutes(t0, 75) });
+    expect((await ticksOf('latest-running')).slice(10)).toEqual(['2026-06-02T01:15:00.000Z']);
+  });
+
   it('starts a changed cron at the change, replaying none of its ticks before it', async () => {
     const j = job('redefined');
     const define = (cron: string) =>
