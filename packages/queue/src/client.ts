@@ -16,7 +16,7 @@ import { asStored, findJsonProblem } from './json-safe.js';
 import { ConfigError, InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolvePool, type PoolSource } from './pool.js';
-import type { JobStatus } from './schema.js';
+import { jobStatus, type JobStatus } from './schema.js';
 import { ENQUEUE_LEASED, type LeasedInsert } from './handoff.js';
 import { admitKeys } from './sql/admit.js';
 import type { ClaimedRow } from './sql/claim.js';
@@ -257,6 +257,42 @@ function checkId(id: string): string {
     );
   }
   return id;
+}
+
+const JOB_STATUSES: ReadonlySet<unknown> = new Set(jobStatus.enumValues);
+
+/**
+ * Refuses a `listJobs` filter PostgreSQL would fail on (a limit of NaN or 2.5, a status not in
+ * the enum, a text with NUL) or silently misread (a status string for the list, a number for a
+ * queue), naming the field. Returns the limit, if given.
+ */
+function checkListFilter(filter: Record<string, unknown>): number | undefined {
+  const { limit, statuses } = filter;
+  if (limit != null && !Number.isInteger(limit)) {
+    throw new SkiplockError(
+      'invalid_limit',
+      `limit must be an integer (1 to 1000), got ${typeof limit === 'number' ? limit : JSON.stringify(limit)}`,
+    );
+  }
+  if (statuses != null) {
+    const bad = Array.isArray(statuses) ? statuses.find((x) => !JOB_STATUSES.has(x)) : statuses;
+    if (!Array.isArray(statuses) || bad !== undefined) {
+      throw new SkiplockError(
+        'invalid_filter',
+        `statuses must be an array of ${[...JOB_STATUSES].join(', ')}; got ${JSON.stringify(bad)}`,
+      );
+    }
+  }
+  for (const name of ['queue', 'jobType', 'workerId'] as const) {
+    const value = filter[name];
+    if (value != null && (typeof value !== 'string' || value.includes('\u0000'))) {
+      throw new SkiplockError(
+        'invalid_filter',
+        `${name} must be a string without NUL characters, got ${JSON.stringify(value)}`,
+      );
+    }
+  }
+  return (limit ?? undefined) as number | undefined;
 }
 
 interface RawJobRow {
@@ -816,7 +852,7 @@ export function createClient(options: ClientOptions = {}): Client {
       return rows[0] ? toJob(rows[0]) : null;
     },
     async listJobs(filter = {}) {
-      const limit = Math.min(Math.max(filter.limit ?? 50, 1), 1_000);
+      const limit = Math.min(Math.max(checkListFilter(filter) ?? 50, 1), 1_000);
       if (filter.beforeId) checkId(filter.beforeId);
       const { rows } = await runSql<RawJobRow>(pool, selectJobs({ ...filter, limit }));
       return rows.map(toJob);

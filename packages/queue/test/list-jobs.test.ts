@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createClient, defineJob, type Job } from '../src/index.js';
+import { createClient, defineJob, SkiplockError, type Job } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { quiet, testWorker } from './fixtures.js';
 import { waitFor } from '../../../test/support/wait.js';
@@ -41,6 +41,29 @@ describe('listJobs', () => {
     }
     const expected = [...ids].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0)).map(String);
     expect(seen.map((j) => j.id)).toEqual(expected);
+  });
+});
+
+describe('listJobs input', () => {
+  it('refuses a bad limit, status or text naming it, never with a database error', async () => {
+    const cases: [Record<string, unknown>, string, RegExp][] = [
+      [{ limit: Number.NaN }, 'invalid_limit', /limit must be an integer .*NaN/],
+      [{ limit: 2.5 }, 'invalid_limit', /limit must be an integer .*2\.5/],
+      [{ limit: '10' }, 'invalid_limit', /limit must be an integer .*"10"/],
+      [{ statuses: ['bogus'] }, 'invalid_filter', /statuses must be an array of .*"bogus"/],
+      [{ statuses: 'dead' }, 'invalid_filter', /statuses must be an array of .*"dead"/],
+      [{ statuses: [null] }, 'invalid_filter', /statuses must be an array of .*null/],
+      [{ queue: 'a\u0000b' }, 'invalid_filter', /queue must be a string without NUL/],
+      [{ jobType: 5 }, 'invalid_filter', /jobType must be a string .*5/],
+    ];
+    for (const [filter, code, message] of cases) {
+      const error = await client.listJobs(filter as never).catch((e: unknown) => e);
+      expect(error, JSON.stringify(filter)).toBeInstanceOf(SkiplockError);
+      expect(error).toMatchObject({ code, message: expect.stringMatching(message) });
+    }
+    // Out-of-range limits are still clamped, and an empty status list means every status.
+    expect(await client.listJobs({ limit: 5_000, statuses: [] })).toHaveLength(241);
+    expect(await client.listJobs({ limit: 0, statuses: ['pending'] })).toHaveLength(1);
   });
 });
 
