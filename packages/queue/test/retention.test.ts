@@ -1,6 +1,8 @@
+import { PgDialect } from 'drizzle-orm/pg-core';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, createRetention, defineJob } from '../src/index.js';
+import { pruneJobs } from '../src/sql/retention.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { countByStatus, quiet, testWorker } from './fixtures.js';
 import { metricValue } from '../../../test/support/metrics.js';
@@ -69,4 +71,54 @@ describe('retention', () => {
     expect(rows.map((r) => r.job_type)).toEqual(['new-done', 'old-dead', 'waiting']);
     expect(await countByStatus(db.pool)).toMatchObject({ pending: 1 });
   });
+
+  it('walks the retention index per status: a batch reads its own rows, not the whole backlog', async () => {
+    await db.pool.query('DELETE FROM skiplock.jobs');
+    // A backlog: 150,000 finished jobs all past their age (retention was off for a while).
+    await db.pool.query(`
+      INSERT INTO skiplock.jobs (job_type, status, updated_at)
+      SELECT 'backlog', (ARRAY['completed', 'cancelled', 'dead'])[1 + g % 3]::skiplock.job_status,
+             '2020-01-01T00:00:00Z'::timestamptz + g * interval '1 second'
+      FROM generate_series(1, 150000) g;
+      ANALYZE skiplock.jobs`);
+    const query = new PgDialect().sqlToQuery(
+      pruneJobs({ completedAgeMs: 7 * 86_400_000, deadAgeMs: 30 * 86_400_000, limit: 500 }),
+    );
+    const client = await db.pool.connect();
+    let plan: string;
+    try {
+      await client.query('BEGIN');
+      const { rows } = await client.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${query.sql}`,
+        query.params,
+      );
+      plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
+    // Before: a scan of every expired row and a sort of all 150,000, for each batch of 500.
+    expect(plan).not.toMatch(/Seq Scan on jobs/);
+    const read = Math.max(...[...plan.matchAll(/actual rows=(\d+)/g)].map((m) => Number(m[1])));
+    expect(read).toBeLessThanOrEqual(3 * 500);
+    // Oldest first across the statuses, and the right ages still apply.
+    const retention = createRetention({
+      pool: db.pool,
+      logger: quiet,
+      completedAgeMs: 7 * 86_400_000,
+      deadAgeMs: 100 * 365 * 86_400_000,
+      batchSize: 500,
+      maxBatches: 1,
+    });
+    expect((await retention.runOnce()).deleted).toBe(500);
+    const { rows } = await db.pool.query<{ status: string; n: number }>(`
+      SELECT status, count(*)::int AS n FROM skiplock.jobs
+      WHERE updated_at <= '2020-01-01T00:00:00Z'::timestamptz + 751 * interval '1 second'
+      GROUP BY status ORDER BY status::text`);
+    // The 500 oldest completed and cancelled (g = 1 to 750) are gone, and no dead job: too young.
+    expect(rows).toEqual([
+      { status: 'cancelled', n: 1 },
+      { status: 'dead', n: 250 },
+    ]);
+  }, 60_000);
 });

@@ -1,20 +1,35 @@
 import { sql } from 'drizzle-orm';
+import type { JobStatus } from '../schema.js';
 
 /**
  * Deletes up to `limit` terminal jobs older than their retention age, oldest first. Batched so one
  * run never holds many row locks or writes a burst of WAL; the caller loops while rows come back.
+ * Each status is its own ordered walk of the retention index (status, updated_at) that stops after
+ * `limit` entries: one condition over the three statuses ordered by `updated_at` was a scan of
+ * every expired row and a sort of them all, per batch, so a backlog of N expired jobs cost N rows
+ * read for each batch of `limit` deleted.
  */
 export function pruneJobs(p: { completedAgeMs: number; deadAgeMs: number; limit: number }) {
+  const expired = (status: JobStatus, ageMs: number) => sql`
+    SELECT id, updated_at FROM skiplock.jobs
+    WHERE status = ${sql.raw(`'${status}'`)}
+      AND updated_at < now() - ${ageMs} * interval '1 millisecond'
+    ORDER BY updated_at
+    LIMIT ${p.limit}
+    FOR UPDATE SKIP LOCKED`;
   return sql`
-    WITH doomed AS (
-      SELECT id FROM skiplock.jobs
-      WHERE (status IN ('completed', 'cancelled')
-             AND updated_at < now() - ${p.completedAgeMs} * interval '1 millisecond')
-         OR (status = 'dead' AND updated_at < now() - ${p.deadAgeMs} * interval '1 millisecond')
-      ORDER BY updated_at
-      LIMIT ${p.limit}
-      FOR UPDATE SKIP LOCKED
-    )
+    WITH completed AS (${expired('completed', p.completedAgeMs)}),
+         cancelled AS (${expired('cancelled', p.completedAgeMs)}),
+         dead AS (${expired('dead', p.deadAgeMs)}),
+         doomed AS (
+           SELECT id FROM (
+             SELECT id, updated_at FROM completed
+             UNION ALL SELECT id, updated_at FROM cancelled
+             UNION ALL SELECT id, updated_at FROM dead
+           ) s
+           ORDER BY updated_at
+           LIMIT ${p.limit}
+         )
     DELETE FROM skiplock.jobs j USING doomed WHERE j.id = doomed.id
     RETURNING j.status`;
 }
