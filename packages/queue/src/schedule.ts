@@ -125,3 +125,21 @@ export function defineSchedule<P>(input: ScheduleInput<P>): ScheduleDefinition<P
     },
   };
 }
+
+/**
+ * Whether a recorded cron (another process's definition) had a tick after `after` and at or
+ * before `until`; null when this process's croner cannot read it.
+ */
+export function hasTickBetween(
+  cron: string,
+  timezone: string,
+  after: Date,
+  until: Date,
+): boolean | null {
+  try {
+    const next = new Cron(cron, { timezone, paused: true }).nextRun(after);
+    return next !== null && next.getTime() <= until.getTime();
+  } catch {
+    return null;
+  }
+}

@@ -8,7 +8,12 @@ import type { JobDefinition } from './define.js';
 import { ConfigError, errorMessage } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
-import { ON_TIME_MS, MAX_TICKS_PER_PASS, type ScheduleDefinition } from './schedule.js';
+import {
+  ON_TIME_MS,
+  MAX_TICKS_PER_PASS,
+  hasTickBetween,
+  type ScheduleDefinition,
+} from './schedule.js';
 import { IntervalService } from './service.js';
 import {
   advanceSchedule,
@@ -118,12 +123,82 @@ export function createScheduler(
     return { ticks, through: through > last ? through : last };
   }
 
+  const record = (s: ScheduleDefinition, now: Date) =>
+    upsertSchedule({
+      name: s.name,
+      cron: s.cron,
+      timezone: s.timezone,
+      jobType: s.job.type,
+      queue: s.job.queue,
+      now,
+    });
+  /** Per schedule, the recorded definition this scheduler last logged it defers to. */
+  const deferredTo = new Map<string, string>();
+
+  /**
+   * Whether this scheduler runs `s` on this pass, given the definition recorded for it: another
+   * process (a newer deploy, or one started after this one) may have recorded another cron, time
+   * zone, job type or queue, and then it alone runs the schedule, or both crons' ticks would be
+   * enqueued. The recorded one is taken back only when no scheduler runs it: one of its ticks
+   * since the row was last moved (by its scheduler, or a pause or resume) is late past the
+   * on-time window. Returns the row's `last_tick_at` to go on from, or null to leave it alone.
+   */
+  async function ownDefinition(
+    tx: Queryable,
+    s: ScheduleDefinition,
+    row: Pick<
+      ScheduleRow,
+      'cron' | 'timezone' | 'job_type' | 'queue' | 'last_tick_at' | 'updated_at'
+    >,
+    now: Date,
+  ): Promise<Date | null> {
+    const recorded = [row.cron, row.timezone, row.job_type, row.queue];
+    if (recorded.join('\u0000') === [s.cron, s.timezone, s.job.type, s.job.queue].join('\u0000')) {
+      deferredTo.delete(s.name);
+      return row.last_tick_at;
+    }
+    const since = new Date(Math.max(row.last_tick_at.getTime(), row.updated_at.getTime()));
+    const late = new Date(now.getTime() - onTimeMs);
+    const abandoned = since < late && hasTickBetween(row.cron, row.timezone, since, late) === true;
+    const fields = {
+      schedule: s.name,
+      recorded: { cron: row.cron, timezone: row.timezone, jobType: row.job_type, queue: row.queue },
+      own: { cron: s.cron, timezone: s.timezone, jobType: s.job.type, queue: s.job.queue },
+    };
+    if (!abandoned) {
+      const key = recorded.join('\u0000');
+      if (deferredTo.get(s.name) !== key) {
+        deferredTo.set(s.name, key);
+        logger.warn(
+          { reason: 'schedule_definition_differs', ...fields },
+          'another process recorded another definition of this schedule; it runs the schedule, this one leaves it alone',
+        );
+      }
+      return null;
+    }
+    deferredTo.delete(s.name);
+    const taken = (await runSql<Pick<ScheduleRow, 'last_tick_at'>>(tx, record(s, now))).rows[0];
+    logger.warn(
+      { reason: 'schedule_definition_taken_over', ...fields },
+      'no scheduler runs the recorded definition of this schedule (its ticks are late); this one records its own and runs it',
+    );
+    return taken?.last_tick_at ?? row.last_tick_at;
+  }
+
   async function runSchedule(s: ScheduleDefinition, now: Date): Promise<number | null> {
     return withTransaction(pool, async (tx: Queryable) => {
-      const row = (await runSql<Pick<ScheduleRow, 'last_tick_at'>>(tx, lockSchedule(s.name)))
-        .rows[0];
+      const row = (
+        await runSql<
+          Pick<
+            ScheduleRow,
+            'cron' | 'timezone' | 'job_type' | 'queue' | 'last_tick_at' | 'updated_at'
+          >
+        >(tx, lockSchedule(s.name))
+      ).rows[0];
       if (!row) return null;
-      const { ticks, through } = due(s, row.last_tick_at, now);
+      const last = await ownDefinition(tx, s, row, now);
+      if (last === null) return null;
+      const { ticks, through } = due(s, last, now);
       let enqueued = 0;
       if (ticks.length > 0) {
         const results = await client.enqueueMany(
@@ -136,7 +211,7 @@ export function createScheduler(
         );
         enqueued = results.filter((r) => r.inserted).length;
       }
-      if (through > row.last_tick_at) await runSql(tx, advanceSchedule(s.name, through));
+      if (through > last) await runSql(tx, advanceSchedule(s.name, through));
       return enqueued;
     });
   }
@@ -144,19 +219,7 @@ export function createScheduler(
   async function pass(passOptions: { now?: Date } = {}): Promise<SchedulerResult> {
     const now = passOptions.now ?? (await clock());
     if (!synced) {
-      for (const s of schedules) {
-        await runSql(
-          pool,
-          upsertSchedule({
-            name: s.name,
-            cron: s.cron,
-            timezone: s.timezone,
-            jobType: s.job.type,
-            queue: s.job.queue,
-            now,
-          }),
-        );
-      }
+      for (const s of schedules) await runSql(pool, record(s, now));
       synced = true;
     }
     const result: SchedulerResult = { enqueued: {}, skipped: [], failed: [] };

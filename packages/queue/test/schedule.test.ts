@@ -313,6 +313,60 @@ describe('scheduler', () => {
     ]);
   });
 
+  it('a process with another definition than the recorded one leaves the schedule to it, until nobody runs it', async () => {
+    const logs = captureLogs();
+    const j = job('drift');
+    const define = (cron: string) =>
+      defineSchedule({ name: 'drift', cron, job: j, payload: (t) => ({ at: t.toISOString() }) });
+    // Two processes of a rolling deploy, each with its own pool: the old one's cron is hourly on
+    // the hour, the new one's on the half hour. (Times after the database's clock, so that the
+    // row's updated_at, written in it, is in their past.)
+    const old = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('0 * * * *')],
+      logger: logs.logger,
+    });
+    const next = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('30 * * * *')],
+      logger: quiet,
+    });
+    const hour = (hm: string) => at(`2030-01-01T${hm}Z`);
+    await old.runOnce({ now: hour('00:10:00') });
+    await next.runOnce({ now: hour('00:20:00') });
+    const skipped: string[][] = [];
+    for (const [scheduler, time] of [
+      [next, '00:30:30'],
+      [old, '01:00:30'],
+      [next, '01:30:30'],
+      [old, '01:31:00'],
+      [old, '02:00:30'],
+      [next, '02:30:30'],
+      // The new process is gone (the deploy rolled back): its 03:30 tick is on time at first...
+      [old, '03:30:30'],
+    ] as const) {
+      skipped.push((await scheduler.runOnce({ now: hour(time) })).skipped);
+    }
+    // Before: the old process enqueued its 01:00 and 02:00 too, both crons ran.
+    expect(await ticksOf('drift')).toEqual(
+      ['00:30', '01:30', '02:30'].map((hm) => `2030-01-01T${hm}:00.000Z`),
+    );
+    expect(skipped).toEqual([[], ['drift'], [], ['drift'], ['drift'], [], ['drift']]);
+    const differs = logs.lines.filter((l) => l.reason === 'schedule_definition_differs');
+    expect(differs).toHaveLength(1);
+    expect(differs[0]).toMatchObject({
+      schedule: 'drift',
+      recorded: { cron: '30 * * * *' },
+      own: { cron: '0 * * * *' },
+    });
+    // ...then late: no scheduler runs the recorded cron, so the old process records its own.
+    await old.runOnce({ now: hour('03:31:31') });
+    expect(logs.reasons()).toContain('schedule_definition_taken_over');
+    expect((await listSchedules(db.pool)).find((x) => x.name === 'drift')?.cron).toBe('0 * * * *');
+    await old.runOnce({ now: hour('04:00:30') });
+    expect((await ticksOf('drift')).slice(3)).toEqual(['2030-01-01T04:00:00.000Z']);
+  });
+
   it('runs in a worker that has schedules, and one bad schedule does not hold up the others', async () => {
     const logs = captureLogs();
     const j = job('in-worker');

@@ -39,13 +39,17 @@ export function upsertSchedule(p: {
           THEN greatest(schedules.last_tick_at, excluded.last_tick_at)
           ELSE schedules.last_tick_at END
     WHERE (schedules.cron, schedules.timezone, schedules.job_type, schedules.queue)
-          IS DISTINCT FROM (excluded.cron, excluded.timezone, excluded.job_type, excluded.queue)`;
+          IS DISTINCT FROM (excluded.cron, excluded.timezone, excluded.job_type, excluded.queue)
+    RETURNING last_tick_at`;
 }
 
-/** Locks a schedule that is not paused; another scheduler holding it is skipped, not waited for. */
+/**
+ * Locks a schedule that is not paused, with the definition recorded for it; another scheduler
+ * holding it is skipped, not waited for.
+ */
 export function lockSchedule(name: string) {
   return sql`
-    SELECT name, last_tick_at FROM skiplock.schedules
+    SELECT name, cron, timezone, job_type, queue, last_tick_at, updated_at FROM skiplock.schedules
     WHERE name = ${name} AND NOT paused
     FOR UPDATE SKIP LOCKED`;
 }
