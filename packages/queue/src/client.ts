@@ -267,13 +267,23 @@ const JOB_STATUSES: ReadonlySet<unknown> = new Set(jobStatus.enumValues);
  * queue), naming the field. Returns the limit, if given.
  */
 function checkListFilter(filter: Record<string, unknown>): number | undefined {
-  const { limit, statuses } = filter;
+  const { limit } = filter;
   if (limit != null && !Number.isInteger(limit)) {
     throw new SkiplockError(
       'invalid_limit',
       `limit must be an integer (1 to 1000), got ${typeof limit === 'number' ? limit : JSON.stringify(limit)}`,
     );
   }
+  checkJobFilter(filter);
+  return (limit ?? undefined) as number | undefined;
+}
+
+/**
+ * Refuses a job filter's statuses that are not an array of job statuses and a queue, job type or
+ * worker id that is not a string without NUL (`invalid_filter`), which PostgreSQL would fail on.
+ */
+export function checkJobFilter(filter: Record<string, unknown>): void {
+  const { statuses } = filter;
   if (statuses != null) {
     const bad = Array.isArray(statuses) ? statuses.find((x) => !JOB_STATUSES.has(x)) : statuses;
     if (!Array.isArray(statuses) || bad !== undefined) {
@@ -292,7 +302,6 @@ function checkListFilter(filter: Record<string, unknown>): number | undefined {
       );
     }
   }
-  return (limit ?? undefined) as number | undefined;
 }
 
 interface RawJobRow {

@@ -1,4 +1,4 @@
-import { toJob, type Job } from './client.js';
+import { checkJobFilter, toJob, type Job } from './client.js';
 import { runSql, type Queryable } from './db.js';
 import { SkiplockError } from './errors.js';
 import type { JobStatus } from './schema.js';
@@ -65,13 +65,27 @@ export interface OverviewOptions {
   maxQueues?: number;
 }
 
+/**
+ * A bound given to a read: a whole number from 1 to `max` (by default any that PostgreSQL's
+ * bigint holds), else a SkiplockError naming it; NaN or 2.5 reached the server as LIMIT NaN.
+ */
+function checkBound(name: string, value: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (!Number.isInteger(value) || value < 1 || value > max) {
+    throw new SkiplockError(
+      'invalid_limit',
+      `${name} must be an integer from 1 to ${max}, got ${typeof value === 'number' ? value : JSON.stringify(value)}`,
+    );
+  }
+  return value;
+}
+
 /** Per queue: jobs by state (bounded), oldest runnable job's age, expired leases, dead jobs. */
 export async function readQueueOverview(
   db: Queryable,
   options: OverviewOptions = {},
 ): Promise<QueueOverview> {
-  const cap = options.cap ?? 10_000;
-  const maxQueues = options.maxQueues ?? 200;
+  const cap = checkBound('cap', options.cap ?? 10_000);
+  const maxQueues = checkBound('maxQueues', options.maxQueues ?? 200);
   const [runnable, processing, waiting, dead, estimate] = await Promise.all([
     runSql<RunnableRow>(db, selectRunnableByQueue(cap, maxQueues)),
     runSql<ProcessingRow>(db, selectProcessingByQueue(cap)),
@@ -153,7 +167,7 @@ export async function readThroughput(
   options: { cap?: number } = {},
 ): Promise<Throughput> {
   // Polled by open overview pages: a small cap keeps each poll cheap on a busy queue.
-  const cap = options.cap ?? 20_000;
+  const cap = checkBound('cap', options.cap ?? 20_000);
   const { rows } = await runSql<ThroughputRow>(db, selectThroughput(cap));
   const completed = new Array<number>(60).fill(0);
   const dead = new Array<number>(60).fill(0);
@@ -179,7 +193,11 @@ export async function readRecentWorkers(
 ): Promise<RecentWorker[]> {
   const { rows } = await runSql<RecentWorkerRow>(
     db,
-    selectRecentWorkers(options.cap ?? 10_000, options.windowMs ?? 300_000),
+    selectRecentWorkers(
+      checkBound('cap', options.cap ?? 10_000),
+      // The statement reads it as an int.
+      checkBound('windowMs', options.windowMs ?? 300_000, 2_147_483_647),
+    ),
   );
   return rows.map((r) => ({
     workerId: r.worker,
@@ -238,6 +256,8 @@ export async function browseJobs(db: Queryable, options: BrowseOptions = {}): Pr
       `limit must be an integer from 1 to 500, got ${limit}`,
     );
   }
+  checkBound('scanLimit', scanLimit);
+  checkJobFilter(options as Record<string, unknown>);
   if (options.beforeId !== undefined) checkJobId(options.beforeId, 'beforeId');
   const filter = { ...options, limit, scanLimit: Math.max(scanLimit, limit) };
   const { rows: ids } = await runSql<{ id: string }>(db, selectBrowseIds(filter));
@@ -274,7 +294,10 @@ async function readJobSummaries(db: Queryable, ids: readonly string[]): Promise<
 
 /** The ids of the jobs holding idempotency key `key`, in any queue, newest first. */
 export async function findJobsByKey(db: Queryable, key: string): Promise<string[]> {
-  if (typeof key !== 'string' || key.length === 0 || key.length > 512) return [];
+  // No job holds a key that is not storable text (NUL), which PostgreSQL would refuse to compare.
+  if (typeof key !== 'string' || key.length === 0 || key.length > 512 || key.includes('\u0000')) {
+    return [];
+  }
   const { rows } = await runSql<{ id: string }>(db, selectJobIdsByKey(key, 1_000));
   return rows.map((r) => r.id);
 }

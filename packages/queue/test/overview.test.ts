@@ -22,6 +22,7 @@ import {
   selectThroughput,
   selectWaitingByQueue,
 } from '../src/sql/overview.js';
+import { SkiplockError } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 
 const db = await useTestDatabase();
@@ -173,6 +174,32 @@ describe('overview reads on a table of 200,000 finished jobs', () => {
     expect(narrow.nextBeforeId).not.toBeNull();
     expect(await findJobsByKey(db.pool, 'key-7')).toHaveLength(1);
     expect(await findJobsByKey(db.pool, 'no-such-key')).toEqual([]);
+  });
+
+  it('refuses a bad filter or bound with a SkiplockError naming it, never a database error', async () => {
+    const cases: [() => Promise<unknown>, string, RegExp][] = [
+      // PostgreSQL text holds no NUL: it failed the statement, unnamed.
+      [() => browseJobs(db.pool, { queue: 'a\u0000b' }), 'invalid_filter', /queue must be/],
+      [() => browseJobs(db.pool, { workerId: 'w\u0000' }), 'invalid_filter', /workerId must/],
+      [
+        () => browseJobs(db.pool, { statuses: ['bogus' as 'dead'] }),
+        'invalid_filter',
+        /statuses must be an array of .*"bogus"/,
+      ],
+      [() => browseJobs(db.pool, { scanLimit: Number.NaN }), 'invalid_limit', /scanLimit .*NaN/],
+      [() => browseJobs(db.pool, { scanLimit: 1e20 }), 'invalid_limit', /scanLimit/],
+      [() => readQueueOverview(db.pool, { cap: 2.5 }), 'invalid_limit', /cap .*2\.5/],
+      [() => readQueueOverview(db.pool, { maxQueues: 0 }), 'invalid_limit', /maxQueues/],
+      [() => readThroughput(db.pool, { cap: -1 }), 'invalid_limit', /cap .*-1/],
+      [() => readRecentWorkers(db.pool, { windowMs: 1e10 }), 'invalid_limit', /windowMs/],
+    ];
+    for (const [read, code, message] of cases) {
+      const error = await read().catch((e: unknown) => e);
+      expect(error, String(message)).toBeInstanceOf(SkiplockError);
+      expect(error).toMatchObject({ code, message: expect.stringMatching(message) });
+    }
+    // A key with NUL is no job's key (the statement failed there too).
+    expect(await findJobsByKey(db.pool, 'key-7\u0000')).toEqual([]);
   });
 
   it('retries and discards only dead jobs among those listed', async () => {
