@@ -2,10 +2,10 @@ import type pg from 'pg';
 import { z } from 'zod';
 import { createClient, type Client } from './client.js';
 import type { TracingOption } from './tracing.js';
-import { parseConfig, rejectUnknownKeys } from './config.js';
+import { parseConfig, queueName, rejectUnknownKeys } from './config.js';
 import { runSql, withTransaction, type Queryable } from './db.js';
 import type { JobDefinition } from './define.js';
-import { ConfigError, errorMessage } from './errors.js';
+import { ConfigError, SkiplockError, errorMessage } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import {
@@ -294,11 +294,28 @@ export async function listSchedules(db: Queryable): Promise<ScheduleState[]> {
  * meanwhile are then handled by its catch-up policy. Returns null for an unknown name.
  */
 export async function pauseSchedule(db: Queryable, name: string): Promise<ScheduleState | null> {
-  const row = (await runSql<ScheduleRow>(db, setSchedulePaused(name, true))).rows[0];
-  return row ? toState(row) : null;
+  return setPaused(db, name, true);
 }
 
 export async function resumeSchedule(db: Queryable, name: string): Promise<ScheduleState | null> {
-  const row = (await runSql<ScheduleRow>(db, setSchedulePaused(name, false))).rows[0];
+  return setPaused(db, name, false);
+}
+
+async function setPaused(
+  db: Queryable,
+  name: string,
+  paused: boolean,
+): Promise<ScheduleState | null> {
+  // A name left out went into the statement as nothing at all (a syntax error from PostgreSQL),
+  // and one with NUL failed there as well.
+  if (typeof name !== 'string') {
+    throw new SkiplockError(
+      'invalid_name',
+      `schedule name must be a string, got ${name === undefined ? 'undefined' : JSON.stringify(name)}`,
+    );
+  }
+  // No schedule can be named so (defineSchedule refuses it): an unknown name.
+  if (!queueName.safeParse(name).success) return null;
+  const row = (await runSql<ScheduleRow>(db, setSchedulePaused(name, paused))).rows[0];
   return row ? toState(row) : null;
 }

@@ -9,6 +9,7 @@ import {
   listSchedules,
   pauseSchedule,
   resumeSchedule,
+  SkiplockError,
 } from '../src/index.js';
 import { quiet, testWorker } from './fixtures.js';
 
@@ -209,6 +210,23 @@ describe('scheduler', () => {
     await other.runOnce({ now: minutes(t0, 4) });
     // Resumed under 'skip': the tick 30 s ago runs; the one missed while paused does not.
     expect(await ticksOf('pausable')).toEqual(['2026-03-01T00:04:00.000Z']);
+  });
+
+  it('pause and resume refuse a name that is not a string, and find no schedule of a name none can have', async () => {
+    for (const set of [pauseSchedule, resumeSchedule]) {
+      // Before: undefined was a syntax error at RETURNING, from PostgreSQL.
+      for (const bad of [undefined, null, 5]) {
+        const error = await set(db.pool, bad as unknown as string).catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(SkiplockError);
+        expect(error).toMatchObject({
+          code: 'invalid_name',
+          message: expect.stringMatching(/^schedule name must be a string, got /),
+        });
+      }
+      // Before: a NUL failed the statement.
+      expect(await set(db.pool, 'a\u0000b')).toBeNull();
+      expect(await set(db.pool, '')).toBeNull();
+    }
   });
 
   it("under 'skip', a scheduler with a slow interval enqueues every tick it passes in time", async () => {
