@@ -212,6 +212,8 @@ const clientOptionsSchema = z
 
 export interface Client {
   readonly pool: pg.Pool;
+  /** The most jobs one `enqueueMany` accepts (`maxBulkSize`). */
+  readonly maxBulkSize: number;
   enqueue<S extends StandardSchemaV1>(
     definition: JobDefinition<S>,
     payload: StandardSchemaV1.InferInput<S>,
@@ -793,6 +795,7 @@ export function createClient(options: ClientOptions = {}): Client {
 
   const client: Client = {
     pool,
+    maxBulkSize,
     async enqueue(definition, payload, opts = {}) {
       const { tx, ...rest } = opts;
       const made = toRow(definition, payload, rest, '');

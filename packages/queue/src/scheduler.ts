@@ -200,16 +200,19 @@ export function createScheduler(
       if (last === null) return null;
       const { ticks, through } = due(s, last, now);
       let enqueued = 0;
-      if (ticks.length > 0) {
+      // In bulks the client accepts: a client given with a `maxBulkSize` below the ticks of one
+      // pass (up to MAX_TICKS_PER_PASS on a catch-up) refused them all on every pass, and the
+      // schedule never moved again (found in review).
+      for (let from = 0; from < ticks.length; from += client.maxBulkSize) {
         const results = await client.enqueueMany(
           s.job as unknown as JobDefinition<never>,
-          ticks.map((tick) => ({
+          ticks.slice(from, from + client.maxBulkSize).map((tick) => ({
             payload: s.payload(tick) as never,
             idempotencyKey: `schedule:${s.name}:${tick.toISOString()}`,
           })),
           { tx },
         );
-        enqueued = results.filter((r) => r.inserted).length;
+        enqueued += results.filter((r) => r.inserted).length;
       }
       if (through > last) await runSql(tx, advanceSchedule(s.name, through));
       return enqueued;

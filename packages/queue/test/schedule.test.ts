@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import {
   ConfigError,
+  createClient,
   createScheduler,
   defineJob,
   defineSchedule,
@@ -146,6 +147,26 @@ describe('scheduler', () => {
       '2026-02-02T05:00:00.000Z',
       '2026-02-02T06:00:00.000Z',
     ]);
+  });
+
+  it("enqueues a catch-up's ticks in bulks its client accepts", async () => {
+    // A client whose bulks hold 4 jobs, and 11 late ticks in the catch-up window.
+    const client = createClient({ pool: db.pool, logger: quiet, maxBulkSize: 4 });
+    const s = defineSchedule({
+      name: 'small-bulks',
+      cron: '* * * * *',
+      job: job('small-bulks'),
+      payload: (tick) => ({ at: tick.toISOString() }),
+      catchUp: { withinMs: 3_600_000 },
+    });
+    const scheduler = createScheduler({ pool: db.pool, client, schedules: [s], logger: quiet });
+    const start = at('2026-05-01T10:00:30Z');
+    await scheduler.runOnce({ now: start });
+    const pass = await scheduler.runOnce({ now: minutes(start, 11) });
+    // Before: bulk_too_large on every pass, and no tick after the first.
+    expect(pass.failed).toEqual([]);
+    expect(pass.enqueued).toEqual({ 'small-bulks': 11 });
+    expect(await ticksOf('small-bulks')).toHaveLength(11);
   });
 
   it('follows daylight saving: a daily time that does not exist runs once, one that repeats runs once', async () => {
