@@ -101,6 +101,18 @@ export function defineSchedule<P>(input: ScheduleInput<P>): ScheduleDefinition<P
   if (!input.job || typeof input.job.type !== 'string') {
     throw new ConfigError(`invalid ${what}: job: give a job definition made with defineJob`);
   }
+  const mode = (input.job as { singletonMode?: unknown }).singletonMode;
+  if (
+    (input.job as { singletonKey?: unknown }).singletonKey &&
+    (mode === 'replace' || mode === 'throttle')
+  ) {
+    // Each tick is enqueued under its own idempotency key, which these modes refuse beside a
+    // singleton key: every pass failed (schedule_failed) and no tick was ever enqueued (found in
+    // review).
+    throw new ConfigError(
+      `invalid ${what}: job "${input.job.type}" has singletonMode "${mode}", which cannot take the tick's idempotency key; use singletonMode "keep" or a job without a singleton key`,
+    );
+  }
   const catchUp = parseConfig(`${what} catchUp`, catchUpSchema, input.catchUp ?? 'skip');
   const payload = input.payload;
   return {

@@ -60,6 +60,28 @@ describe('defineSchedule', () => {
     ).toThrow(message);
   });
 
+  it('refuses a job whose singleton mode cannot take a tick key (replace, throttle)', () => {
+    const singleton = (singletonMode: 'keep' | 'replace' | 'throttle') =>
+      defineJob({
+        type: `single.${singletonMode}`,
+        payload: z.object({ at: z.string() }),
+        singletonKey: () => 'only',
+        singletonMode,
+        ...(singletonMode === 'throttle' ? { singletonWindowMs: 60_000 } : {}),
+        handler: async () => {},
+      });
+    for (const mode of ['replace', 'throttle'] as const) {
+      // Before: accepted, and then every pass failed with a ConfigError (schedule_failed).
+      expect(() =>
+        defineSchedule({ name: 's', cron: '* * * * *', job: singleton(mode), payload: { at: '' } }),
+      ).toThrow(`job "single.${mode}" has singletonMode "${mode}", which cannot take`);
+    }
+    expect(
+      defineSchedule({ name: 's', cron: '* * * * *', job: singleton('keep'), payload: { at: '' } })
+        .name,
+    ).toBe('s');
+  });
+
   it('refuses a name that is not a queue-style name, and a schedule listed twice', () => {
     expect(() => defineSchedule({ name: 'a b', cron: '* * * * *', job: j, payload: {} })).toThrow(
       /schedule name/,
