@@ -13,7 +13,13 @@ import { runSql, withTransaction, type Queryable } from './db.js';
 import { preparedRunner } from './prepared.js';
 import type { JobDefinition, AnyJobDefinition, SingletonMode } from './define.js';
 import { asStored, findJsonProblem } from './json-safe.js';
-import { ConfigError, InvalidPayloadError, PayloadTooLargeError, SkiplockError } from './errors.js';
+import {
+  ConfigError,
+  errorMessage,
+  InvalidPayloadError,
+  PayloadTooLargeError,
+  SkiplockError,
+} from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolvePool, type PoolSource } from './pool.js';
 import { jobStatus, type JobStatus } from './schema.js';
@@ -777,20 +783,29 @@ export function createClient(options: ClientOptions = {}): Client {
   /**
    * A cancel frees its job's slot and a retry makes it wait for one: admit the key now. Inside the
    * caller's transaction the change is not visible to others yet; workers' admission passes (every
-   * second by default) take it from there.
+   * second by default) take it from there, as they do when this admission fails: the cancel or
+   * retry has committed by then, so its failure is logged (`admit_after_failed`), not thrown (the
+   * caller was told the change failed when it had not: found in review).
    */
   async function admitAfter(row: KeyedRow | undefined, tx: Queryable | undefined): Promise<void> {
     if (!row?.concurrency_key || tx) return;
-    await runSql(
-      pool,
-      admitKeys({
-        keys: [row.concurrency_key],
-        wait: true,
-        maxKeys: 1,
-        afterKey: null,
-        lease: null,
-      }),
-    );
+    try {
+      await runSql(
+        pool,
+        admitKeys({
+          keys: [row.concurrency_key],
+          wait: true,
+          maxKeys: 1,
+          afterKey: null,
+          lease: null,
+        }),
+      );
+    } catch (error) {
+      logger.warn(
+        { reason: 'admit_after_failed', jobId: row.id, err: errorMessage(error) },
+        "could not admit the job's concurrency key after its change; workers' admission passes will",
+      );
+    }
   }
 
   const client: Client = {

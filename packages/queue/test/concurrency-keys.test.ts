@@ -1,6 +1,6 @@
 import { describe, expect, it, beforeEach } from 'vitest';
 import { z } from 'zod';
-import { useTestDatabase } from '../../../test/support/db.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import {
@@ -281,6 +281,41 @@ describe('concurrency keys', () => {
     expect((await client.getJob(a!.id))!.status).toBe('waiting');
     expect(await client.cancelJob(b!.id)).toBe(true);
     expect((await client.getJob(a!.id))!.status).toBe('pending');
+  });
+
+  it('a cancel whose admission of the next job fails still reports the cancel, and logs why', async () => {
+    const logs = captureLogs();
+    const logged = createClient({ pool: db.pool, logger: logs.logger });
+    const one = defineJob({ ...tenantJob, type: 'tenant.blocked', concurrencyLimit: 1 });
+    const [a, b] = await client.enqueueMany(one, [
+      { payload: { tenant: 'x', n: 0 } },
+      { payload: { tenant: 'x', n: 1 } },
+    ]);
+    await admitter.runOnce();
+    // The admission after the cancel fails: a trigger refuses b's move out of waiting.
+    await db.pool.query(`
+      CREATE FUNCTION pg_temp_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'admission refused for the test'; END $$;
+      CREATE TRIGGER refuse_admission BEFORE UPDATE ON skiplock.jobs FOR EACH ROW
+        WHEN (OLD.status = 'waiting' AND OLD.concurrency_key = 'tenant:x')
+        EXECUTE FUNCTION pg_temp_refuse()`);
+    try {
+      // Before: this threw 'admission refused for the test', although a was cancelled.
+      expect(await logged.cancelJob(a!.id)).toBe(true);
+      expect((await client.getJob(a!.id))!.status).toBe('cancelled');
+      expect((await client.getJob(b!.id))!.status).toBe('waiting');
+      expect(logs.lines.find((l) => l.reason === 'admit_after_failed')).toMatchObject({
+        jobId: a!.id,
+        err: expect.stringContaining('admission refused for the test'),
+      });
+    } finally {
+      await db.pool.query(
+        'DROP TRIGGER refuse_admission ON skiplock.jobs; DROP FUNCTION pg_temp_refuse()',
+      );
+    }
+    // The admission passes take it from there.
+    await admitter.runOnce();
+    expect((await client.getJob(b!.id))!.status).toBe('pending');
   });
 
   it('a delayed job is admitted only when due, so it holds no slot before', async () => {
