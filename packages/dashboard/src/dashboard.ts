@@ -197,6 +197,17 @@ function oneOf<T extends string>(
   );
 }
 
+/**
+ * A job or message id from an address or a form, as PostgreSQL writes it (`007` is 7), or null
+ * when it names no row: ids are `bigint`s from 1. The queue's and the outbox's own functions take
+ * only this form, and refused `0` or `007` with an error that failed the page (500).
+ */
+function rowId(value: string): string | null {
+  if (!isRowId(value)) return null;
+  const id = BigInt(value);
+  return id >= 1n ? String(id) : null;
+}
+
 class HttpError extends Error {
   constructor(
     readonly status: number,
@@ -433,23 +444,23 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   async function jobsList(r: Request) {
     const q = r.url.searchParams;
     const text = (name: string) => q.get(name)?.trim() || undefined;
+    const before = text('before');
     const filters: JobFilters = {
       queue: text('queue'),
       status: oneOf(text('status'), jobStatuses, 'status'),
       type: text('type'),
       worker: text('worker'),
-      before: text('before'),
+      before: before === undefined ? undefined : (rowId(before) ?? undefined),
       lookup: text('q'),
     };
-    if (filters.before !== undefined && !isRowId(filters.before)) {
+    if (before !== undefined && filters.before === undefined) {
       throw new HttpError(400, 'before must be a job id.');
     }
     if (filters.lookup !== undefined) {
       const found: string[] = [];
       // Digits past the bigint range are no job's id, but may be an idempotency key.
-      if (isRowId(filters.lookup) && (await client.getJob(filters.lookup))) {
-        found.push(filters.lookup);
-      }
+      const asId = rowId(filters.lookup);
+      if (asId !== null && (await client.getJob(asId))) found.push(asId);
       found.push(
         ...(await findJobsByKey(pool, filters.lookup)).filter((id) => !found.includes(id)),
       );
@@ -475,16 +486,18 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     page(r, jobsPage(r.ctx, filters, result, null));
   }
 
-  async function jobDetail(r: Request, id: string) {
-    if (!isRowId(id)) throw new HttpError(404, `No job ${id}.`);
+  async function jobDetail(r: Request, given: string) {
+    const id = rowId(given);
+    if (id === null) throw new HttpError(404, `No job ${given}.`);
     const job = await client.getJob(id);
     if (!job) throw new HttpError(404, `Job ${id} does not exist (retention may have removed it).`);
     page(r, jobPage(r.ctx, job, show === null ? null : { shown: show(job.jobType, job.payload) }));
   }
 
   async function outboxView(r: Request) {
-    const before = r.url.searchParams.get('before')?.trim() || undefined;
-    if (before !== undefined && !isRowId(before)) {
+    const given = r.url.searchParams.get('before')?.trim() || undefined;
+    const before = given === undefined ? undefined : (rowId(given) ?? undefined);
+    if (given !== undefined && before === undefined) {
       throw new HttpError(400, 'before must be a message id.');
     }
     const outbox = await loadOutbox();
@@ -521,9 +534,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     const operator = authorize(r, form, 'outbox_retry');
     if (operator === null) return;
     const asked = form.getAll('id');
-    const bad = asked.find((id) => !isRowId(id));
+    const bad = asked.find((id) => rowId(id) === null);
     if (bad !== undefined) throw new HttpError(400, `"${bad.slice(0, 40)}" is not a message id.`);
-    const ids = [...new Set(asked)];
+    const ids = [...new Set(asked.map((id) => rowId(id)!))];
     if (ids.length > 500) throw new HttpError(400, 'At most 500 messages at a time.');
     const outbox = await loadOutbox();
     if (outbox === null) throw new HttpError(409, OUTBOX_NOT_INSTALLED);
@@ -656,11 +669,12 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     return `${url.pathname}${url.search}`;
   }
 
-  async function jobAction(r: Request, id: string, action: 'retry' | 'cancel') {
+  async function jobAction(r: Request, given: string, action: 'retry' | 'cancel') {
     const form = await readForm(r.req);
     const operator = authorize(r, form, `job_${action}`);
     if (operator === null) return;
-    if (!isRowId(id)) throw new HttpError(404, `No job ${id}.`);
+    const id = rowId(given);
+    if (id === null) throw new HttpError(404, `No job ${given}.`);
     const job = await client.getJob(id);
     // A saga's step or compensation job moves only with its saga: retried or cancelled on its own,
     // it would run against a saga that no longer expects it and strand the saga.
@@ -695,9 +709,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       throw new HttpError(400, 'Unknown bulk action.');
     // Refused by name, as the outbox's bulk retry does: dropped, a bad id was reported as done.
     const asked = form.getAll('id');
-    const bad = asked.find((id) => !isRowId(id));
+    const bad = asked.find((id) => rowId(id) === null);
     if (bad !== undefined) throw new HttpError(400, `"${bad.slice(0, 40)}" is not a job id.`);
-    const ids = [...new Set(asked)];
+    const ids = [...new Set(asked.map((id) => rowId(id)!))];
     if (ids.length > 500) throw new HttpError(400, 'At most 500 jobs at a time.');
     // Saga step jobs are left out: they move only with their saga (retry it on its page).
     const except = { exceptTypePrefix: SAGA_JOB_PREFIX };

@@ -1,0 +1,92 @@
+import { request } from 'node:http';
+import { createRelay, deadMessages, publishMany, type Sink } from '@skiplock/outbox';
+import { pino } from 'pino';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createDashboard } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { serve } from './support.js';
+
+const db = await useTestDatabase();
+const silent = pino({ level: 'silent' });
+const token = 'a-long-random-operator-token-for-tests';
+const dashboard = createDashboard({ pool: db.pool, token, logger: silent });
+const served = await serve(dashboard);
+afterAll(async () => {
+  await served.close();
+  await dashboard.close();
+});
+const { port } = new URL(served.url);
+const host = { host: `127.0.0.1:${port}` };
+/** Headers of an operator's form post from the dashboard's own origin, with the token. */
+const operatorForm = {
+  ...host,
+  origin: `http://127.0.0.1:${port}`,
+  authorization: `Bearer ${token}`,
+  'x-skiplock-operator': 'ada',
+  'content-type': 'application/x-www-form-urlencoded',
+};
+
+/** One raw HTTP request with the headers given. */
+function send(
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body = '',
+): Promise<{ status: number; location: string | undefined; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        method,
+        path,
+        headers: { ...headers, 'content-length': Buffer.byteLength(body) },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, location: res.headers.location, text }),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+describe('dashboard input', () => {
+  it('ids written with leading zeros, or 0, are read or refused by name, never failed', async () => {
+    const sink: Sink = {
+      name: 'test',
+      deliver: async (messages) =>
+        messages.map(() => ({ ok: false, error: 'refused', permanent: true })),
+      close: async () => {},
+    };
+    const [id] = await publishMany(db.pool, [{ topic: 't', key: 'k', payload: 1 }]);
+    const relay = createRelay({ pool: db.pool, sink, logger: silent });
+    expect((await relay.runOnce()).claimed).toBe(1);
+    const padded = `00${id!}`;
+
+    // A page id of 0 names no message; one with leading zeros is the same id.
+    const zero = await send('GET', '/outbox?before=0', host);
+    expect(zero.status).toBe(400);
+    expect(zero.text).toContain('before must be a message id');
+    const older = await send('GET', `/outbox?before=${padded}`, host);
+    expect(older.status).toBe(200);
+    expect((await send('GET', '/jobs?before=0', host)).text).toContain('before must be a job id');
+    expect((await send('GET', '/jobs?before=007', host)).status).toBe(200);
+
+    const none = await send('POST', '/outbox/retry', operatorForm, 'id=0');
+    expect(none.status).toBe(400);
+    expect(none.text).toContain('&quot;0&quot; is not a message id');
+    const sent = await send('POST', '/outbox/retry', operatorForm, `id=${padded}&id=${id!}`);
+    expect(sent.status).toBe(303);
+    expect(sent.location).toContain('notice=outbox_retried');
+    expect((await deadMessages(db.pool)).some((m) => m.id === id)).toBe(false);
+
+    const bulk = await send('POST', '/jobs/bulk', operatorForm, 'action=discard&id=0');
+    expect(bulk.status).toBe(400);
+    expect(bulk.text).toContain('&quot;0&quot; is not a job id');
+  });
+});
