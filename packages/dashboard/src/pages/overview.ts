@@ -5,7 +5,7 @@ import { throughputChart } from '../chart.js';
 import { count, formatDuration, when } from '../format.js';
 import { html, type Html } from '../html.js';
 import { href, layout, type PageContext } from './layout.js';
-import { sagaStatuses } from './sagas.js';
+import { sagaCount, sagaStatuses } from './sagas.js';
 
 export interface OverviewData {
   overview: QueueOverview;
@@ -158,7 +158,7 @@ export function overviewPage(ctx: PageContext, data: OverviewData) {
           ${sagaStatuses.map(
             (s) =>
               html`<a class="chip chip-${s}" href="${href(ctx, '/sagas', { status: s })}"
-                ><span class="n">${count(sagas.counts[s], sagas.atLeast.includes(s))}</span> ${s}</a
+                ><span class="n">${sagaCount(sagas, s)}</span> ${s}</a
               >`,
           )}
         </div>`;

@@ -23,6 +23,18 @@ export const sagaStatuses: readonly SagaStatus[] = [
   'queued',
 ];
 
+/**
+ * A status's count as shown: the saga's read counts one past its cap to know it was cut, so a
+ * cut count shows as the cap, a lower bound ("10,000+"), as the queue's counts do.
+ */
+export function sagaCount(counts: SagaCounts, status: SagaStatus): string {
+  const atLeast = counts.atLeast.includes(status);
+  return count(
+    atLeast ? Math.min(counts.counts[status], counts.cap) : counts.counts[status],
+    atLeast,
+  );
+}
+
 export interface SagaFilters {
   name?: string | undefined;
   version?: number | undefined;
@@ -71,7 +83,7 @@ export function sagasPage(
         html`<a
           class="chip chip-${s}${s === filters.status ? ' current' : ''}"
           href="${href(ctx, '/sagas', { ...kept, status: s })}"
-          ><span class="n">${count(counts.counts[s], counts.atLeast.includes(s))}</span> ${s}</a
+          ><span class="n">${sagaCount(counts, s)}</span> ${s}</a
         >`,
     )}
   </div>`;
