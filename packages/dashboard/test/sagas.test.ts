@@ -42,4 +42,17 @@ describe('dashboard sagas, many of them', () => {
     const list = await get('/sagas');
     expect(chip(list.text, 'completed')).toBe('10,000+');
   });
+
+  it('a filter that matched none of the sagas one page looks at says so, and searches on', async () => {
+    // v2 is past the 20,000 sagas one page looks at: the page says it stopped, and goes on.
+    const v2 = await get('/sagas?version=2');
+    expect(v2.status).toBe(200);
+    expect(v2.text).not.toContain('No sagas match.');
+    expect(v2.text).toContain('No match among the sagas searched so far.');
+    expect(v2.text).toContain('without filling the page: search older');
+    const older = /href="([^"]+)" data-testid="older"/.exec(v2.text)?.[1]?.replace(/&amp;/g, '&');
+    expect(older).toContain('version=2');
+    const next = await get(older!);
+    expect(next.text).toContain('data-saga-id="old-v2"');
+  });
 });

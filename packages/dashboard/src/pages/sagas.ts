@@ -87,9 +87,13 @@ export function sagasPage(
         >`,
     )}
   </div>`;
+  // The read stopped at the sagas one page looks at, not at the oldest match: older ones may match.
+  const searched = list.complete === false;
   const table =
     list.sagas.length === 0
-      ? html`<p class="empty" data-testid="no-sagas">No sagas match.</p>`
+      ? html`<p class="empty" data-testid="no-sagas">
+          ${searched ? 'No match among the sagas searched so far.' : 'No sagas match.'}
+        </p>`
       : html`<table class="grid" data-testid="sagas">
           <thead>
             <tr>
@@ -125,7 +129,7 @@ export function sagasPage(
         </table>`;
   const paging = html`<nav class="paging" data-testid="paging">
     ${filters.cursor ? html`<a href="${href(ctx, '/sagas', kept)}">« newest</a>` : ''}
-    ${list.nextCursor ? html`<a href="${href(ctx, '/sagas', { ...kept, cursor: list.nextCursor })}" data-testid="older">older »</a>` : ''}
+    ${list.nextCursor ? html`<a href="${href(ctx, '/sagas', { ...kept, cursor: list.nextCursor })}" data-testid="older">${searched ? `searched ${list.sagas.length === 0 ? '' : 'further '}without filling the page: search older »` : 'older »'}</a>` : ''}
   </nav>`;
   const body = html`<h1>Sagas</h1>
     ${form} ${chips}
