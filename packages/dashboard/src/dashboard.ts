@@ -155,6 +155,19 @@ const BAD_NOTICES = new Set([
 ]);
 
 const OUTBOX_NOT_INSTALLED = '@skiplock/outbox is not installed beside the dashboard.';
+const NO_SAGA_TABLES =
+  "The saga tables do not exist in this database: apply @skiplock/saga's migrations (its migrate(), or skiplock migrate) to use sagas.";
+
+/**
+ * A read of the saga's tables, refused with `status` and a clear message when they do not exist
+ * (only the queue was migrated), as the overview says, instead of failing the page (500).
+ */
+function sagaRead<T>(read: Promise<T>, status: number): Promise<T> {
+  return read.catch((error: unknown) => {
+    if ((error as { code?: string }).code === '42P01') throw new HttpError(status, NO_SAGA_TABLES);
+    throw error;
+  });
+}
 
 type OutboxAdmin = Pick<
   typeof import('@skiplock/outbox'),
@@ -577,27 +590,30 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       status: oneOf(text('status'), sagaStatuses, 'status'),
       cursor: text('cursor'),
     };
-    const [list, names, counts] = await Promise.all([
-      readSagas(pool, {
-        status: filters.status,
-        name: filters.name,
-        version: filters.version,
-        cursor: filters.cursor,
-        limit: 50,
-      }).catch((error: unknown) => {
-        if (error instanceof SagaError && error.code === 'invalid_cursor') {
-          throw new HttpError(400, 'That page cursor is not one this dashboard made.');
-        }
-        throw error;
-      }),
-      readSagaNames(pool),
-      readSagaCounts(pool),
-    ]);
+    const [list, names, counts] = await sagaRead(
+      Promise.all([
+        readSagas(pool, {
+          status: filters.status,
+          name: filters.name,
+          version: filters.version,
+          cursor: filters.cursor,
+          limit: 50,
+        }).catch((error: unknown) => {
+          if (error instanceof SagaError && error.code === 'invalid_cursor') {
+            throw new HttpError(400, 'That page cursor is not one this dashboard made.');
+          }
+          throw error;
+        }),
+        readSagaNames(pool),
+        readSagaCounts(pool),
+      ]),
+      404,
+    );
     page(r, sagasPage(r.ctx, filters, list, names, counts));
   }
 
   async function sagaDetail(r: Request, id: string, error?: string, status = 200) {
-    const saga = await readSaga(pool, id);
+    const saga = await sagaRead(readSaga(pool, id), 404);
     if (!saga) throw new HttpError(404, `Saga ${id} does not exist.`);
     const def = definitions.get(`${saga.name}@${saga.version}`) ?? null;
     const result = sagaPage(r.ctx, saga, {
@@ -734,7 +750,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     const form = await readForm(r.req);
     const operator = authorize(r, form, `saga_${action}`);
     if (operator === null) return;
-    const saga = await readSaga(pool, id);
+    const saga = await sagaRead(readSaga(pool, id), 409);
     if (!saga) throw new HttpError(404, `Saga ${id} does not exist.`);
     if (runtime === null || !definitions.has(`${saga.name}@${saga.version}`)) {
       throw new HttpError(
