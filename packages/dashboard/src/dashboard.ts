@@ -75,7 +75,8 @@ export interface DashboardOptions {
   /**
    * What to show of a job's payload, a saga's input, a step's output or a signal's payload:
    * `what` is the job type, or `saga:<name>:input`, `saga:<name>:<step>:output`,
-   * `saga:<name>:signal:<signal>`. Default: all of it. It does not reach an outbox message's last
+   * `saga:<name>:signal:<signal>` (a wait step's output is the signal it took: asked as that
+   * signal first, then as the output). Default: all of it. It does not reach an outbox message's last
    * error (shown whole, or hidden with `hidePayloads`): payloads there are never shown.
    */
   redact?: ((what: string, value: unknown) => unknown) | undefined;

@@ -295,10 +295,13 @@ export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOpti
       <th>${name}</th>
       <td>${value === null ? html`<span class="none">–</span>` : value}</td>
     </tr>`;
-  const shown = (what: string, value: unknown) =>
+  /** `alsoAs`: redacted as that first too (a wait's output is the signal it took). */
+  const shown = (what: string, value: unknown, alsoAs?: string) =>
     show === null
       ? html`<span class="none">hidden</span>`
-      : html`<code>${clip(JSON.stringify(show(what, value)) ?? 'null', 120)}</code>`;
+      : html`<code
+          >${clip(JSON.stringify(show(what, alsoAs === undefined ? value : show(alsoAs, value))) ?? 'null', 120)}</code
+        >`;
   const body = html`<h1>
       Saga <span class="mono">${saga.id}</span> <small>${saga.name} v${saga.version}</small>
     </h1>
@@ -376,7 +379,7 @@ export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOpti
                         ${r.jobId ? html`<a href="${href(ctx, `/jobs/${r.jobId}`)}">${r.jobId}</a>` : ''}
                       </td>
                       <td class="error">
-                        ${r.error ? clip(r.error, 90) : r.kind === 'signal' ? shown(`saga:${saga.name}:signal:${r.name}`, saga.signals.find((s) => s.name === r.name)?.payload) : outputOf(saga, r, shown)}
+                        ${r.error ? clip(r.error, 90) : r.kind === 'signal' ? shown(`saga:${saga.name}:signal:${r.name}`, saga.signals.find((s) => s.name === r.name)?.payload) : outputOf(saga, def, r, shown)}
                       </td>
                     </tr>`,
                 )}
@@ -389,11 +392,22 @@ export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOpti
 
 function outputOf(
   saga: SagaView,
+  def: AnySagaDefinition | null,
   row: TimelineRow,
-  shown: (what: string, value: unknown) => Html,
+  shown: (what: string, value: unknown, alsoAs?: string) => Html,
 ): Html | string {
   if (row.kind !== 'step' && row.kind !== 'wait') return '';
   const record = saga.history.find((h) => h.kind === 'step' && h.step === row.name);
   if (!record || record.output === null || record.output === undefined) return '';
-  return shown(`saga:${saga.name}:${row.name}:output`, record.output);
+  // A wait step's output is the payload of the signal it took: redacted as that signal too, or a
+  // redact that hides the signal's payload showed it here. Without the definition, a step named
+  // as a signal the saga received (a wait's signal is its name unless given) is taken for its wait.
+  const signal = def
+    ? def.steps.find((s) => s.name === row.name)?.wait?.signal
+    : saga.signals.find((s) => s.name === row.name)?.name;
+  return shown(
+    `saga:${saga.name}:${row.name}:output`,
+    record.output,
+    signal === undefined ? undefined : `saga:${saga.name}:signal:${signal}`,
+  );
 }
