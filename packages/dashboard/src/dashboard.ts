@@ -138,6 +138,15 @@ const NOTICES: Record<string, (n: number) => string> = {
   saga_retried: () => 'Retried: the failed step runs again and the saga goes on from there.',
   saga_not_retried: () =>
     'Not retried: only a saga failed by a step past its pivot or by a compensation can be, while its dead job is kept.',
+  saga_not_retried_not_failed: () => 'Not retried: the saga has not failed.',
+  saga_not_retried_job_gone: () =>
+    'Not retried: the dead job of the step that failed it is gone (retention removed it) or no longer dead.',
+  saga_not_retried_invalid_signal: () =>
+    "Not retried: the signal its wait took no longer passes the wait's schema (the definition changed without a new version).",
+  saga_not_retried_lock_busy: () =>
+    'Not retried: another saga of its definition holds its lock key now; retry once that one ends.',
+  saga_not_retried_in_progress: () =>
+    'Not retried: the child saga or branch whose undo failed is being retried now.',
   signal_resumed: () => 'Signal delivered: the waiting step took it and the saga moved on.',
   signal_stored: () => 'Signal stored: the wait step takes it when the saga gets there.',
   signal_duplicate: () => 'Ignored: a signal of that name was delivered before.',
@@ -153,7 +162,18 @@ const BAD_NOTICES = new Set([
   'saga_cancel_compensating',
   'signal_duplicate',
   'saga_not_retried',
+  'saga_not_retried_not_failed',
+  'saga_not_retried_job_gone',
+  'saga_not_retried_invalid_signal',
+  'saga_not_retried_lock_busy',
+  'saga_not_retried_in_progress',
 ]);
+
+/** The notice of a refused saga retry: why, from `retryFailed`'s reason. */
+function notRetried(reason: string | undefined): string {
+  const notice = `saga_not_retried_${reason ?? ''}`;
+  return NOTICES[notice] ? notice : 'saga_not_retried';
+}
 
 const OUTBOX_NOT_INSTALLED = '@skiplock/outbox is not installed beside the dashboard.';
 const NO_SAGA_TABLES =
@@ -796,7 +816,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       );
       return redirect(
         r.res,
-        withNotice(path, result.retried ? 'saga_retried' : 'saga_not_retried'),
+        withNotice(path, result.retried ? 'saga_retried' : notRetried(result.reason)),
       );
     }
     const name = form.get('name') ?? '';

@@ -1,0 +1,92 @@
+import { pino } from 'pino';
+import { afterAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createClient, createWorker, NonRetryableError } from '@skiplock/queue';
+import { createSagaRuntime, defineSaga, readSaga, type SagaStatus } from '@skiplock/saga';
+import { createDashboard } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
+import { serve } from './support.js';
+
+/** Waits for `go`, books (the pivot), then notifies: that fails for good while `failing`. */
+let failing = true;
+const booking = defineSaga({
+  name: 'booking',
+  version: 1,
+  input: z.object({ account: z.string() }),
+  lockKey: (input) => input.account,
+})
+  .waitFor('go', { payload: z.object({}) })
+  .step('book', { pivot: true, run: async () => ({ booked: true }) })
+  .step('notify', {
+    retriable: true,
+    maxAttempts: 1,
+    run: async () => {
+      if (failing) throw new NonRetryableError('mail server down');
+      return { sent: true };
+    },
+  });
+
+const quiet = pino({ level: 'silent' });
+const token = 'a-long-random-operator-token-for-tests';
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+const sagas = createSagaRuntime({ pool: db.pool, client, sagas: [booking], logger: quiet });
+const worker = createWorker({ pool: db.pool, jobs: sagas.jobs, logger: quiet, pollIntervalMs: 50 });
+const dashboard = createDashboard({ pool: db.pool, token, sagas: [booking], logger: quiet });
+const served = await serve(dashboard);
+afterAll(async () => {
+  await served.close();
+  await worker.stop();
+  await dashboard.close();
+  await sagas.close();
+  await client.close();
+});
+const until = (id: string, status: SagaStatus) =>
+  waitFor(async () => (await readSaga(db.pool, id))?.status === status, {
+    what: `${id} ${status}`,
+    timeoutMs: 30_000,
+  });
+const retry = async (id: string) => {
+  const res = await fetch(`${served.url}/sagas/${id}/retry`, {
+    method: 'POST',
+    redirect: 'manual',
+    headers: {
+      authorization: `Bearer ${token}`,
+      'x-skiplock-operator': 'ada',
+      'content-type': 'application/x-www-form-urlencoded',
+    },
+    body: '',
+  });
+  expect(res.status).toBe(303);
+  const location = res.headers.get('location')!;
+  return (await (await fetch(`${served.url}${location}`)).text()).replace(/\s+/g, ' ');
+};
+
+describe('dashboard saga retry', () => {
+  it('a refused retry says why: the lock key is held, or the saga is not failed', async () => {
+    await worker.start();
+    await sagas.start(booking, { id: 'first', input: { account: 'a7' } });
+    await until('first', 'waiting');
+    await sagas.signal('first', 'go', {});
+    await until('first', 'failed');
+    // A second saga of the account now holds its key, waiting for its own go.
+    await sagas.start(booking, { id: 'second', input: { account: 'a7' } });
+    await until('second', 'waiting');
+
+    const busy = await retry('first');
+    expect(busy).toContain('another saga of its definition holds its lock key');
+    expect(busy).not.toContain('only a saga failed by a step past its pivot');
+    expect((await readSaga(db.pool, 'first'))?.status).toBe('failed');
+
+    const running = await retry('second');
+    expect(running).toContain('Not retried: the saga has not failed.');
+
+    // Once the holder ends, the retry goes through.
+    await sagas.cancel('second');
+    await until('second', 'cancelled');
+    failing = false;
+    expect(await retry('first')).toContain('Retried: the failed step runs again');
+    await until('first', 'completed');
+  }, 60_000);
+});
