@@ -172,7 +172,7 @@ const BAD_NOTICES = new Set([
 /** The notice of a refused saga retry: why, from `retryFailed`'s reason. */
 function notRetried(reason: string | undefined): string {
   const notice = `saga_not_retried_${reason ?? ''}`;
-  return NOTICES[notice] ? notice : 'saga_not_retried';
+  return Object.hasOwn(NOTICES, notice) ? notice : 'saga_not_retried';
 }
 
 const OUTBOX_NOT_INSTALLED = '@skiplock/outbox is not installed beside the dashboard.';
@@ -342,7 +342,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
 
   function noticeOf(url: URL): Html | null {
     const code = url.searchParams.get('notice');
-    const make = code ? NOTICES[code] : undefined;
+    // Own keys only: `?notice=__proto__` found Object.prototype, not a function, and the call
+    // threw outside the page's error handling (the connection was dropped, no answer).
+    const make = code && Object.hasOwn(NOTICES, code) ? NOTICES[code] : undefined;
     if (!code || !make) return null;
     const n = Number(url.searchParams.get('n') ?? '0');
     return html`<p

@@ -90,3 +90,15 @@ describe('dashboard input', () => {
     expect(bulk.text).toContain('&quot;0&quot; is not a job id');
   });
 });
+
+describe('dashboard notices', () => {
+  it('a notice named after an Object property is no notice, and the page is answered', async () => {
+    for (const notice of ['__proto__', 'constructor', 'toString', 'hasOwnProperty', 'valueOf']) {
+      const res = await send('GET', `/jobs?notice=${notice}&n=3`, host);
+      expect(res.status, notice).toBe(200);
+      expect(res.text, notice).not.toContain('data-testid="notice"');
+    }
+    const real = await send('GET', '/jobs?notice=bulk_retried&n=3', host);
+    expect(real.text).toContain('3 dead jobs retried.');
+  });
+});
