@@ -928,7 +928,18 @@ export function createDashboard(options: DashboardOptions): Dashboard {
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<boolean> {
     const target = (req as { originalUrl?: string }).originalUrl ?? req.url ?? '/';
-    const url = new URL(target, 'http://dashboard');
+    // A path is read as a path: resolved against a base, `//` (a host with no name) threw outside
+    // the page's error handling and the connection was dropped unanswered, and `//x/jobs` was
+    // read as host x, path /jobs.
+    let url: URL;
+    try {
+      url = target.startsWith('/')
+        ? new URL(`http://dashboard${target}`)
+        : new URL(target, 'http://dashboard');
+    } catch {
+      send(res, 400, 'text/plain; charset=utf-8', 'The address is not valid.\n');
+      return true;
+    }
     const path = url.pathname;
     if (base !== '' && path !== base && !path.startsWith(`${base}/`)) return false;
     if (!options.requireSignIn && !hostAllowed(req.headers.host)) {

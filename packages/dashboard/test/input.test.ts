@@ -102,3 +102,15 @@ describe('dashboard notices', () => {
     expect(real.text).toContain('3 dead jobs retried.');
   });
 });
+
+describe('dashboard addresses', () => {
+  it('a path starting with // is answered as a path, not dropped or read as a host', async () => {
+    for (const path of ['//', '//[', '///']) {
+      const res = await send('GET', path, host);
+      expect(res.status, path).toBe(404);
+    }
+    // Not the overview of a host named "jobs".
+    expect((await send('GET', '//jobs', host)).status).toBe(404);
+    expect((await send('GET', '/jobs', host)).status).toBe(200);
+  });
+});
