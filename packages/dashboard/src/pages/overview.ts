@@ -30,6 +30,18 @@ export function overviewPage(ctx: PageContext, data: OverviewData) {
       data-testid="tile-${label.toLowerCase().replace(/\s+/g, '-')}"
       ><span class="n">${count(n, atLeast)}</span><span class="label">${label}</span></a
     >`;
+  // Processing, waiting and dead are each read up to the cap across every queue (pending and
+  // retry-waiting per queue): a cut sum holds one row past the cap, shown as the cap. Expired
+  // leases are read first in the processing read, so they are exact unless they pass the cap.
+  const acrossQueues = (status: JobStatus, pick: (q: QueueCounts) => number) => {
+    const n = total(queues, pick);
+    return { n: capped(status) ? Math.min(n, overview.cap) : n, atLeast: capped(status) };
+  };
+  const processing = acrossQueues('processing', (q) => q.processing);
+  const waiting = acrossQueues('waiting', (q) => q.waiting);
+  const dead = acrossQueues('dead', (q) => q.dead);
+  const expiredAll = total(queues, (q) => q.expiredLeases);
+  const expired = { n: Math.min(expiredAll, overview.cap), atLeast: expiredAll > overview.cap };
   const oldest = queues.reduce<number | null>(
     (max, q) => (q.oldestRunnableAgeMs === null ? max : Math.max(max ?? 0, q.oldestRunnableAgeMs)),
     null,
@@ -43,8 +55,8 @@ export function overviewPage(ctx: PageContext, data: OverviewData) {
     )}
     ${tile(
       'Processing',
-      total(queues, (q) => q.processing),
-      capped('processing'),
+      processing.n,
+      processing.atLeast,
       href(ctx, '/jobs', { status: 'processing' }),
     )}
     ${tile(
@@ -55,23 +67,17 @@ export function overviewPage(ctx: PageContext, data: OverviewData) {
     )}
     ${tile(
       'Waiting for a slot',
-      total(queues, (q) => q.waiting),
-      capped('waiting'),
+      waiting.n,
+      waiting.atLeast,
       href(ctx, '/jobs', { status: 'waiting' }),
     )}
-    ${tile(
-      'Dead',
-      total(queues, (q) => q.dead),
-      capped('dead'),
-      href(ctx, '/jobs', { status: 'dead' }),
-      total(queues, (q) => q.dead) > 0 ? 'bad' : '',
-    )}
+    ${tile('Dead', dead.n, dead.atLeast, href(ctx, '/jobs', { status: 'dead' }), dead.n > 0 ? 'bad' : '')}
     ${tile(
       'Expired leases',
-      total(queues, (q) => q.expiredLeases),
-      capped('processing'),
+      expired.n,
+      expired.atLeast,
       href(ctx, '/jobs', { status: 'processing' }),
-      total(queues, (q) => q.expiredLeases) > 0 ? 'warn' : '',
+      expired.n > 0 ? 'warn' : '',
     )}
     <div class="tile">
       <span class="n">${oldest === null ? '–' : formatDuration(oldest)}</span
