@@ -128,6 +128,10 @@ const NOTICES: Record<string, (n: number) => string> = {
     'Not cancelled: only pending, retry-waiting and slot-waiting jobs can be.',
   bulk_retried: (n) => `${n} dead job${n === 1 ? '' : 's'} retried.`,
   bulk_discarded: (n) => `${n} dead job${n === 1 ? '' : 's'} discarded.`,
+  bulk_retried_kept: (n) =>
+    `${n} dead job${n === 1 ? '' : 's'} retried; the others were not dead any more, or are saga steps (they move only with their saga).`,
+  bulk_discarded_kept: (n) =>
+    `${n} dead job${n === 1 ? '' : 's'} discarded; the others were not dead any more, or are saga steps (they move only with their saga).`,
   outbox_retried: (n) => `${n} dead message${n === 1 ? '' : 's'} sent again.`,
   outbox_kept: (n) =>
     `${n} dead message${n === 1 ? '' : 's'} sent again; the others were not dead any more, or stay dead while their key has a pending message (send them again once those settle).`,
@@ -155,6 +159,8 @@ const NOTICES: Record<string, (n: number) => string> = {
 };
 const BAD_NOTICES = new Set([
   'outbox_kept',
+  'bulk_retried_kept',
+  'bulk_discarded_kept',
   'job_not_retried',
   'job_not_cancelled',
   'saga_cancel_finished',
@@ -763,9 +769,10 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       `dead jobs ${action === 'retry' ? 'retried' : 'discarded'} by an operator`,
     );
     const back = localPath(form.get('return'), `${base}/jobs?status=dead`);
+    const notice = action === 'retry' ? 'bulk_retried' : 'bulk_discarded';
     redirect(
       r.res,
-      withNotice(back, action === 'retry' ? 'bulk_retried' : 'bulk_discarded', done.length),
+      withNotice(back, done.length === ids.length ? notice : `${notice}_kept`, done.length),
     );
   }
 

@@ -32,7 +32,7 @@ function send(
   path: string,
   headers: Record<string, string>,
   body = '',
-): Promise<{ status: number; location: string | undefined; text: string }> {
+): Promise<{ status: number; location: string | undefined; cookie: string; text: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
       {
@@ -46,7 +46,13 @@ function send(
         let text = '';
         res.on('data', (c: Buffer) => (text += c.toString()));
         res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, location: res.headers.location, text }),
+          resolve({
+            status: res.statusCode ?? 0,
+            location: res.headers.location,
+            // name=value of each cookie set, as a browser would send them back
+            cookie: (res.headers['set-cookie'] ?? []).map((c) => c.split(';')[0]).join('; '),
+            text,
+          }),
         );
       },
     );
@@ -112,5 +118,51 @@ describe('dashboard addresses', () => {
     // Not the overview of a host named "jobs".
     expect((await send('GET', '//jobs', host)).status).toBe(404);
     expect((await send('GET', '/jobs', host)).status).toBe(200);
+  });
+});
+
+describe('dashboard bulk actions on saga step jobs', () => {
+  it('offers no checkbox on a dead saga step job, and the notice says what was left', async () => {
+    const { rows } = await db.pool.query<{ id: string; job_type: string }>(
+      `INSERT INTO skiplock.jobs (queue, job_type, status, attempts)
+       VALUES ('bulkq', 'saga:billing:v1:charge', 'dead', 1), ('bulkq', 'plain', 'dead', 1)
+       RETURNING id::text, job_type`,
+    );
+    const step = rows.find((r) => r.job_type.startsWith('saga:'))!.id;
+    const plain = rows.find((r) => r.job_type === 'plain')!.id;
+    const post = { ...host, origin: operatorForm.origin };
+    const signIn = await send(
+      'POST',
+      '/sign-in',
+      { ...post, 'content-type': 'application/x-www-form-urlencoded' },
+      new URLSearchParams({ operator: 'ada', token, next: '/' }).toString(),
+    );
+    const cookie = signIn.cookie;
+    const list = await send('GET', '/jobs?queue=bulkq&status=dead', { ...host, cookie });
+    expect(list.text).toContain(`data-job-id="${plain}"`);
+    expect(list.text).toContain(`value="${plain}" aria-label="select job ${plain}"`);
+    expect(list.text).toContain(`data-job-id="${step}"`);
+    expect(list.text).not.toContain(`aria-label="select job ${step}"`);
+
+    const csrf = /name="_csrf" value="([^"]+)"/.exec(list.text)![1]!;
+    const done = await send(
+      'POST',
+      '/jobs/bulk',
+      { ...post, cookie, 'content-type': 'application/x-www-form-urlencoded' },
+      new URLSearchParams([
+        ['_csrf', csrf],
+        ['action', 'retry'],
+        ['id', plain],
+        ['id', step],
+      ]).toString(),
+    );
+    expect(done.status).toBe(303);
+    const shown = (await send('GET', done.location!, { ...host, cookie })).text.replace(
+      /\s+/g,
+      ' ',
+    );
+    expect(shown).toContain(
+      '1 dead job retried; the others were not dead any more, or are saga steps',
+    );
   });
 });

@@ -54,11 +54,17 @@ function filterForm(ctx: PageContext, f: JobFilters): Html {
     </form>`;
 }
 
+/**
+ * Whether a bulk action may take the job: a dead one, not a saga's step (bulk actions leave those
+ * out, as they move only with their saga).
+ */
+const pickable = (j: JobSummary) => j.status === 'dead' && !isSagaJobType(j.jobType);
+
 function jobRows(ctx: PageContext, jobs: readonly JobSummary[], selectable: boolean): Html {
   return html`${jobs.map(
     (j) =>
       html`<tr data-job-id="${j.id}" data-status="${j.status}">
-        ${selectable ? html`<td>${j.status === 'dead' ? html`<input type="checkbox" name="id" value="${j.id}" aria-label="select job ${j.id}" />` : ''}</td>` : ''}
+        ${selectable ? html`<td>${pickable(j) ? html`<input type="checkbox" name="id" value="${j.id}" aria-label="select job ${j.id}" />` : ''}</td>` : ''}
         <td class="num"><a href="${href(ctx, `/jobs/${j.id}`)}">${j.id}</a></td>
         <td>${j.queue}</td>
         <td>${clip(j.jobType, 48)}</td>
@@ -78,7 +84,7 @@ export function jobsPage(
   lookupResult: { none: boolean } | null,
 ) {
   const { before: _before, lookup: _lookup, ...kept } = filters;
-  const selectable = ctx.mode === 'act' && page.jobs.some((j) => j.status === 'dead');
+  const selectable = ctx.mode === 'act' && page.jobs.some(pickable);
   const table =
     page.jobs.length === 0
       ? html`<p class="empty" data-testid="no-jobs">
