@@ -166,3 +166,17 @@ describe('dashboard bulk actions on saga step jobs', () => {
     );
   });
 });
+
+describe('dashboard saga list cursor', () => {
+  it('a cursor whose time PostgreSQL cannot read is refused by name, not failed', async () => {
+    const cursor = (time: string) =>
+      Buffer.from(JSON.stringify([time, 'x']), 'utf8').toString('base64url');
+    for (const time of ['2020-01-01 00:00 +25:00', '2020-01-01 00:00 Mars/Olympus', 'soon']) {
+      const res = await send('GET', `/sagas?cursor=${cursor(time)}`, host);
+      expect(res.status, time).toBe(400);
+      expect(res.text, time).toContain('That page cursor is not one this dashboard made.');
+    }
+    const fine = await send('GET', `/sagas?cursor=${cursor('2020-01-01 00:00:00+00')}`, host);
+    expect(fine.status).toBe(200);
+  });
+});
