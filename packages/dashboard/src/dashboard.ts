@@ -628,15 +628,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
           cursor: filters.cursor,
           limit: 50,
         }).catch((error: unknown) => {
-          // The saga package names a cursor whose time PostgreSQL cannot read (22007, 22008);
-          // other data errors (class 22) of that time, a zone offset past 15 hours (22009) or an
-          // unknown zone (22023), came through as PostgreSQL's own and failed the page (500).
-          // The cursor's time is the one value of the read PostgreSQL parses.
-          const code = (error as { code?: unknown }).code;
-          if (
-            (error instanceof SagaError && error.code === 'invalid_cursor') ||
-            (filters.cursor !== undefined && typeof code === 'string' && code.startsWith('22'))
-          ) {
+          if (error instanceof SagaError && error.code === 'invalid_cursor') {
             throw new HttpError(400, 'That page cursor is not one this dashboard made.');
           }
           throw error;

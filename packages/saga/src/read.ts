@@ -318,9 +318,12 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
     : readPage(pool, filter, false);
   if (!filter.after) return page;
   return page.catch((error: unknown) => {
-    // A cursor that decodes but whose time PostgreSQL cannot read (22007, 22008): not one of ours.
+    // A cursor that decodes but whose time PostgreSQL cannot read: not one of ours. Any data
+    // error (class 22): the time is the one value of the read PostgreSQL parses, and besides
+    // 22007 and 22008 a zone offset past 15 hours (22009) or an unknown zone (22023) came
+    // through as PostgreSQL's own error (found in review of the dashboard).
     const code = (error as { code?: unknown }).code;
-    if (code === '22007' || code === '22008') throw invalidCursor(options.cursor!);
+    if (typeof code === 'string' && code.startsWith('22')) throw invalidCursor(options.cursor!);
     throw error;
   });
 }

@@ -204,6 +204,12 @@ describe('reading sagas', () => {
     await expect(
       runtime.listSagas({ cursor: cursorOf(['2026-01-01 00:00:00+00', 'a\0b']) }),
     ).rejects.toMatchObject({ code: 'invalid_cursor' });
+    // A zone offset past 15 hours (22009) and an unknown zone name (22023): before, PostgreSQL's.
+    for (const time of ['2020-01-01 00:00 +25:00', '2020-01-01 00:00 Mars/Olympus']) {
+      await expect(runtime.listSagas({ cursor: cursorOf([time, 'list-1']) })).rejects.toMatchObject(
+        { code: 'invalid_cursor' },
+      );
+    }
     await expect(runtime.listSagas({ name: 'a\0b' })).rejects.toMatchObject({
       code: 'invalid_name',
     });
