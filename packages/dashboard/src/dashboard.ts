@@ -789,45 +789,91 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       );
     }
     const path = `${base}/sagas/${encodeURIComponent(id)}`;
-    if (action === 'cancel') {
-      const result = await runtime.cancel(id);
-      logger.info(
-        {
-          reason: 'dashboard_saga_cancel',
-          operator,
-          sagaId: id,
-          accepted: result.accepted,
-          refusal: result.reason ?? null,
-        },
-        result.accepted ? 'saga cancelled by an operator' : 'saga cancel refused',
-      );
-      return redirect(
-        r.res,
-        withNotice(
-          path,
-          result.accepted ? 'saga_cancel_accepted' : `saga_cancel_${result.reason ?? 'finished'}`,
-        ),
-      );
+    if (action !== 'signal') {
+      try {
+        return await (action === 'cancel'
+          ? cancelSaga(r, runtime, operator, id, path)
+          : retrySaga(r, runtime, operator, id, path));
+      } catch (error) {
+        // A refusal the runtime throws (a step the definition lacks, children not cancelled):
+        // shown on the saga's page with its reason, not a failed page (500).
+        if (!(error instanceof SagaError)) throw error;
+        logger.warn(
+          { reason: `dashboard_saga_${action}`, operator, sagaId: id, refused: error.code },
+          `saga ${action} refused`,
+        );
+        return sagaDetail(
+          r,
+          id,
+          `${action === 'cancel' ? 'Cancel' : 'Retry'} refused: ${error.message}`,
+          409,
+        );
+      }
     }
-    if (action === 'retry') {
-      const result = await runtime.retryFailed(id);
-      logger.info(
-        {
-          reason: 'dashboard_saga_retry',
-          operator,
-          sagaId: id,
-          retried: result.retried,
-          step: result.step ?? null,
-          kind: result.kind ?? null,
-          refusal: result.reason ?? null,
-        },
-        result.retried ? 'failed saga retried by an operator' : 'saga retry refused',
-      );
-      return redirect(
-        r.res,
-        withNotice(path, result.retried ? 'saga_retried' : notRetried(result.reason)),
-      );
-    }
+    return signalSaga(r, runtime, operator, id, path, form);
+  }
+
+  async function cancelSaga(
+    r: Request,
+    runtime: SagaRuntime,
+    operator: string,
+    id: string,
+    path: string,
+  ) {
+    const result = await runtime.cancel(id);
+    logger.info(
+      {
+        reason: 'dashboard_saga_cancel',
+        operator,
+        sagaId: id,
+        accepted: result.accepted,
+        refusal: result.reason ?? null,
+      },
+      result.accepted ? 'saga cancelled by an operator' : 'saga cancel refused',
+    );
+    return redirect(
+      r.res,
+      withNotice(
+        path,
+        result.accepted ? 'saga_cancel_accepted' : `saga_cancel_${result.reason ?? 'finished'}`,
+      ),
+    );
+  }
+
+  async function retrySaga(
+    r: Request,
+    runtime: SagaRuntime,
+    operator: string,
+    id: string,
+    path: string,
+  ) {
+    const result = await runtime.retryFailed(id);
+    logger.info(
+      {
+        reason: 'dashboard_saga_retry',
+        operator,
+        sagaId: id,
+        retried: result.retried,
+        step: result.step ?? null,
+        kind: result.kind ?? null,
+        refusal: result.reason ?? null,
+      },
+      result.retried ? 'failed saga retried by an operator' : 'saga retry refused',
+    );
+    return redirect(
+      r.res,
+      withNotice(path, result.retried ? 'saga_retried' : notRetried(result.reason)),
+    );
+  }
+
+  async function signalSaga(
+    r: Request,
+    runtime: SagaRuntime,
+    operator: string,
+    id: string,
+    path: string,
+    form: URLSearchParams,
+  ) {
     const name = form.get('name') ?? '';
     let payload: unknown;
     try {

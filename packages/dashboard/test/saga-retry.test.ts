@@ -89,4 +89,32 @@ describe('dashboard saga retry', () => {
     expect(await retry('first')).toContain('Retried: the failed step runs again');
     await until('first', 'completed');
   }, 60_000);
+
+  it("a cancel the runtime refuses by throwing is shown on the saga's page with why, not a 500", async () => {
+    await sagas.start(booking, { id: 'renamed', input: { account: 'b1' } });
+    await until('renamed', 'waiting');
+    // At a step its definition lacks (renamed without a new version): cancel() throws.
+    const setStep = (step: string) =>
+      db.pool.query(`UPDATE skiplock.sagas SET current_step = $1 WHERE id = 'renamed'`, [step]);
+    await setStep('gone');
+    const res = await fetch(`${served.url}/sagas/renamed/cancel`, {
+      method: 'POST',
+      redirect: 'manual',
+      headers: {
+        authorization: `Bearer ${token}`,
+        'x-skiplock-operator': 'ada',
+        'content-type': 'application/x-www-form-urlencoded',
+      },
+      body: '',
+    });
+    // Before: a bare 400 'Cannot do that' page, without the saga, and the refusal not logged.
+    expect(res.status).toBe(409);
+    const text = (await res.text()).replace(/\s+/g, ' ');
+    expect(text).toContain('data-live="saga-head"');
+    expect(text).toContain('Cancel refused: saga');
+    expect(text).toContain('which version 1 of saga');
+    await setStep('go');
+    await sagas.cancel('renamed');
+    await until('renamed', 'cancelled');
+  });
 });
