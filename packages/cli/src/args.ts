@@ -74,6 +74,16 @@ export function parseJobId(value: string, flag = '<id>'): string {
   return parseId(value, flag, 'a job id');
 }
 
+// The saga package's own rule for ids: 1-200 characters, no whitespace or control characters.
+const SAGA_ID = /^[^\s\p{Cc}]{1,200}$/u;
+
+export function parseSagaId(value: string): string {
+  if (!SAGA_ID.test(value)) {
+    throw new UsageError('<id> must be 1-200 printable characters without spaces');
+  }
+  return value;
+}
+
 export function databaseUrl(value: string | undefined, env: NodeJS.ProcessEnv): string {
   const url = value ?? env.DATABASE_URL;
   if (!url) throw new UsageError('no database: pass --database-url or set DATABASE_URL');

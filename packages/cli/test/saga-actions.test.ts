@@ -163,5 +163,10 @@ describe('skiplock sagas cancel, retry and signal', () => {
     expect(badId.stderr).toContain('<id> must be 1-200 printable characters');
     const noName = await runInProcess(['sagas', 'signal', 'ap-v2', '--module', module], env);
     expect(noName.code).toBe(2);
+    const payloadOnCancel = await runInProcess(
+      ['sagas', 'cancel', 'ap-v2', '--module', module, '--payload', '{}'],
+      env,
+    );
+    expect(payloadOnCancel.code).toBe(2);
   });
 });

@@ -1,10 +1,9 @@
-import { request } from 'node:http';
 import { createRelay, deadMessages, publishMany, type Sink } from '@skiplock/outbox';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDashboard } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { serve } from './support.js';
+import { rawHttp, serve } from './support.js';
 
 const db = await useTestDatabase();
 const silent = pino({ level: 'silent' });
@@ -15,51 +14,8 @@ afterAll(async () => {
   await served.close();
   await dashboard.close();
 });
-const { port } = new URL(served.url);
+const { port, operatorForm, send } = rawHttp(served, token);
 const host = { host: `127.0.0.1:${port}` };
-/** Headers of an operator's form post from the dashboard's own origin, with the token. */
-const operatorForm = {
-  ...host,
-  origin: `http://127.0.0.1:${port}`,
-  authorization: `Bearer ${token}`,
-  'x-skiplock-operator': 'ada',
-  'content-type': 'application/x-www-form-urlencoded',
-};
-
-/** One raw HTTP request with the headers given. */
-function send(
-  method: string,
-  path: string,
-  headers: Record<string, string>,
-  body = '',
-): Promise<{ status: number; location: string | undefined; cookie: string; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host: '127.0.0.1',
-        port,
-        method,
-        path,
-        headers: { ...headers, 'content-length': Buffer.byteLength(body) },
-      },
-      (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c.toString()));
-        res.on('end', () =>
-          resolve({
-            status: res.statusCode ?? 0,
-            location: res.headers.location,
-            // name=value of each cookie set, as a browser would send them back
-            cookie: (res.headers['set-cookie'] ?? []).map((c) => c.split(';')[0]).join('; '),
-            text,
-          }),
-        );
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 describe('dashboard input', () => {
   it('ids written with leading zeros, or 0, are read or refused by name, never failed', async () => {

@@ -1,4 +1,3 @@
-import { request } from 'node:http';
 import { createClient, createWorker, defineJob, NonRetryableError } from '@skiplock/queue';
 import { createRelay, deadMessages, publishMany, type Sink } from '@skiplock/outbox';
 import { pino } from 'pino';
@@ -7,7 +6,7 @@ import { z } from 'zod';
 import { createDashboard } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { serve } from './support.js';
+import { rawHttp, serve } from './support.js';
 
 const db = await useTestDatabase();
 const silent = pino({ level: 'silent' });
@@ -18,50 +17,7 @@ afterAll(async () => {
   await served.close();
   await dashboard.close();
 });
-const { port } = new URL(served.url);
-/** Headers of an operator's form post from the dashboard's own origin, with the token. */
-const operatorForm = {
-  host: `127.0.0.1:${port}`,
-  origin: `http://127.0.0.1:${port}`,
-  authorization: `Bearer ${token}`,
-  'x-skiplock-operator': 'ada',
-  'content-type': 'application/x-www-form-urlencoded',
-};
-
-/** One raw HTTP request, with whatever Host header the test names (fetch will not send one). */
-function send(
-  method: string,
-  path: string,
-  headers: Record<string, string>,
-  body = '',
-): Promise<{ status: number; location: string | undefined; cookie: string; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host: '127.0.0.1',
-        port,
-        method,
-        path,
-        headers: { ...headers, 'content-length': Buffer.byteLength(body) },
-      },
-      (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c.toString()));
-        res.on('end', () =>
-          resolve({
-            status: res.statusCode ?? 0,
-            location: res.headers.location,
-            // name=value of each cookie set, as a browser would send them back
-            cookie: (res.headers['set-cookie'] ?? []).map((c) => c.split(';')[0]).join('; '),
-            text,
-          }),
-        );
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+const { port, operatorForm, send } = rawHttp(served, token);
 
 describe('dashboard safety', () => {
   it('answers reads only for loopback host names: a rebound domain gets nothing', async () => {

@@ -1,4 +1,4 @@
-import { createServer } from 'node:http';
+import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Dashboard } from '../src/index.js';
 
@@ -20,4 +20,61 @@ export async function serve(dashboard: Dashboard): Promise<Served> {
         server.close(() => resolve());
       }),
   };
+}
+
+export interface RawResponse {
+  status: number;
+  location: string | undefined;
+  cookie: string;
+  text: string;
+}
+
+/**
+ * Raw HTTP to a served dashboard, with whatever Host header a test names (fetch will not send
+ * one): `send` makes one request, `operatorForm` is the headers of an operator's form post from
+ * the dashboard's own origin with `token`.
+ */
+export function rawHttp(served: Served, token: string) {
+  const { port } = new URL(served.url);
+  const operatorForm = {
+    host: `127.0.0.1:${port}`,
+    origin: `http://127.0.0.1:${port}`,
+    authorization: `Bearer ${token}`,
+    'x-skiplock-operator': 'ada',
+    'content-type': 'application/x-www-form-urlencoded',
+  };
+  function send(
+    method: string,
+    path: string,
+    headers: Record<string, string>,
+    body = '',
+  ): Promise<RawResponse> {
+    return new Promise((resolve, reject) => {
+      const req = request(
+        {
+          host: '127.0.0.1',
+          port,
+          method,
+          path,
+          headers: { ...headers, 'content-length': Buffer.byteLength(body) },
+        },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c.toString()));
+          res.on('end', () =>
+            resolve({
+              status: res.statusCode ?? 0,
+              location: res.headers.location,
+              // name=value of each cookie set, as a browser would send them back
+              cookie: (res.headers['set-cookie'] ?? []).map((c) => c.split(';')[0]).join('; '),
+              text,
+            }),
+          );
+        },
+      );
+      req.on('error', reject);
+      req.end(body);
+    });
+  }
+  return { port, operatorForm, send };
 }

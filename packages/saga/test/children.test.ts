@@ -82,6 +82,18 @@ const order = defineSaga({ name: 'order', version: 1, input: orderInput })
     },
   });
 
+/** A worker of `jobs` on `queues` only: a process that knows some definitions and not others. */
+const worker = (jobs: ReturnType<typeof createSagaRuntime>['jobs'], queues: string[]) =>
+  createWorker({
+    pool: db.pool,
+    jobs,
+    queues,
+    logger: silent,
+    pollIntervalMs: 20,
+    sweeper: false,
+    retention: false,
+  });
+
 describe('child sagas', () => {
   it("starts the child in the step's transaction and completes with its outputs", async () => {
     const { runtime } = await startSagas(db.pool, [order]);
@@ -294,16 +306,6 @@ describe('child sagas', () => {
     const { logger, lines } = captureLogs();
     const childSide = createSagaRuntime({ pool: db.pool, sagas: [shipping], logger });
     const parentSide = createSagaRuntime({ pool: db.pool, sagas: [parentOnly], logger: silent });
-    const worker = (jobs: typeof childSide.jobs, queues: string[]) =>
-      createWorker({
-        pool: db.pool,
-        jobs,
-        queues,
-        logger: silent,
-        pollIntervalMs: 20,
-        sweeper: false,
-        retention: false,
-      });
     const children = worker(childSide.jobs, ['sagas']);
     const parents = worker(parentSide.jobs, ['parents']);
     await Promise.all([children.start(), parents.start()]);
@@ -342,16 +344,6 @@ describe('child sagas', () => {
       logger: silent,
       reconciler: { batchSize: 1 },
     });
-    const worker = (jobs: typeof childSide.jobs, queues: string[]) =>
-      createWorker({
-        pool: db.pool,
-        jobs,
-        queues,
-        logger: silent,
-        pollIntervalMs: 20,
-        sweeper: false,
-        retention: false,
-      });
     const children = worker(childSide.jobs, ['sagas']);
     const parents = worker(knownSide.jobs, ['order_movable']);
     // Runs the first parent's child step (which starts its child), and is gone when it ends.

@@ -5,25 +5,39 @@ import {
   databaseUrl,
   jsonOption,
   parseOptions,
+  parseSagaId,
   positionalArgs,
 } from '../args.js';
 import { printJson, type CliIo, type Command } from '../io.js';
 import type { SagaRuntime } from '@skiplock/saga';
 
-// The saga package's own rule for ids: 1-200 characters, no whitespace or control characters.
-const SAGA_ID = /^[^\s\p{Cc}]{1,200}$/u;
 const MODULE_HELP = [
   '  --module FILE   the module (TypeScript or JavaScript) that exports the saga definitions',
   '                  (as for `sagas graph`); the saga\u2019s name and version must be among them',
 ];
 
-const moduleOption = { module: { type: 'string' } } as const;
-
-function sagaIdArg(value: string): string {
-  if (!SAGA_ID.test(value)) {
-    throw new UsageError('<id> must be 1-200 printable characters without spaces');
-  }
-  return value;
+/**
+ * The command line of a saga action: the saga id and the positionals `names` after it,
+ * `--module` (required), `--json`, `--database-url`, and `--payload` for a signal.
+ */
+function parseSagaAction(args: string[], io: CliIo, names: string[] = [], withPayload = false) {
+  const { values, positionals } = parseOptions(args, {
+    ...databaseOption,
+    ...jsonOption,
+    module: { type: 'string' },
+    ...(withPayload ? { payload: { type: 'string' } } : {}),
+  });
+  const [id, ...rest] = positionalArgs(positionals, ['<id>', ...names]);
+  if (typeof values.module !== 'string') throw new UsageError('--module FILE is required');
+  const payload = (values as { payload?: unknown }).payload;
+  return {
+    id: parseSagaId(id!),
+    rest,
+    json: values.json === true,
+    payload: typeof payload === 'string' ? payload : undefined,
+    module: values.module,
+    url: databaseUrl(values['database-url'], io.env),
+  };
 }
 
 /**
@@ -33,9 +47,7 @@ function sagaIdArg(value: string): string {
  */
 async function withSagaRuntime<T>(
   io: CliIo,
-  url: string,
-  module: string,
-  id: string,
+  { id, module, url }: { id: string; module: string; url: string },
   act: (runtime: SagaRuntime) => Promise<T>,
 ): Promise<T> {
   const [{ loadSagaModule }, { withDatabase }, saga, { pino }] = await Promise.all([
@@ -73,11 +85,6 @@ async function withSagaRuntime<T>(
   });
 }
 
-function requireModule(value: string | undefined): string {
-  if (typeof value !== 'string') throw new UsageError('--module FILE is required');
-  return value;
-}
-
 export const sagasCancelCommand: Command = {
   name: 'sagas cancel',
   summary: 'cancel a saga before its pivot: it compensates what it completed, then ends cancelled',
@@ -91,16 +98,10 @@ export const sagasCancelCommand: Command = {
     '(finished), passed its pivot (pivoted) or is compensating already.',
   ].join('\n'),
   async run(args, io) {
-    const { values, positionals } = parseOptions(args, {
-      ...databaseOption,
-      ...jsonOption,
-      ...moduleOption,
-    });
-    const id = sagaIdArg(positionalArgs(positionals, ['<id>'])[0]!);
-    const module = requireModule(values.module);
-    const url = databaseUrl(values['database-url'], io.env);
-    const result = await withSagaRuntime(io, url, module, id, (runtime) => runtime.cancel(id));
-    if (values.json) {
+    const action = parseSagaAction(args, io);
+    const { id } = action;
+    const result = await withSagaRuntime(io, action, (runtime) => runtime.cancel(id));
+    if (action.json) {
       printJson(io, {
         id,
         accepted: result.accepted,
@@ -113,7 +114,7 @@ export const sagasCancelCommand: Command = {
         `saga ${JSON.stringify(id)} is ${result.status}; cancel refused (${result.reason ?? 'finished'})`,
       );
     }
-    if (!values.json) {
+    if (!action.json) {
       io.stdout(
         `saga ${id}: cancel accepted; it is ${result.status} and compensates what it completed\n`,
       );
@@ -135,16 +136,10 @@ export const sagasRetryCommand: Command = {
     'with the reason (not_failed, no_failed_step, job_gone, lock_busy, ...).',
   ].join('\n'),
   async run(args, io) {
-    const { values, positionals } = parseOptions(args, {
-      ...databaseOption,
-      ...jsonOption,
-      ...moduleOption,
-    });
-    const id = sagaIdArg(positionalArgs(positionals, ['<id>'])[0]!);
-    const module = requireModule(values.module);
-    const url = databaseUrl(values['database-url'], io.env);
-    const result = await withSagaRuntime(io, url, module, id, (runtime) => runtime.retryFailed(id));
-    if (values.json) {
+    const action = parseSagaAction(args, io);
+    const { id } = action;
+    const result = await withSagaRuntime(io, action, (runtime) => runtime.retryFailed(id));
+    if (action.json) {
       printJson(io, {
         id,
         retried: result.retried,
@@ -158,7 +153,7 @@ export const sagasRetryCommand: Command = {
         `saga ${JSON.stringify(id)}: nothing retried (${result.reason ?? 'not_failed'})`,
       );
     }
-    if (!values.json) {
+    if (!action.json) {
       const what = result.kind === 'compensation' ? 'compensation of' : 'step';
       io.stdout(`saga ${id}: ${what} ${result.step ?? '?'} runs again\n`);
     }
@@ -181,29 +176,22 @@ export const sagasSignalCommand: Command = {
     'schema, naming the fields.',
   ].join('\n'),
   async run(args, io) {
-    const { values, positionals } = parseOptions(args, {
-      ...databaseOption,
-      ...jsonOption,
-      ...moduleOption,
-      payload: { type: 'string' },
-    });
-    const [rawId, name] = positionalArgs(positionals, ['<id>', '<name>']);
-    const id = sagaIdArg(rawId!);
-    const module = requireModule(values.module);
+    const action = parseSagaAction(args, io, ['<name>'], true);
+    const { id } = action;
+    const name = action.rest[0]!;
     let payload: unknown = null;
-    if (values.payload !== undefined) {
+    if (action.payload !== undefined) {
       try {
-        payload = JSON.parse(values.payload);
+        payload = JSON.parse(action.payload);
       } catch (error) {
         throw new UsageError(`--payload is not JSON: ${(error as Error).message}`);
       }
     }
-    const url = databaseUrl(values['database-url'], io.env);
-    const { result, status } = await withSagaRuntime(io, url, module, id, async (runtime) => {
-      const result = await runtime.signal(id, name!, payload);
+    const { result, status } = await withSagaRuntime(io, action, async (runtime) => {
+      const result = await runtime.signal(id, name, payload);
       return { result, status: (await runtime.getSaga(id))?.status ?? 'gone' };
     });
-    if (values.json) {
+    if (action.json) {
       printJson(io, {
         id,
         signal: name,

@@ -1,7 +1,7 @@
 import type { SagaView } from '@skiplock/saga';
 import {
   CliError,
-  UsageError,
+  parseSagaId,
   databaseOption,
   databaseUrl,
   jsonOption,
@@ -13,8 +13,6 @@ import { cell, renderTable } from '../format/table.js';
 import { formatDuration, relativeTime, timestamp } from '../format/time.js';
 import { printJson, type Command } from '../io.js';
 
-// The saga package's own rule for ids: 1-200 characters, no whitespace or control characters.
-const SAGA_ID = /^[^\s\p{Cc}]{1,200}$/u;
 // The human view shows this much of an input or output; --json always has all of it.
 const MAX_VALUE_CHARS = 4_000;
 
@@ -24,17 +22,14 @@ export const sagasShowCommand: Command = {
   usage: 'usage: skiplock sagas show <id> [--json] [--database-url URL]',
   async run(args, io) {
     const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
-    const [id] = positionalArgs(positionals, ['<id>']);
-    if (!SAGA_ID.test(id!)) {
-      throw new UsageError(`<id> must be 1-200 printable characters without spaces`);
-    }
+    const id = parseSagaId(positionalArgs(positionals, ['<id>'])[0]!);
     const url = databaseUrl(values['database-url'], io.env);
     const [{ withDatabase }, { readSaga }] = await Promise.all([
       import('../database.js'),
       import('@skiplock/saga'),
     ]);
     const { saga, now } = await withDatabase(url, async (db) => ({
-      saga: await readSaga(db.pool, id!),
+      saga: await readSaga(db.pool, id),
       now: db.now,
     }));
     if (!saga) throw new CliError(`saga ${JSON.stringify(id)} does not exist`);
