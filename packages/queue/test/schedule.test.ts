@@ -65,21 +65,52 @@ describe('defineSchedule', () => {
       defineJob({
         type: `single.${singletonMode}`,
         payload: z.object({ at: z.string() }),
-        singletonKey: () => 'only',
+        // No key for ticks' payloads (at ''), as a per-user key is null without a user.
+        singletonKey: (p) => (p.at === '' ? null : 'only'),
         singletonMode,
         ...(singletonMode === 'throttle' ? { singletonWindowMs: 60_000 } : {}),
         handler: async () => {},
       });
     for (const mode of ['replace', 'throttle'] as const) {
       // Before: accepted, and then every pass failed with a ConfigError (schedule_failed).
-      expect(() =>
-        defineSchedule({ name: 's', cron: '* * * * *', job: singleton(mode), payload: { at: '' } }),
-      ).toThrow(`job "single.${mode}" has singletonMode "${mode}", which cannot take`);
+      for (const payload of [{ at: 'x' }, (t: Date) => ({ at: t.toISOString() })]) {
+        expect(() =>
+          defineSchedule({ name: 's', cron: '* * * * *', job: singleton(mode), payload }),
+        ).toThrow(`job "single.${mode}" has singletonMode "${mode}" and a singleton key`);
+      }
+      // A key of null for the schedule's payload: no singleton, so the tick's key is fine.
+      expect(
+        defineSchedule({ name: 's', cron: '* * * * *', job: singleton(mode), payload: { at: '' } })
+          .name,
+      ).toBe('s');
     }
     expect(
-      defineSchedule({ name: 's', cron: '* * * * *', job: singleton('keep'), payload: { at: '' } })
+      defineSchedule({ name: 's', cron: '* * * * *', job: singleton('keep'), payload: { at: 'x' } })
         .name,
     ).toBe('s');
+  });
+
+  it('runs a replace-mode job whose key is null for its ticks', async () => {
+    const j = defineJob({
+      type: 'tick.debounced',
+      queue: 'debounced',
+      payload: z.object({ at: z.string(), user: z.string().optional() }),
+      singletonKey: (p) => p.user ?? null,
+      singletonMode: 'replace',
+      handler: async () => {},
+    });
+    const s = defineSchedule({
+      name: 'debounced',
+      cron: '* * * * *',
+      job: j,
+      payload: (tick) => ({ at: tick.toISOString() }),
+    });
+    const scheduler = createScheduler({ pool: db.pool, schedules: [s], logger: quiet });
+    const start = at('2026-06-01T10:00:30Z');
+    await scheduler.runOnce({ now: start });
+    const pass = await scheduler.runOnce({ now: minutes(start, 1) });
+    expect(pass.failed).toEqual([]);
+    expect(await ticksOf('debounced')).toEqual(['2026-06-01T10:01:00.000Z']);
   });
 
   it('refuses a name that is not a queue-style name, and a schedule listed twice', () => {
