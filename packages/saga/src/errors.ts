@@ -1,4 +1,5 @@
 import { SkiplockError } from '@skiplock/queue';
+import { errorMessage } from '@skiplock/queue/engine';
 import type { SagaStatus } from './schema.js';
 
 /** Every saga error carries a stable `code` (from `SkiplockError`). */
@@ -85,6 +86,36 @@ export class SagaLockedError extends SagaError {
     super(
       'saga_locked',
       `saga "${sagaName}": saga "${heldBy}" is active with the same lock key; this definition refuses a second start until it ends`,
+    );
+  }
+}
+
+/**
+ * A parent's `cancel()` or `retryFailed()` took effect on the parent (its result is `result`), but
+ * the cancel or retry of some of its child sagas or branches threw (`children`, each with its
+ * error); the others were done. Calling the same method again tries the children again.
+ */
+export class ChildSagasError<R> extends SagaError {
+  constructor(
+    code: 'children_not_cancelled' | 'children_not_retried',
+    readonly sagaId: string,
+    readonly result: R,
+    readonly children: { sagaId: string; error: unknown }[],
+  ) {
+    const named = children.map((c) => `"${c.sagaId}" (${errorMessage(c.error)})`).join(', ');
+    const [done, verb, again] =
+      code === 'children_not_cancelled'
+        ? ['the cancel is recorded', 'cancelled', 'cancel']
+        : ['the retry ran', 'retried', 'retryFailed'];
+    super(
+      code,
+      `saga "${sagaId}": ${done}, but ${children.length === 1 ? 'child saga' : 'child sagas'} ${named} could not be ${verb}; call ${again} again to retry them`,
+      {
+        cause:
+          children.length === 1
+            ? children[0]!.error
+            : new AggregateError(children.map((c) => c.error)),
+      },
     );
   }
 }

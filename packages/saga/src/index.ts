@@ -52,6 +52,7 @@ export type {
 export type { FaultHook, FaultPoint } from './engine.js';
 export { isSagaJobType, SAGA_JOB_PREFIX, sagaIdOfKey } from './engine.js';
 export {
+  ChildSagasError,
   SagaDeadlineError,
   SagaDefinitionError,
   SagaError,

@@ -9,7 +9,6 @@ import {
 import {
   cancelQueuedJob,
   createDefaultLogger,
-  errorMessage,
   inSpan,
   namedStatement,
   lendsSlots,
@@ -39,6 +38,7 @@ import {
   type SagaEntry,
 } from './engine.js';
 import {
+  ChildSagasError,
   SagaError,
   SagaInputMismatchError,
   SagaLockedError,
@@ -301,6 +301,26 @@ const MAX_CANCEL_TRIES = 20;
 /** The definitions a step starts as child sagas: its child's, or its parallel branches'. */
 const childrenOf = (step: StepSpec): { def: AnySagaDefinition }[] =>
   step.child ? [step.child] : [...(step.parallel?.branches ?? [])];
+
+/**
+ * Runs `act` for every child saga id, whichever throws: what each returned, and the ids that
+ * threw with their errors.
+ */
+async function eachChild<T>(
+  ids: readonly string[],
+  act: (id: string) => Promise<T>,
+): Promise<{ done: T[]; refused: { sagaId: string; error: unknown }[] }> {
+  const done: T[] = [];
+  const refused: { sagaId: string; error: unknown }[] = [];
+  for (const sagaId of ids) {
+    try {
+      done.push(await act(sagaId));
+    } catch (error) {
+      refused.push({ sagaId, error });
+    }
+  }
+  return { done, refused };
+}
 
 export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
   if (!Array.isArray(options?.sagas) || options.sagas.length === 0) {
@@ -712,31 +732,16 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       logger.info({ reason: 'saga_cancel', sagaId, accepted: result.accepted }, 'cancel requested');
       // Every child is tried, whichever fails: a branch's cancel that threw (its database call,
       // a step its definition lacks) left the branches after it running (noticed in review).
-      const refused: { childId: string; error: unknown }[] = [];
-      for (const childId of children) {
-        try {
-          const down = await runtime.cancel(childId);
-          // The child ended before the cancel reached it (its end may have run where no runtime
-          // knew this parent): move the parent on from it now (for a branch: once all ended).
-          if (down.reason === 'finished') {
-            await ownTransaction((tx) => resumeEndedChild(engine, tx, childId));
-          }
-        } catch (error) {
-          refused.push({ childId, error });
+      const { refused } = await eachChild(children, async (childId) => {
+        const down = await runtime.cancel(childId);
+        // The child ended before the cancel reached it (its end may have run where no runtime
+        // knew this parent): move the parent on from it now (for a branch: once all ended).
+        if (down.reason === 'finished') {
+          await ownTransaction((tx) => resumeEndedChild(engine, tx, childId));
         }
-      }
+      });
       if (refused.length > 0) {
-        const named = refused.map((r) => `"${r.childId}" (${errorMessage(r.error)})`).join(', ');
-        throw new SagaError(
-          'children_not_cancelled',
-          `saga "${sagaId}": the cancel is recorded, but ${refused.length === 1 ? 'child saga' : 'child sagas'} ${named} could not be cancelled; call cancel again to retry them`,
-          {
-            cause:
-              refused.length === 1
-                ? refused[0]!.error
-                : new AggregateError(refused.map((r) => r.error)),
-          },
-        );
+        throw new ChildSagasError('children_not_cancelled', sagaId, result, refused);
       }
       return result;
     },
@@ -843,14 +848,24 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       if (retryChildren.length > 0) {
         // Each in a transaction of its own (lock order child, then parent, as their ends). The
         // saga goes on only once every one is undone: retried means all of them run again.
-        const children: RetryResult[] = [];
-        for (const childId of retryChildren) children.push(await runtime.retryFailed(childId));
+        // Every child is tried, as for a cancel: one whose retry threw left the ones after it
+        // failed (found in review).
+        const { done: children, refused: threw } = await eachChild(retryChildren, (childId) =>
+          runtime.retryFailed(childId),
+        );
         const refused = children.find((c) => !c.retried);
         Object.assign(
           result,
-          { retried: refused === undefined },
+          { retried: refused === undefined && threw.length === 0 },
           refused?.reason ? { reason: refused.reason } : {},
         );
+        if (threw.length > 0) {
+          logger.info(
+            { reason: 'saga_retry', sagaId, retried: false, childrenNotRetried: threw.length },
+            'failed saga retried in part',
+          );
+          throw new ChildSagasError('children_not_retried', sagaId, result, threw);
+        }
       }
       const { reason: refusal, ...done } = result;
       logger.info(

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createWorker } from '@skiplock/queue';
 import {
+  ChildSagasError,
   createSagaRuntime,
   defineSaga,
   SagaDefinitionError,
@@ -275,7 +276,12 @@ describe('parallel branches', () => {
       ]);
     await setStep('renamed');
     const refused = await runtime.cancel('p9').catch((error: unknown) => error);
-    expect(refused).toMatchObject({ code: 'children_not_cancelled' });
+    expect(refused).toBeInstanceOf(ChildSagasError);
+    expect(refused).toMatchObject({
+      code: 'children_not_cancelled',
+      result: { accepted: true, status: 'waiting' },
+      children: [{ sagaId: 'p9/prepare/stock' }],
+    });
     expect((refused as Error).message).toContain('"p9/prepare/stock" (');
     expect((refused as Error).message).toContain('step "renamed"');
     expect((refused as Error).message).not.toContain('p9/prepare/card');
@@ -326,6 +332,37 @@ describe('parallel branches', () => {
     const saga = await settled(runtime, 'p6', ['compensated']);
     expect(timeline(saga).slice(-2)).toEqual(['undo prepare:completed', 'undo quote:completed']);
     expect(undone('p6')).toEqual(['p6:uncard', 'p6:unquote', 'p6:unstock R-p6']);
+  });
+
+  it('a branch whose retry throws does not keep the others from being retried; retry again retries it', async () => {
+    const runtime = await failedOnUndo('p10', 'card,stock');
+    undoBroken = false;
+    // The first failed branch retried (card) is of a version no runtime knows: its retry throws.
+    const setVersion = (version: number) =>
+      db.pool.query(`UPDATE skiplock.sagas SET version = $1 WHERE id = 'p10/prepare/card'`, [
+        version,
+      ]);
+    await setVersion(99);
+    const threw = await runtime.retryFailed('p10').catch((error: unknown) => error);
+    expect(threw).toBeInstanceOf(ChildSagasError);
+    expect(threw).toMatchObject({
+      code: 'children_not_retried',
+      result: { retried: false, step: 'prepare', kind: 'compensation' },
+      children: [{ sagaId: 'p10/prepare/card' }],
+    });
+    expect((threw as Error).message).toContain(
+      '"p10/prepare/card" (saga "checkout.prepare.card" version 99',
+    );
+    // The branch after it was retried all the same (before: left failed).
+    expect((await settled(runtime, 'p10/prepare/stock', ['compensated'])).status).toBe(
+      'compensated',
+    );
+    expect((await runtime.getSaga('p10'))?.status).toBe('failed');
+    await setVersion(1);
+    expect(await runtime.retryFailed('p10')).toMatchObject({ retried: true, step: 'prepare' });
+    const saga = await settled(runtime, 'p10', ['compensated']);
+    expect(saga.status).toBe('compensated');
+    expect(undone('p10')).toEqual(['p10:uncard', 'p10:unquote', 'p10:unstock R-p10']);
   });
 
   it('retryFailed is retried only when every failed branch runs again, and names the refusal', async () => {
