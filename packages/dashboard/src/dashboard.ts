@@ -15,6 +15,7 @@ import {
   type BrowsePage,
 } from '@skiplock/queue/engine';
 import {
+  ChildSagasError,
   createSagaRuntime,
   isSagaJobType,
   readSaga,
@@ -795,8 +796,39 @@ export function createDashboard(options: DashboardOptions): Dashboard {
           ? cancelSaga(r, runtime, operator, id, path)
           : retrySaga(r, runtime, operator, id, path));
       } catch (error) {
-        // A refusal the runtime throws (a step the definition lacks, children not cancelled):
-        // shown on the saga's page with its reason, not a failed page (500).
+        if (error instanceof ChildSagasError) {
+          // The parent's cancel or retry took effect; some of its children's threw: said so,
+          // and logged as done with the children left (found in review: it read "refused").
+          const left = (error.children as { sagaId: string }[]).map((c) => c.sagaId);
+          logger.warn(
+            action === 'cancel'
+              ? {
+                  reason: 'dashboard_saga_cancel',
+                  operator,
+                  sagaId: id,
+                  accepted: true,
+                  childrenNotCancelled: left,
+                }
+              : {
+                  reason: 'dashboard_saga_retry',
+                  operator,
+                  sagaId: id,
+                  retried: false,
+                  childrenNotRetried: left,
+                },
+            action === 'cancel'
+              ? 'saga cancelled by an operator, some children not'
+              : 'saga retried by an operator, some children not',
+          );
+          return sagaDetail(
+            r,
+            id,
+            `${action === 'cancel' ? 'Cancel recorded' : 'Retry ran'}, but not for every child: ${error.message}`,
+            409,
+          );
+        }
+        // A refusal the runtime throws (a step the definition lacks): shown on the saga's page
+        // with its reason, not on a bare error page.
         if (!(error instanceof SagaError)) throw error;
         logger.warn(
           { reason: `dashboard_saga_${action}`, operator, sagaId: id, refused: error.code },

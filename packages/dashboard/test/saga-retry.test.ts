@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { createClient, createWorker, NonRetryableError } from '@skiplock/queue';
 import { createSagaRuntime, defineSaga, readSaga, type SagaStatus } from '@skiplock/saga';
 import { createDashboard } from '../src/index.js';
-import { useTestDatabase } from '../../../test/support/db.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { serve } from './support.js';
 
@@ -27,13 +27,30 @@ const booking = defineSaga({
     },
   });
 
+/** Two branches that each wait for their gate, so a cancel finds them running. */
+const gates = new Map<string, () => void>();
+const gated = (key: string) => new Promise<void>((resolve) => gates.set(key, resolve));
+const fanout = defineSaga({ name: 'fanout', version: 1, input: z.object({}) }).parallel(
+  'both',
+  (branch) => ({
+    a: branch({ run: () => gated('a'), compensate: () => {} }),
+    b: branch({ run: () => gated('b'), compensate: () => {} }),
+  }),
+);
+
 const quiet = pino({ level: 'silent' });
 const token = 'a-long-random-operator-token-for-tests';
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
-const sagas = createSagaRuntime({ pool: db.pool, client, sagas: [booking], logger: quiet });
+const sagas = createSagaRuntime({ pool: db.pool, client, sagas: [booking, fanout], logger: quiet });
 const worker = createWorker({ pool: db.pool, jobs: sagas.jobs, logger: quiet, pollIntervalMs: 50 });
-const dashboard = createDashboard({ pool: db.pool, token, sagas: [booking], logger: quiet });
+const logs = captureLogs();
+const dashboard = createDashboard({
+  pool: db.pool,
+  token,
+  sagas: [booking, fanout],
+  logger: logs.logger,
+});
 const served = await serve(dashboard);
 afterAll(async () => {
   await served.close();
@@ -110,5 +127,31 @@ describe('dashboard saga retry', () => {
     await setStep('go');
     await sagas.cancel('renamed');
     await until('renamed', 'cancelled');
+  });
+
+  it('a cancel recorded while a branch could not be cancelled says so, and is logged as done', async () => {
+    await sagas.start(fanout, { id: 'fan', input: {} });
+    await waitFor(() => (gates.has('a') && gates.has('b')) || null, { what: 'both branches' });
+    const setStep = (step: string) =>
+      db.pool.query(`UPDATE skiplock.sagas SET current_step = $1 WHERE id = 'fan/both/a'`, [step]);
+    await setStep('gone');
+    const res = await act('fan', 'cancel');
+    expect(res.status).toBe(409);
+    const text = (await res.text()).replace(/\s+/g, ' ');
+    // Before: 'Cancel refused: ...', although the parent's cancel was recorded.
+    expect(text).toContain('Cancel recorded, but not for every child');
+    expect(text).toContain('fan/both/a');
+    expect(
+      logs.lines.find((l) => l.reason === 'dashboard_saga_cancel' && l.sagaId === 'fan'),
+    ).toMatchObject({
+      reason: 'dashboard_saga_cancel',
+      accepted: true,
+      childrenNotCancelled: ['fan/both/a'],
+    });
+    expect((await readSaga(db.pool, 'fan/both/b'))?.cancelRequested).toBe(true);
+    await setStep('a');
+    expect((await act('fan', 'cancel')).status).toBe(303);
+    for (const key of ['a', 'b']) gates.get(key)!();
+    await until('fan', 'cancelled');
   });
 });
