@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { approval, controls } from './fixtures/approval-sagas.js';
+import { approval, controls, fanout, gates } from './fixtures/approval-sagas.js';
 import { fixture, runCli, runInProcess } from './run-cli.js';
 import { startSagaWorker } from './saga-worker.js';
 
@@ -15,7 +15,7 @@ const approvalV2 = defineSaga({ name: 'approval', version: 2, input: z.object({}
   run: () => null,
 });
 
-const { runtime } = await startSagaWorker(db.pool, [approval, approvalV2]);
+const { runtime } = await startSagaWorker(db.pool, [approval, approvalV2, fanout]);
 
 async function until(id: string, status: string) {
   return waitFor(async () => (await runtime.getSaga(id))?.status === status || null, {
@@ -112,6 +112,7 @@ describe('skiplock sagas cancel, retry and signal', () => {
       accepted: false,
       status: 'cancelled',
       reason: 'finished',
+      childrenNotCancelled: [],
     });
     expect(again.stderr).toContain('saga "ap-cancel" is cancelled; cancel refused (finished)');
   });
@@ -138,8 +139,38 @@ describe('skiplock sagas cancel, retry and signal', () => {
       step: 'reserve',
       kind: 'compensation',
       reason: null,
+      childrenNotRetried: [],
     });
     await until('ap-retry', 'cancelled');
+  });
+
+  it('a cancel recorded while a branch could not be cancelled exits 1 and says what was done', async () => {
+    await runtime.start(fanout, { id: 'fan', input: {} });
+    const branches = ['fan:a', 'fan:b'];
+    await waitFor(() => branches.every((b) => gates.has(b)) || null, { what: 'both branches' });
+    const setStep = (step: string) =>
+      db.pool.query(`UPDATE skiplock.sagas SET current_step = $1 WHERE id = 'fan/both/a'`, [step]);
+    await setStep('gone');
+    const partly = await runCli(['sagas', 'cancel', 'fan', '--module', module, '--json'], env);
+    expect(partly.code).toBe(1);
+    // Before: nothing on stdout, as if the cancel had been refused.
+    expect(JSON.parse(partly.stdout)).toEqual({
+      id: 'fan',
+      accepted: true,
+      status: 'waiting',
+      reason: null,
+      childrenNotCancelled: ['fan/both/a'],
+    });
+    expect(partly.stderr).toContain(
+      'skiplock sagas cancel: saga "fan": the cancel is recorded, but child saga "fan/both/a"',
+    );
+    expect(partly.stderr).toContain('(children_not_cancelled)');
+    expect((await runtime.getSaga('fan/both/b'))?.cancelRequested).toBe(true);
+    await setStep('a');
+    const again = await runInProcess(['sagas', 'cancel', 'fan', '--module', module], env);
+    expect(again.code, again.stderr).toBe(0);
+    for (const b of branches) gates.get(b)!();
+    await until('fan', 'cancelled');
   });
 
   it('refuses a saga that does not exist, one of a version the module lacks, and bad arguments', async () => {

@@ -9,7 +9,7 @@ import {
   positionalArgs,
 } from '../args.js';
 import { printJson, type CliIo, type Command } from '../io.js';
-import type { SagaRuntime } from '@skiplock/saga';
+import type { CancelResult, RetryResult, SagaRuntime } from '@skiplock/saga';
 
 const MODULE_HELP = [
   '  --module FILE   the module (TypeScript or JavaScript) that exports the saga definitions',
@@ -49,6 +49,8 @@ async function withSagaRuntime<T>(
   io: CliIo,
   { id, module, url }: { id: string; module: string; url: string },
   act: (runtime: SagaRuntime) => Promise<T>,
+  /** Given the parent's result when its children's cancel or retry threw (see below). */
+  partly?: (result: T, children: string[]) => void,
 ): Promise<T> {
   const [{ loadSagaModule }, { withDatabase }, saga, { pino }] = await Promise.all([
     import('../load-sagas.js'),
@@ -75,8 +77,18 @@ async function withSagaRuntime<T>(
     try {
       return await act(runtime);
     } catch (error) {
+      if (error instanceof saga.ChildSagasError && partly) {
+        // The parent's cancel or retry took effect; some children's threw: --json still says
+        // what happened to the parent (found in review: it printed nothing), and the exit is 1.
+        const children = (error.children as { sagaId: string }[]).map((c) => c.sagaId);
+        partly(error.result as T, children);
+      }
       if (error instanceof saga.SagaError) {
-        throw new CliError(`saga ${JSON.stringify(id)}: ${error.message} (${error.code})`);
+        // Most runtime messages name the saga already.
+        const named = error.message.includes(JSON.stringify(id));
+        throw new CliError(
+          `${named ? '' : `saga ${JSON.stringify(id)}: `}${error.message} (${error.code})`,
+        );
       }
       throw error;
     } finally {
@@ -100,15 +112,21 @@ export const sagasCancelCommand: Command = {
   async run(args, io) {
     const action = parseSagaAction(args, io);
     const { id } = action;
-    const result = await withSagaRuntime(io, action, (runtime) => runtime.cancel(id));
-    if (action.json) {
+    const json = (result: CancelResult, childrenNotCancelled: string[] = []) =>
       printJson(io, {
         id,
         accepted: result.accepted,
         status: result.status,
         reason: result.reason ?? null,
+        childrenNotCancelled,
       });
-    }
+    const result = await withSagaRuntime(
+      io,
+      action,
+      (runtime) => runtime.cancel(id),
+      (partial, children) => action.json && json(partial, children),
+    );
+    if (action.json) json(result);
     if (!result.accepted) {
       throw new CliError(
         `saga ${JSON.stringify(id)} is ${result.status}; cancel refused (${result.reason ?? 'finished'})`,
@@ -138,16 +156,22 @@ export const sagasRetryCommand: Command = {
   async run(args, io) {
     const action = parseSagaAction(args, io);
     const { id } = action;
-    const result = await withSagaRuntime(io, action, (runtime) => runtime.retryFailed(id));
-    if (action.json) {
+    const json = (result: RetryResult, childrenNotRetried: string[] = []) =>
       printJson(io, {
         id,
         retried: result.retried,
         step: result.step ?? null,
         kind: result.kind ?? null,
         reason: result.reason ?? null,
+        childrenNotRetried,
       });
-    }
+    const result = await withSagaRuntime(
+      io,
+      action,
+      (runtime) => runtime.retryFailed(id),
+      (partial, children) => action.json && json(partial, children),
+    );
+    if (action.json) json(result);
     if (!result.retried) {
       throw new CliError(
         `saga ${JSON.stringify(id)}: nothing retried (${result.reason ?? 'not_failed'})`,
