@@ -121,4 +121,45 @@ describe('retention', () => {
       { status: 'dead', n: 250 },
     ]);
   }, 60_000);
+
+  it('locks only the rows a batch deletes', async () => {
+    await db.pool.query('DELETE FROM skiplock.jobs');
+    await db.pool.query(`
+      INSERT INTO skiplock.jobs (job_type, status, updated_at)
+      SELECT 'old', (ARRAY['completed', 'cancelled', 'dead'])[1 + g % 3]::skiplock.job_status,
+             '2020-01-01T00:00:00Z'::timestamptz + g * interval '1 second'
+      FROM generate_series(1, 6) g`);
+    const query = new PgDialect().sqlToQuery(
+      pruneJobs({ completedAgeMs: 86_400_000, deadAgeMs: 86_400_000, limit: 2 }),
+    );
+    const pruning = await db.pool.connect();
+    const other = await db.pool.connect();
+    try {
+      await pruning.query('BEGIN');
+      const deleted = await pruning.query(query.sql, query.params);
+      expect(deleted.rowCount).toBe(2);
+      // Only the two rows it deletes are locked: every other expired job can be taken at once
+      // by another transaction (before: the batch held two of each status, six in all).
+      const { rows } = await other.query<{ id: string }>(
+        "SELECT id::text FROM skiplock.jobs WHERE job_type = 'old' ORDER BY id",
+      );
+      let locked = 0;
+      for (const { id } of rows) {
+        await other.query('BEGIN');
+        await other
+          .query('SELECT 1 FROM skiplock.jobs WHERE id = $1 FOR UPDATE NOWAIT', [id])
+          .catch((error: { code?: string }) => {
+            if (error.code !== '55P03') throw error;
+            locked++;
+          });
+        await other.query('ROLLBACK');
+      }
+      expect(locked).toBe(2);
+    } finally {
+      await pruning.query('ROLLBACK');
+      pruning.release();
+      await other.query('ROLLBACK').catch(() => {});
+      other.release();
+    }
+  });
 });
