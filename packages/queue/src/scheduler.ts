@@ -131,6 +131,7 @@ export function createScheduler(
       jobType: s.job.type,
       queue: s.job.queue,
       now,
+      onTimeMs,
     });
   /** Per schedule, the recorded definition this scheduler last logged it defers to. */
   const deferredTo = new Map<string, string>();
@@ -141,14 +142,17 @@ export function createScheduler(
    * zone, job type or queue, and then it alone runs the schedule, or both crons' ticks would be
    * enqueued. The recorded one is taken back only when no scheduler runs it: one of its ticks
    * since the row was last moved (by its scheduler, or a pause or resume) is late past the
-   * on-time window. Returns the row's `last_tick_at` to go on from, or null to leave it alone.
+   * on-time window: the longer of this scheduler's and the one that moved the row last (a
+   * healthy scheduler with a longer `intervalMs` leaves its ticks due longer between passes, and
+   * judged by this one's window it was taken over while it ran: found in review). Returns the
+   * row's `last_tick_at` to go on from, or null to leave it alone.
    */
   async function ownDefinition(
     tx: Queryable,
     s: ScheduleDefinition,
     row: Pick<
       ScheduleRow,
-      'cron' | 'timezone' | 'job_type' | 'queue' | 'last_tick_at' | 'updated_at'
+      'cron' | 'timezone' | 'job_type' | 'queue' | 'last_tick_at' | 'on_time_ms' | 'updated_at'
     >,
     now: Date,
   ): Promise<Date | null> {
@@ -158,7 +162,7 @@ export function createScheduler(
       return row.last_tick_at;
     }
     const since = new Date(Math.max(row.last_tick_at.getTime(), row.updated_at.getTime()));
-    const late = new Date(now.getTime() - onTimeMs);
+    const late = new Date(now.getTime() - Math.max(onTimeMs, row.on_time_ms ?? 0));
     const abandoned = since < late && hasTickBetween(row.cron, row.timezone, since, late) === true;
     const fields = {
       schedule: s.name,
@@ -191,7 +195,13 @@ export function createScheduler(
         await runSql<
           Pick<
             ScheduleRow,
-            'cron' | 'timezone' | 'job_type' | 'queue' | 'last_tick_at' | 'updated_at'
+            | 'cron'
+            | 'timezone'
+            | 'job_type'
+            | 'queue'
+            | 'last_tick_at'
+            | 'on_time_ms'
+            | 'updated_at'
           >
         >(tx, lockSchedule(s.name))
       ).rows[0];
@@ -214,7 +224,7 @@ export function createScheduler(
         );
         enqueued += results.filter((r) => r.inserted).length;
       }
-      if (through > last) await runSql(tx, advanceSchedule(s.name, through));
+      if (through > last) await runSql(tx, advanceSchedule(s.name, through, onTimeMs));
       return enqueued;
     });
   }

@@ -159,6 +159,12 @@ export const schedules = skiplockSchema.table('schedules', {
   paused: boolean('paused').notNull().default(false),
   /** The latest tick handled (enqueued or skipped by the catch-up policy); the first row's is its creation. */
   lastTickAt: timestamp('last_tick_at', { withTimezone: true }).notNull(),
+  /**
+   * The on-time window (ms) of the scheduler that last moved the schedule: how late its ticks may
+   * be while it runs, which a process with another definition waits out before taking the
+   * schedule over. Null when written by a version that did not record it.
+   */
+  onTimeMs: integer('on_time_ms'),
   createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
   updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
 });

@@ -461,6 +461,46 @@ describe('scheduler', () => {
     expect((await ticksOf('drift')).slice(3)).toEqual([`${day}T04:00:00.000Z`]);
   });
 
+  it("judges the recorded definition's scheduler by its own on-time window, not this one's", async () => {
+    const logs = captureLogs();
+    const j = job('slow-pass');
+    const define = (cron: string) =>
+      defineSchedule({
+        name: 'slow-pass',
+        cron,
+        job: j,
+        payload: (t) => ({ at: t.toISOString() }),
+      });
+    // The recorded side passes every 5 minutes (its ticks wait up to that long, on time for it);
+    // another process with another cron passes every minute. Times after the database's clock.
+    const slow = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('* * * * *')],
+      logger: quiet,
+      intervalMs: 300_000,
+    });
+    const other = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('30 * * * *')],
+      logger: logs.logger,
+    });
+    const day = `${new Date().getUTCFullYear() + 2}-02-01`;
+    const at = (hm: string) => new Date(`${day}T${hm}Z`);
+    await other.runOnce({ now: at('10:00:10') });
+    await slow.runOnce({ now: at('10:00:20') });
+    for (let minute = 1; minute <= 15; minute++) {
+      const mm = String(minute).padStart(2, '0');
+      if (minute % 5 === 0) await slow.runOnce({ now: at(`10:${mm}:20`) });
+      // Before: taken over at 10:02:40, a tick (10:01) being late past this process's minute.
+      expect((await other.runOnce({ now: at(`10:${mm}:40`) })).skipped).toEqual(['slow-pass']);
+    }
+    expect(logs.reasons()).not.toContain('schedule_definition_taken_over');
+    expect((await listSchedules(db.pool)).find((x) => x.name === 'slow-pass')?.cron).toBe(
+      '* * * * *',
+    );
+    expect(await ticksOf('slow-pass')).toHaveLength(15);
+  });
+
   it('runs in a worker that has schedules, and one bad schedule does not hold up the others', async () => {
     const logs = captureLogs();
     const j = job('in-worker');

@@ -8,6 +8,8 @@ export interface ScheduleRow {
   queue: string;
   paused: boolean;
   last_tick_at: Date;
+  /** See `schedules.onTimeMs` in the schema. */
+  on_time_ms: number | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -24,13 +26,15 @@ export function upsertSchedule(p: {
   jobType: string;
   queue: string;
   now: Date;
+  onTimeMs: number;
 }) {
   return sql`
-    INSERT INTO skiplock.schedules (name, cron, timezone, job_type, queue, last_tick_at)
-    VALUES (${p.name}, ${p.cron}, ${p.timezone}, ${p.jobType}, ${p.queue}, ${p.now.toISOString()}::timestamptz)
+    INSERT INTO skiplock.schedules (name, cron, timezone, job_type, queue, last_tick_at, on_time_ms)
+    VALUES (${p.name}, ${p.cron}, ${p.timezone}, ${p.jobType}, ${p.queue}, ${p.now.toISOString()}::timestamptz,
+            ${p.onTimeMs}::int)
     ON CONFLICT (name) DO UPDATE
     SET cron = excluded.cron, timezone = excluded.timezone, job_type = excluded.job_type,
-        queue = excluded.queue, updated_at = now(),
+        queue = excluded.queue, on_time_ms = excluded.on_time_ms, updated_at = now(),
         -- A new cron or time zone starts at the change, as a new schedule does: from the old
         -- cron's last tick, the new one's ticks before the change counted as missed (a daily
         -- schedule made hourly at 10:30 enqueued 01:00 to 10:00 under a day's catch-up).
@@ -49,17 +53,21 @@ export function upsertSchedule(p: {
  */
 export function lockSchedule(name: string) {
   return sql`
-    SELECT name, cron, timezone, job_type, queue, last_tick_at, updated_at FROM skiplock.schedules
+    SELECT name, cron, timezone, job_type, queue, last_tick_at, on_time_ms, updated_at
+    FROM skiplock.schedules
     WHERE name = ${name} AND NOT paused
     FOR UPDATE SKIP LOCKED`;
 }
 
-/** Moves the schedule past the ticks just handled; never backwards. */
-export function advanceSchedule(name: string, lastTickAt: Date) {
+/**
+ * Moves the schedule past the ticks just handled, never backwards, and records the on-time window
+ * of the scheduler that moved it (in the same row write).
+ */
+export function advanceSchedule(name: string, lastTickAt: Date, onTimeMs: number) {
   return sql`
     UPDATE skiplock.schedules
     SET last_tick_at = greatest(last_tick_at, ${lastTickAt.toISOString()}::timestamptz),
-        updated_at = now()
+        on_time_ms = ${onTimeMs}::int, updated_at = now()
     WHERE name = ${name}`;
 }
 

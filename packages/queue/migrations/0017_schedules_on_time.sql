@@ -1,0 +1,1 @@
+ALTER TABLE "skiplock"."schedules" ADD COLUMN "on_time_ms" integer;
