@@ -88,6 +88,11 @@ export function createScheduler(
     names.add(s.name);
   }
   const client = options.client ?? createClient({ pool, logger, tracing: options.tracing });
+  // A client of an older copy of this package has no maxBulkSize: without this its ticks went
+  // out as one empty bulk and the schedule moved past them (found in review).
+  const bulkSize = (client as { maxBulkSize?: unknown }).maxBulkSize;
+  const bulk =
+    Number.isInteger(bulkSize) && (bulkSize as number) > 0 ? (bulkSize as number) : 1_000;
   let synced = false;
   // Under 'skip' a tick is on time when a pass of a running scheduler can reach it: a minute, or
   // longer with a slow interval (jittered up to 1.2x). With a fixed minute, an hourly schedule
@@ -213,10 +218,10 @@ export function createScheduler(
       // In bulks the client accepts: a client given with a `maxBulkSize` below the ticks of one
       // pass (up to MAX_TICKS_PER_PASS on a catch-up) refused them all on every pass, and the
       // schedule never moved again (found in review).
-      for (let from = 0; from < ticks.length; from += client.maxBulkSize) {
+      for (let from = 0; from < ticks.length; from += bulk) {
         const results = await client.enqueueMany(
           s.job as unknown as JobDefinition<never>,
-          ticks.slice(from, from + client.maxBulkSize).map((tick) => ({
+          ticks.slice(from, from + bulk).map((tick) => ({
             payload: s.payload(tick) as never,
             idempotencyKey: `schedule:${s.name}:${tick.toISOString()}`,
           })),

@@ -220,6 +220,19 @@ describe('scheduler', () => {
     expect(pass.failed).toEqual([]);
     expect(pass.enqueued).toEqual({ 'small-bulks': 11 });
     expect(await ticksOf('small-bulks')).toHaveLength(11);
+    // A client without maxBulkSize (an older copy of the package): one bulk, no tick lost.
+    const older = { ...client, maxBulkSize: undefined } as unknown as typeof client;
+    const s2 = defineSchedule({ ...s, name: 'no-bulk-size', job: job('no-bulk-size') });
+    const olderScheduler = createScheduler({
+      pool: db.pool,
+      client: older,
+      schedules: [s2],
+      logger: quiet,
+    });
+    await olderScheduler.runOnce({ now: start });
+    expect((await olderScheduler.runOnce({ now: minutes(start, 3) })).enqueued).toEqual({
+      'no-bulk-size': 3,
+    });
   });
 
   it('follows daylight saving: a daily time that does not exist runs once, one that repeats runs once', async () => {
