@@ -248,15 +248,8 @@ function checkJobId(id: string, what: string): string {
  * bounded time with a short page and a `nextBeforeId` to search on from.
  */
 export async function browseJobs(db: Queryable, options: BrowseOptions = {}): Promise<BrowsePage> {
-  const limit = options.limit ?? 50;
-  const scanLimit = options.scanLimit ?? 20_000;
-  if (!Number.isInteger(limit) || limit < 1 || limit > 500) {
-    throw new SkiplockError(
-      'invalid_limit',
-      `limit must be an integer from 1 to 500, got ${limit}`,
-    );
-  }
-  checkBound('scanLimit', scanLimit);
+  const limit = checkBound('limit', options.limit ?? 50, 500);
+  const scanLimit = checkBound('scanLimit', options.scanLimit ?? 20_000);
   checkJobFilter(options as Record<string, unknown>);
   if (options.beforeId !== undefined) checkJobId(options.beforeId, 'beforeId');
   const filter = { ...options, limit, scanLimit: Math.max(scanLimit, limit) };

@@ -161,8 +161,8 @@ export function createScheduler(
     >,
     now: Date,
   ): Promise<Date | null> {
-    const recorded = [row.cron, row.timezone, row.job_type, row.queue];
-    if (recorded.join('\u0000') === [s.cron, s.timezone, s.job.type, s.job.queue].join('\u0000')) {
+    const recorded = [row.cron, row.timezone, row.job_type, row.queue].join('\u0000');
+    if (recorded === [s.cron, s.timezone, s.job.type, s.job.queue].join('\u0000')) {
       deferredTo.delete(s.name);
       return row.last_tick_at;
     }
@@ -175,9 +175,8 @@ export function createScheduler(
       own: { cron: s.cron, timezone: s.timezone, jobType: s.job.type, queue: s.job.queue },
     };
     if (!abandoned) {
-      const key = recorded.join('\u0000');
-      if (deferredTo.get(s.name) !== key) {
-        deferredTo.set(s.name, key);
+      if (deferredTo.get(s.name) !== recorded) {
+        deferredTo.set(s.name, recorded);
         logger.warn(
           { reason: 'schedule_definition_differs', ...fields },
           'another process recorded another definition of this schedule; it runs the schedule, this one leaves it alone',
