@@ -174,7 +174,7 @@ describe('claiming ahead into the local buffer', () => {
         { what: 'worker B running the jobs A handed back' },
       );
       const { rows } = await db.pool.query<{ id: string; status: string; attempts: number }>(
-        `SELECT id::text, status::text, attempts FROM skiplock.jobs WHERE id = ANY($1::bigint[])`,
+        `SELECT id::text, status::text, attempts FROM skiplock.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
         [jobs.map((j) => j.id)],
       );
       // Handed back without spending an attempt, while the slow job still holds A's slot.
