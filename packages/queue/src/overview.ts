@@ -261,8 +261,11 @@ export async function browseJobs(db: Queryable, options: BrowseOptions = {}): Pr
           db,
           ids.map((r) => r.id),
         );
-  if (jobs.length === limit) {
-    return { jobs, nextBeforeId: jobs[jobs.length - 1]!.id, complete: true };
+  // A full page of ids goes on from its last id. Decided by the ids, not the rows read after
+  // them: a job deleted between the two reads (retention, an operator) made the page short, and
+  // the scan window's reach then sent the next page past every older match (found in review).
+  if (ids.length === limit) {
+    return { jobs, nextBeforeId: ids[ids.length - 1]!.id, complete: true };
   }
   const { rows } = await runSql<{ scanned: number; lowest_id: string | null }>(
     db,

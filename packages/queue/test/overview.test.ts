@@ -176,6 +176,43 @@ describe('overview reads on a table of 200,000 finished jobs', () => {
     expect(await findJobsByKey(db.pool, 'no-such-key')).toEqual([]);
   });
 
+  it('a full page of ids goes on to older jobs even when one of them is gone before it is read', async () => {
+    // Retention (or an operator) deletes a job between the page's two reads, its ids and its rows:
+    // in a transaction rolled back after, so the table stays as the other tests expect it.
+    const tx = await db.pool.connect();
+    try {
+      await tx.query('BEGIN');
+      let idsRead = false;
+      const deleting = {
+        query: async (...args: Parameters<typeof tx.query>) => {
+          const result = await (tx.query as (...a: unknown[]) => Promise<unknown>)(...args);
+          if (!idsRead) {
+            idsRead = true;
+            const ids = (result as { rows: { id: string }[] }).rows.map((r) => r.id);
+            await tx.query('DELETE FROM skiplock.jobs WHERE id = $1', [ids[3]]);
+          }
+          return result;
+        },
+      } as unknown as typeof tx;
+      const page = await browseJobs(deleting, { statuses: ['dead'], limit: 10 });
+      expect(idsRead).toBe(true);
+      expect(page.jobs).toHaveLength(9);
+      // 300 dead jobs: 290 are older than this page's ten ids, and the next page starts there.
+      expect(page.nextBeforeId).not.toBeNull();
+      expect(page.complete).toBe(true);
+      const next = await browseJobs(tx, {
+        statuses: ['dead'],
+        limit: 500,
+        beforeId: page.nextBeforeId!,
+      });
+      expect(next.jobs).toHaveLength(290);
+      expect(next.jobs.every((j) => BigInt(j.id) < BigInt(page.jobs.at(-1)!.id))).toBe(true);
+    } finally {
+      await tx.query('ROLLBACK');
+      tx.release();
+    }
+  });
+
   it('refuses a bad filter or bound with a SkiplockError naming it, never a database error', async () => {
     const cases: [() => Promise<unknown>, string, RegExp][] = [
       // PostgreSQL text holds no NUL: it failed the statement, unnamed.
