@@ -57,37 +57,54 @@ export async function runStatement<T>(
   statement: Statement,
   prepared = true,
   opening?: Opening,
-): Promise<QueryOutcome<T>> {
+  follow?: Statement,
+): Promise<QueryOutcome<T> & { followed?: QueryOutcome<pg.QueryResultRow> }> {
   if (isPgQueryable(target)) {
-    const sent = prepared ? statement : { text: statement.text, values: statement.values };
+    const sendable = (s: Statement) => (prepared ? s : { text: s.text, values: s.values });
+    const sent = sendable(statement);
+    const withFollow = async (result: pg.QueryResult<T & pg.QueryResultRow>) => {
+      const outcome = { rows: result.rows as T[], rowCount: result.rowCount ?? 0 };
+      if (!follow) return outcome;
+      const after = await target.query(sendable(follow));
+      return { ...outcome, followed: { rows: after.rows, rowCount: after.rowCount ?? 0 } };
+    };
     if (opening && !opening.sent) {
       // A pool would run BEGIN on one connection and the statement on another.
       if ('idleCount' in target) {
         throw new TypeError('runStatement: a transaction opens on a client, not on a pool');
       }
       opening.sent = true;
-      const together = queryAfterBegin<T & pg.QueryResultRow>(
-        target as pg.ClientBase,
-        opening.begin,
-        sent,
-      );
-      if (together) {
-        const result = await together;
-        return { rows: result.rows, rowCount: result.rowCount ?? 0 };
+      const client = target as pg.ClientBase;
+      const all =
+        follow &&
+        queryAfterBegin<pg.QueryResultRow>(client, opening.begin, [sent, sendable(follow)]);
+      if (all) {
+        const [result, after] = await all;
+        return {
+          rows: result!.rows as T[],
+          rowCount: result!.rowCount ?? 0,
+          followed: { rows: after!.rows, rowCount: after!.rowCount ?? 0 },
+        };
       }
+      // One of them not yet parsed on this connection: BEGIN goes with the statement if it can.
+      const together = queryAfterBegin<T & pg.QueryResultRow>(client, opening.begin, [sent]);
+      if (together) return withFollow((await together)[0]!);
       await target.query(opening.begin);
     }
-    const result = await target.query<T & pg.QueryResultRow>(sent);
-    return { rows: result.rows, rowCount: result.rowCount ?? 0 };
+    return withFollow(await target.query<T & pg.QueryResultRow>(sent));
   }
   if (opening && !opening.sent) {
     throw new TypeError('runStatement: a transaction opens on a node-postgres client');
   }
-  const result = (await target.execute(toDrizzleSql(statement))) as {
-    rows?: T[] | undefined;
-    rowCount?: number | null | undefined;
+  const run = async <R>(s: Statement) => {
+    const result = (await target.execute(toDrizzleSql(s))) as {
+      rows?: R[] | undefined;
+      rowCount?: number | null | undefined;
+    };
+    return { rows: result.rows ?? [], rowCount: result.rowCount ?? 0 };
   };
-  return { rows: result.rows ?? [], rowCount: result.rowCount ?? 0 };
+  const outcome = await run<T>(statement);
+  return follow ? { ...outcome, followed: await run<pg.QueryResultRow>(follow) } : outcome;
 }
 
 /** The same statement for a drizzle executor: text between `$n` markers, values as parameters. */

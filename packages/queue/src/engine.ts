@@ -43,7 +43,9 @@ export {
   type Opening,
   type Queryable,
   type QueryOutcome,
+  type Statement,
 } from './db.js';
+export { completeWithStatement } from './complete-with-statement.js';
 export {
   namedStatement,
   preparedRunner,

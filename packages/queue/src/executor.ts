@@ -1,7 +1,14 @@
 import { context, type Context, type Span, type Tracer } from '@opentelemetry/api';
 import type pg from 'pg';
 import { MAX_LEASE_MS } from './config.js';
-import { runSql, withTransaction, type TransactionAbort } from './db.js';
+import {
+  runSql,
+  withTransaction,
+  type QueryOutcome,
+  type Statement,
+  type TransactionAbort,
+} from './db.js';
+import { COMPLETE_WITH_STATEMENT, type CompleteWithStatement } from './complete-with-statement.js';
 import { namedStatement, withOwnTransaction, type StatementRunner } from './prepared.js';
 import type { AnyJobDefinition, DeadJobInfo, JobContext, JobInfo } from './define.js';
 import {
@@ -404,6 +411,19 @@ class RunContext implements JobContext {
     const { d, run } = this[RUN];
     return (work) => completeJobWith(d, run, handOffSlot(this, d, run), work);
   }
+
+  /** `completeWith` with a first statement in the fence's write (see `completeWithStatement`). */
+  get [COMPLETE_WITH_STATEMENT](): CompleteWithStatement {
+    const { d, run } = this[RUN];
+    return (statement, work) =>
+      completeJobWith(
+        d,
+        run,
+        handOffSlot(this, d, run),
+        (tx, first) => work(tx, first!),
+        statement,
+      );
+  }
 }
 
 /** The context's hand-off slot, made by its first `completeWith`; null when hand-offs are off. */
@@ -452,7 +472,8 @@ async function completeJobWith<T>(
   d: ExecutorDeps,
   job: RunningJob,
   slot: HandOffSlot | null,
-  work: (tx: pg.PoolClient) => Promise<T>,
+  work: (tx: pg.PoolClient, followed: QueryOutcome<pg.QueryResultRow> | undefined) => Promise<T>,
+  follow?: Statement,
 ): Promise<T> {
   if (job.abortReason) throw job.abortReason;
   const handOff = d.handOff;
@@ -462,7 +483,7 @@ async function completeJobWith<T>(
     handOff!.opened(slot);
   }
   try {
-    const value = await completingTransaction(d, job, slot, work);
+    const value = await completingTransaction(d, job, slot, work, follow);
     job.settledExplicitly = true;
     // Committed: the successors inserted leased to this worker exist now; run them here.
     // Taken out of the slot first, so that nothing adopted can be released below.
@@ -485,13 +506,16 @@ async function completeJobWith<T>(
 /**
  * The completing transaction: the fenced completion, then `work` in the same transaction, run
  * again if a pooler lost a prepared statement (see `withOwnTransaction`) instead of failing the
- * attempt.
+ * attempt. `follow`: the caller's first statement, sent in the same write as BEGIN and the fence;
+ * `work` gets its outcome. Should the fence find the lock lost, the transaction rolls back with
+ * whatever `follow` did.
  */
 function completingTransaction<T>(
   d: ExecutorDeps,
   job: RunningJob,
   slot: HandOffSlot | null,
-  work: (tx: pg.PoolClient) => Promise<T>,
+  work: (tx: pg.PoolClient, followed: QueryOutcome<pg.QueryResultRow> | undefined) => Promise<T>,
+  follow?: Statement,
 ): Promise<T> {
   return withOwnTransaction(
     d.pool,
@@ -499,13 +523,15 @@ function completingTransaction<T>(
       // Hand-offs inserted by a rolled-back try do not exist.
       if (slot) slot.pending = [];
       // BEGIN goes with the fence: one round trip per completing transaction fewer.
-      const { rowCount } = await d.run(
+      const { rowCount, followed } = await d.run(
         tx,
         namedStatement('skiplock_complete', completeJobs(d.workerId, [job.token])),
         opening,
+        false,
+        follow,
       );
       if (rowCount !== 1) throw new LockLostError(job.info.id);
-      return work(tx);
+      return work(tx, followed);
     },
     // The attempt's timeout, lost lease or shutdown ends the transaction too: it holds the job's
     // row lock since the fence, so a `work` that never returned kept the settle, heartbeat and

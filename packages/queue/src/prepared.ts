@@ -27,13 +27,16 @@ export function namedStatement(prefix: string, query: SQL): Statement {
  * Runs `statement` on `target`; with `opening`, the transaction's BEGIN goes with it. `alone`:
  * `target` is a connection of skiplock's own that runs the statement outside any transaction (the
  * worker's LISTEN connection), so a statement that failed there can be sent again, as on `pool`.
+ * `follow`: a statement run right after it in the same transaction, in the same write when the
+ * BEGIN goes too (its outcome is `followed`).
  */
 export type StatementRunner = <T>(
   target: Queryable,
   statement: Statement,
   opening?: Opening,
   alone?: boolean,
-) => Promise<QueryOutcome<T>>;
+  follow?: Statement,
+) => Promise<QueryOutcome<T> & { followed?: QueryOutcome<pg.QueryResultRow> }>;
 
 /**
  * Runs statements as named prepared statements until a connection shows it cannot keep them: a
@@ -56,10 +59,11 @@ export function preparedRunner(options: {
     statement: Statement,
     opening?: Opening,
     alone = false,
+    follow?: Statement,
   ) {
-    if (!enabled) return runStatement<T>(target, statement, false, opening);
+    if (!enabled) return runStatement<T>(target, statement, false, opening, follow);
     try {
-      return await runStatement<T>(target, statement, true, opening);
+      return await runStatement<T>(target, statement, true, opening, follow);
     } catch (error) {
       if (!isPreparedStatementError(error)) throw error;
       // Statements that failed together turn them off once, and say so once.
@@ -72,7 +76,7 @@ export function preparedRunner(options: {
         );
       }
       if (target !== options.pool && !(alone && opening === undefined)) throw error;
-      return runStatement<T>(target, statement, false);
+      return runStatement<T>(target, statement, false, undefined, follow);
     }
   };
 }

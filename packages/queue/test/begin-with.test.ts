@@ -112,6 +112,91 @@ describe('a statement that opens its transaction', () => {
     }
   });
 
+  it("sends a follow statement in the same round trip, which sees the first one's writes", async () => {
+    const client = await db.pool.connect();
+    const count = roundTrips(client);
+    const follow = {
+      name: 'begin_with_count',
+      text: 'SELECT count(*)::int AS n, max(v) AS top FROM begin_with WHERE v >= $1',
+      values: [60],
+    };
+    try {
+      // First use of each named statement: BEGIN, then each with its Parse, one after the other.
+      const fresh = { ...insert(60), name: 'begin_with_insert_then_count' };
+      const first = await runStatement<{ v: number }>(client, fresh, true, opening(), follow);
+      expect(first.rows).toEqual([{ v: 60, isolation: 'repeatable read' }]);
+      expect(first.followed?.rows).toEqual([{ n: 1, top: 60 }]);
+      expect(count()).toBe(3);
+      await client.query('ROLLBACK');
+
+      const before = count();
+      const again = await runStatement<{ v: number }>(
+        client,
+        { ...fresh, values: [61] },
+        true,
+        opening(),
+        follow,
+      );
+      expect(again.rows).toEqual([{ v: 61, isolation: 'repeatable read' }]);
+      expect(again.rowCount).toBe(1);
+      // Each result with its own columns and types, the count read after the insert.
+      expect(again.followed).toEqual({ rows: [{ n: 1, top: 61 }], rowCount: 1 });
+      expect(count() - before).toBe(1);
+      await client.query('COMMIT');
+      expect(await stored()).toEqual([61]);
+
+      // Unnamed both (preparedStatements: false): parsed each time, still in one round trip.
+      const beforeUnnamed = count();
+      const unnamed = await runStatement(client, insert(62), false, opening(), follow);
+      expect(unnamed.followed?.rows).toEqual([{ n: 2, top: 62 }]);
+      expect(count() - beforeUnnamed).toBe(1);
+      await client.query('ROLLBACK');
+    } finally {
+      await client.query('ROLLBACK').catch(() => {});
+      client.release();
+      await db.pool.query('DELETE FROM begin_with');
+    }
+  });
+
+  it('skips the follow statement when the first fails, and fails on either error, the transaction aborted', async () => {
+    await db.pool.query('INSERT INTO begin_with (v) VALUES (70)');
+    const client = await db.pool.connect();
+    const marker = {
+      name: 'begin_with_marker',
+      text: 'INSERT INTO begin_with (v) VALUES ($1) RETURNING v',
+      values: [71],
+    };
+    try {
+      // Both parsed on this connection, so the next ones go in one write.
+      await runStatement(client, insert(72), true, opening(), marker);
+      await client.query('ROLLBACK');
+      const count = roundTrips(client);
+
+      // The first fails (70 is taken): the follow does not run, the error is the first's.
+      const first = await runStatement(client, insert(70), true, opening(), marker).catch((e) => e);
+      expect(first).toMatchObject({ code: '23505' });
+      await expect(client.query('SELECT 1')).rejects.toMatchObject({ code: '25P02' });
+      await client.query('ROLLBACK');
+
+      // The follow fails (70 is taken): the first's insert is in the aborted transaction.
+      const second = await runStatement(client, insert(73), true, opening(), {
+        ...marker,
+        values: [70],
+      }).catch((e) => e);
+      expect(second).toMatchObject({ code: '23505' });
+      await expect(client.query('SELECT 1')).rejects.toMatchObject({ code: '25P02' });
+      await client.query('ROLLBACK');
+      // Per failure: one write for BEGIN and both statements, the SELECT, the ROLLBACK.
+      expect(count()).toBe(6);
+      expect((await client.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+    } finally {
+      await client.query('ROLLBACK').catch(() => {});
+      client.release();
+    }
+    expect(await stored()).toEqual([70]);
+    await db.pool.query('DELETE FROM begin_with');
+  });
+
   it('is refused on a pool, whose connections would split BEGIN from the statement', async () => {
     await expect(runStatement(db.pool, insert(1), true, opening())).rejects.toThrow(
       /opens on a client, not on a pool/,

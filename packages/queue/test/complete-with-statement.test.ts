@@ -1,0 +1,138 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { completeWithStatement, type Statement } from '../src/engine.js';
+import { createClient, defineJob } from '../src/index.js';
+import { useTestDatabase } from '../../../test/support/db.js';
+import { jobRow, quiet, testWorker } from './fixtures.js';
+
+const db = await useTestDatabase();
+const client = createClient({ pool: db.pool, logger: quiet });
+
+/** The statement a caller sends with the fence: a write whose row the test looks for after. */
+const mark = (jobId: string): Statement => ({
+  name: 'complete_with_statement_mark',
+  text: 'INSERT INTO public.marks (job_id) VALUES ($1) RETURNING job_id, 1 AS one',
+  values: [jobId],
+});
+
+const marked = async (jobId: string) =>
+  (await db.pool.query('SELECT 1 FROM public.marks WHERE job_id = $1', [jobId])).rowCount;
+
+beforeAll(async () => {
+  await db.pool.query('CREATE TABLE public.marks (job_id text PRIMARY KEY)');
+});
+afterAll(async () => {
+  await db.pool.query('DROP TABLE public.marks');
+});
+
+describe('completeWithStatement', () => {
+  it("sends the statement in the fence's write, gives work its outcome, and commits them together", async () => {
+    // One connection for the whole worker, so every job after the first finds both statements
+    // parsed; each of its `query` calls is one round trip (a statement, or a write of several).
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    pool.on('error', () => {});
+    let calls = 0;
+    pool.on('connect', (c) => {
+      const query = c.query.bind(c) as (...args: unknown[]) => unknown;
+      (c as unknown as { query: (...args: unknown[]) => unknown }).query = (...args) => {
+        calls += 1;
+        return query(...args);
+      };
+    });
+    const perJob: number[] = [];
+    const outcomes: unknown[] = [];
+    const job = defineJob({
+      type: 'with-statement',
+      payload: z.object({}),
+      handler: async (_p, ctx) => {
+        const before = calls;
+        await completeWithStatement(ctx, mark(ctx.job.id), async (_tx, first) => {
+          outcomes.push(first.rows);
+        });
+        perJob.push(calls - before);
+      },
+    });
+    const ids: string[] = [];
+    try {
+      const worker = testWorker(pool, [job]);
+      for (let i = 0; i < 4; i++) {
+        const { id } = await client.enqueue(job, {});
+        ids.push(id);
+        await worker.runOnce();
+      }
+    } finally {
+      await pool.end();
+    }
+    for (const id of ids) {
+      expect((await jobRow(db.pool, id)).status).toBe('completed');
+      expect(await marked(id)).toBe(1);
+    }
+    expect(outcomes).toEqual(ids.map((id) => [{ job_id: id, one: 1 }]));
+    // The first, on a connection that parsed neither: BEGIN, the fence, the statement, COMMIT.
+    // Then BEGIN, the fence and the statement in one write, and COMMIT: one round trip fewer
+    // than sending the statement from work (BEGIN with the fence, the statement, COMMIT).
+    expect(perJob).toEqual([4, 2, 2, 2]);
+  });
+
+  it('rolls the statement back with the transaction when the fence finds the lock lost', async () => {
+    let failure: unknown = null;
+    let workRan = false;
+    const job = defineJob({
+      type: 'with-statement-lost',
+      payload: z.object({}),
+      maxAttempts: 1,
+      handler: async (_p, ctx) => {
+        // Another worker took the job meanwhile (as the sweeper would after a lost lease).
+        await db.pool.query(`UPDATE skiplock.jobs SET locked_by = 'someone-else' WHERE id = $1`, [
+          ctx.job.id,
+        ]);
+        try {
+          await completeWithStatement(ctx, mark(ctx.job.id), async () => {
+            workRan = true;
+          });
+        } catch (error) {
+          failure = error;
+          throw error;
+        }
+      },
+    });
+    const { id } = await client.enqueue(job, {});
+    await testWorker(db.pool, [job]).runOnce();
+    expect(failure).toMatchObject({ code: 'lock_lost' });
+    expect(workRan).toBe(false);
+    // The statement ran in the same write, before the fence's outcome was read: rolled back.
+    expect(await marked(id)).toBe(0);
+    expect(await jobRow(db.pool, id)).toMatchObject({
+      status: 'processing',
+      locked_by: 'someone-else',
+    });
+  });
+
+  it("runs the statement first in work for a context that is not a worker's", async () => {
+    const seen: unknown[] = [];
+    const jobId = 'not-a-worker';
+    // A context of its own: completeWith opens a transaction on the pool and runs work in it.
+    const ctx = {
+      completeWith: async <T>(work: (tx: pg.PoolClient) => Promise<T>) => {
+        const tx = await db.pool.connect();
+        try {
+          await tx.query('BEGIN');
+          const value = await work(tx);
+          await tx.query('COMMIT');
+          return value;
+        } catch (error) {
+          await tx.query('ROLLBACK');
+          throw error;
+        } finally {
+          tx.release();
+        }
+      },
+    } as unknown as Parameters<typeof completeWithStatement>[0];
+    await completeWithStatement(ctx, mark(jobId), async (_tx, first) => {
+      seen.push(first.rows);
+    });
+    expect(seen).toEqual([[{ job_id: jobId, one: 1 }]]);
+    expect(await marked(jobId)).toBe(1);
+  });
+});
