@@ -1,9 +1,18 @@
 import type { JobContext } from '@skiplock/queue';
+import { completeWithStatement, type QueryOutcome, type Statement } from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { SagaError } from './errors.js';
 import type { Transition } from './transitions.js';
 
-type Advance = (tx: pg.PoolClient, output: unknown) => Promise<Transition>;
+/**
+ * Locks the saga and moves it on after the step's output. `locked`: the outcome of the
+ * `lockStatement` the completion sent with the job's fence, when it did; else `advance` sends it.
+ */
+type Advance = (
+  tx: pg.PoolClient,
+  output: unknown,
+  locked?: QueryOutcome<pg.QueryResultRow>,
+) => Promise<Transition>;
 
 /**
  * Completes a step's job and records its result in one fenced transaction. When the step calls
@@ -18,6 +27,13 @@ export class Completion {
   constructor(
     private readonly job: JobContext,
     private readonly advance: Advance,
+    /**
+     * The saga's lock (and record) for an output. A step without a transaction of its own has
+     * its output before its completing transaction opens, so this statement goes in the same
+     * write as that transaction's BEGIN and the job's fence: one round trip of the four such a
+     * step took fewer (BEGIN with the fence, the lock, the next job's insert, COMMIT).
+     */
+    private readonly lockStatement?: (output: unknown) => Statement,
   ) {}
 
   transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
@@ -69,7 +85,11 @@ export class Completion {
       this.output!.resolve(output);
       return this.done;
     }
-    return this.job.completeWith((tx) => this.advance(tx, output));
+    const lock = this.lockStatement;
+    if (!lock) return this.job.completeWith((tx) => this.advance(tx, output));
+    return completeWithStatement(this.job, lock(output), (tx, locked) =>
+      this.advance(tx, output, locked),
+    );
   }
 
   /** The step failed: roll back an open transaction. */

@@ -1,5 +1,11 @@
 import type { AnyJobDefinition, Client, DeadJobInfo, JobContext, Logger } from '@skiplock/queue';
-import type { LocalHandOff, Opening, QueryOutcome, Queryable } from '@skiplock/queue/engine';
+import type {
+  LocalHandOff,
+  Opening,
+  QueryOutcome,
+  Queryable,
+  Statement,
+} from '@skiplock/queue/engine';
 import type { Tracer } from '@opentelemetry/api';
 import type { SQL } from 'drizzle-orm';
 import type pg from 'pg';
@@ -45,6 +51,8 @@ export interface Engine {
    * the transaction's BEGIN, sent with this statement (see `withTransaction` of the queue).
    */
   sql: <T>(tx: Queryable, query: SQL, opening?: Opening) => Promise<QueryOutcome<T>>;
+  /** One of the saga's statements as `sql` names it, for the queue to send (see `Completion`). */
+  statement: (query: SQL) => Statement;
   logger: Logger;
   metrics: SagaMetrics;
   entries: ReadonlyMap<string, SagaEntry>;

@@ -5,7 +5,12 @@ import {
   type DeadJobInfo,
   type JobContext,
 } from '@skiplock/queue';
-import { errorMessage, handedOffCarry, jobStates } from '@skiplock/queue/engine';
+import {
+  completeWithStatement,
+  errorMessage,
+  handedOffCarry,
+  jobStates,
+} from '@skiplock/queue/engine';
 import type pg from 'pg';
 import { z } from 'zod';
 import type { BranchInput } from './branch.js';
@@ -254,25 +259,27 @@ async function runStep(
   const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
   // A next step may be handed to this worker: the completion returns the outputs it would read.
   const onward = spec.index + 1 < entry.steps.length;
-  const completion = new Completion(job, async (tx, output) => {
-    // Locks the saga and records the output in one statement, only if the saga is still here.
-    const locked = (
-      await e.sql<SagaRow & { outputs?: StepOutputs }>(
-        tx,
-        lockAndComplete({
-          ...key,
-          status: 'running',
-          outputJson: JSON.stringify(output ?? null),
-          attempt: attempt(),
-          outputs: onward,
-        }),
-      )
-    ).rows[0];
-    if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale';
-    const { outputs, ...row } = locked;
-    const snapshot = outputs && new SagaSnapshot(row, outputs, performance.now());
-    return moveOnAfter(handingOff(e, job, snapshot), tx, entry, row, spec.index);
-  });
+  // Locks the saga and records the output in one statement, only if the saga is still here.
+  const lock = (output: unknown) =>
+    lockAndComplete({
+      ...key,
+      status: 'running',
+      outputJson: JSON.stringify(output ?? null),
+      attempt: attempt(),
+      outputs: onward,
+    });
+  const completion = new Completion(
+    job,
+    async (tx, output, sent) => {
+      type Locked = SagaRow & { outputs?: StepOutputs };
+      const locked = ((sent ?? (await e.sql<Locked>(tx, lock(output)))).rows as Locked[])[0];
+      if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale';
+      const { outputs, ...row } = locked;
+      const snapshot = outputs && new SagaSnapshot(row, outputs, performance.now());
+      return moveOnAfter(handingOff(e, job, snapshot), tx, entry, row, spec.index);
+    },
+    (output) => e.statement(lock(output)),
+  );
   const deadline = withDeadline(saga, job.signal);
   const ctx = contextFor(e, entry, spec, 'step', prepared, job, deadline.signal, completion);
   const point = { ...key, sagaName: entry.def.name, attempt: job.job.attempt };
@@ -299,6 +306,22 @@ async function runStep(
 }
 
 /**
+ * `job.completeWith(work)` whose transaction starts by locking saga `sagaId`: the lock goes in
+ * the same write as BEGIN and the job's fence (see `completeWithStatement`), one round trip
+ * fewer, and `work` gets the locked row (undefined when the saga is gone).
+ */
+function completeLocked<T>(
+  e: Engine,
+  job: JobContext,
+  sagaId: string,
+  work: (tx: pg.PoolClient, locked: SagaRow | undefined) => Promise<T>,
+): Promise<T> {
+  return completeWithStatement(job, e.statement(lockSaga(sagaId)), (tx, first) =>
+    work(tx, first.rows[0] as SagaRow | undefined),
+  );
+}
+
+/**
  * Ends a step for a cancel or the deadline: the job completes, the saga compensates. `attempt`
  * when the step's code had started (the deadline cut it off), so its history counts the attempt.
  */
@@ -311,8 +334,7 @@ async function endBeforeRun(
   cancelled: boolean,
   attempt?: AttemptMark,
 ) {
-  const transition = await job.completeWith(async (tx) => {
-    const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+  const transition = await completeLocked(e, job, saga.id, async (tx, locked) => {
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
     const ended = handingOff(e, job);
     return cancelled
@@ -350,8 +372,7 @@ async function runWait(
   attempt: () => AttemptMark,
 ) {
   const wait = spec.wait!;
-  const transition = await job.completeWith(async (tx) => {
-    const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+  const transition = await completeLocked(e, job, saga.id, async (tx, locked) => {
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
     const cancelled = cancelledMeanwhile(e, job, tx, entry, locked, spec, attempt);
     if (cancelled) return cancelled;
@@ -419,8 +440,7 @@ async function runSleep(
     }
     delayMs = Math.min(until.getTime() - Date.now(), MAX_SLEEP_MS);
   }
-  const transition = await job.completeWith(async (tx) => {
-    const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+  const transition = await completeLocked(e, job, saga.id, async (tx, locked) => {
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
     const cancelled = cancelledMeanwhile(e, job, tx, entry, locked, spec, attempt);
     if (cancelled) return cancelled;
@@ -482,8 +502,7 @@ async function runChild(
   await e.faults?.({ ...point, attempt: job.job.attempt, phase: 'before' });
   const stored = await childInputJson(entry, spec, saga);
   await e.faults?.({ ...point, attempt: job.job.attempt, phase: 'after' });
-  const transition = await job.completeWith(async (tx) => {
-    const locked = (await e.sql<SagaRow>(tx, lockSaga(saga.id))).rows[0];
+  const transition = await completeLocked(e, job, saga.id, async (tx, locked) => {
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
     const cancelled = cancelledMeanwhile(e, job, tx, entry, locked, spec, attempt);
     if (cancelled) return cancelled;
@@ -509,8 +528,7 @@ async function runChildCompensation(
   const at = { ...point, kind: 'compensation' as const, attempt: job.job.attempt };
   await e.faults?.({ ...at, phase: 'before' });
   await e.faults?.({ ...at, phase: 'after' });
-  const transition = await job.completeWith(async (tx) => {
-    const locked = (await e.sql<SagaRow>(tx, lockSaga(data.sagaId))).rows[0];
+  const transition = await completeLocked(e, job, data.sagaId, async (tx, locked) => {
     if (!isCurrent(locked, spec.name, 'compensation', ['compensating'])) return 'stale' as const;
     return compensateChild(handingOff(e, job), tx, entry, locked, spec.index);
   });
@@ -526,8 +544,7 @@ async function runTimeout(
 ) {
   const wait = spec.wait;
   let afterPivot = false;
-  const transition = await job.completeWith(async (tx) => {
-    const locked = (await e.sql<SagaRow>(tx, lockSaga(data.sagaId))).rows[0];
+  const transition = await completeLocked(e, job, data.sagaId, async (tx, locked) => {
     if (!isCurrent(locked, spec.name, 'step', ['waiting'])) return 'stale' as const;
     afterPivot = locked.pivoted;
     const pastDeadline =
@@ -577,16 +594,16 @@ async function runCompensation(
   }
   const key = { sagaId: saga.id, step: spec.name, kind: 'compensation' as const };
   const prepared = { saga, outputs: saga.outputs, input: await parseInput(entry, saga) };
-  const completion = new Completion(job, async (tx) => {
-    const locked = (
-      await e.sql<SagaRow>(
-        tx,
-        lockAndComplete({ ...key, status: 'compensating', attempt: attempt() }),
-      )
-    ).rows[0];
-    if (!isCurrent(locked, spec.name, 'compensation', ['compensating'])) return 'stale';
-    return compensateNext(handingOff(e, job), tx, entry, locked, spec.index);
-  });
+  const lock = () => lockAndComplete({ ...key, status: 'compensating', attempt: attempt() });
+  const completion = new Completion(
+    job,
+    async (tx, _output, sent) => {
+      const locked = ((sent ?? (await e.sql<SagaRow>(tx, lock()))).rows as SagaRow[])[0];
+      if (!isCurrent(locked, spec.name, 'compensation', ['compensating'])) return 'stale';
+      return compensateNext(handingOff(e, job), tx, entry, locked, spec.index);
+    },
+    () => e.statement(lock()),
+  );
   const ctx: CompensationContext<unknown, StepOutputs> = {
     ...contextFor(e, entry, spec, 'compensation', prepared, job, job.signal, completion),
     reason: saga.error ?? 'compensating',

@@ -353,6 +353,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     pool,
     client,
     sql: (tx, query, opening) => run(tx, namedStatement('skiplock_saga', query), opening),
+    statement: (query) => namedStatement('skiplock_saga', query),
     logger,
     metrics: createSagaMetrics(options.metrics),
     entries,

@@ -77,6 +77,34 @@ describe('the cost of a saga step', () => {
     }
   });
 
+  it("sends a step's saga lock in the same write as BEGIN and the job's fence once its connection knows both", async () => {
+    const plain = defineSaga({ name: 'plain', version: 1, input: z.object({ n: z.number() }) })
+      .step('a', { ...fast, run: (_ctx, input) => ({ a: input.n }) })
+      .step('b', { ...fast, run: (ctx) => ({ b: ctx.steps.a.a + 1 }) })
+      .step('c', { ...fast, run: (ctx) => ({ c: ctx.steps.b.b + 1 }) });
+    const { pool, sent } = countingPool();
+    let connections = 0;
+    pool.on('connect', () => (connections += 1));
+    const { runtime } = await startSagas(pool, [plain]);
+    const sagas = 8;
+    for (let i = 0; i < sagas; i++) {
+      await runtime.start(plain, { id: `plain-${i}`, input: { n: i } });
+      const saga = await settled(runtime, `plain-${i}`);
+      expect(saga.status).toBe('completed');
+      expect(saga.history.map((h) => h.output)).toEqual([{ a: i }, { b: i + 1 }, { c: i + 2 }]);
+    }
+    // The step's lock and record of its output (lockAndComplete), as its own round trip or in
+    // the write that opens the completing transaction with BEGIN and the job's fence.
+    const locks = sent.filter((s) => /WITH s AS \( SELECT .* FOR UPDATE \), settled AS/.test(s));
+    const withFence = locks.filter((s) => /^BEGIN[^;]*; UPDATE skiplock\.jobs/.test(s));
+    expect(locks).toHaveLength(sagas * 3);
+    // Alone only on a connection that had not parsed it (or the fence) yet: at most once per
+    // connection for each of its two texts (the last step's returns no outputs).
+    expect(locks.length - withFence.length).toBeLessThanOrEqual(2 * connections);
+    expect(withFence.length).toBeGreaterThanOrEqual(sagas * 3 - 2 * connections);
+    expect(withFence.length).toBeGreaterThan(sagas);
+  });
+
   it('gives a handed-off step the saga and outputs a read would have: the same values and key order', async () => {
     // jsonb orders an object's keys (shorter first), so a step's output reads back in another
     // order than the step returned it: what the handed-off step sees must be that read's order.
