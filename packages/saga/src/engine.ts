@@ -172,6 +172,15 @@ export function sagaIdOfKey(key: string | null): string | null {
  */
 export const MAX_KEY_ID_LENGTH = 400;
 
+/** The longest saga id, in characters (code points): see the runtime's `checkSagaId`. */
+export const MAX_SAGA_ID_CHARS = 200;
+/**
+ * What a saga id may not hold: whitespace, control characters and lone surrogates (which
+ * PostgreSQL would store as U+FFFD).
+ */
+export const SAGA_ID_UNFIT =
+  /[\s\p{Cc}]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/u;
+
 // Step names are letters, digits, `_` and `-` (checked by `defineSaga`), so after `saga:<id>:`
 // one segment is a step, and two are a compensation or a wait's timeout, told apart by the word.
 export const stepKey = (sagaId: string, step: string) => `saga:${keyId(sagaId)}:${step}`;

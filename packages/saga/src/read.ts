@@ -6,9 +6,11 @@ import {
   type Queryable,
 } from '@skiplock/queue/engine';
 import type pg from 'pg';
+import { MAX_SAGA_ID_CHARS, SAGA_ID_UNFIT } from './engine.js';
 import { SagaError } from './errors.js';
 import { sagaStatus, type SagaStatus, type SagaStepKind, type SagaStepStatus } from './schema.js';
 import {
+  castCursorTime,
   countSagasByStatus,
   SAGA_SCAN_LIMIT,
   sagaWindowFilters,
@@ -235,27 +237,98 @@ export function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
   });
 }
 
-function decodeCursor(cursor: string): { createdKey: string; id: string } {
-  try {
-    const value = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
-    // No NUL: PostgreSQL text cannot hold one, and would refuse the cursor with its own error.
-    if (
-      Array.isArray(value) &&
-      value.length === 2 &&
-      value.every((v) => typeof v === 'string' && !v.includes('\0'))
-    ) {
-      return { createdKey: value[0] as string, id: value[1] as string };
-    }
-  } catch {
-    // Reported below.
+/**
+ * The form of `created_at::text` as PostgreSQL writes it (DateStyle ISO, which node-postgres needs
+ * to read times at all): the date, the time to the second, up to 6 fraction digits, the session
+ * zone's numeric offset (seconds in it for some historical zones), " BC" before year 1; or
+ * infinity/-infinity. Only the form: whether it is a real time within PostgreSQL's range,
+ * PostgreSQL judges (`checkCursorTime`).
+ */
+const CURSOR_TIME =
+  /^(?:-?infinity|\d{4,}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?[+-]\d\d(?::\d\d){0,2}(?: BC)?)$/;
+
+/**
+ * A cursor is the base64url of the JSON pair [created_at::text, id] of a page's last saga (see
+ * `encodeCursor`). Its structure, the form of its time and its id are checked here, before any
+ * statement; the time's value is PostgreSQL's to judge (`checkCursorTime`).
+ */
+function decodeCursor(cursor: unknown): { createdKey: string; id: string } {
+  if (typeof cursor !== 'string') {
+    throw invalidCursor(String(cursor), `it is a ${typeof cursor}, not a string`);
   }
-  throw invalidCursor(cursor);
+  if (!/^[A-Za-z0-9_-]+$/.test(cursor)) {
+    throw invalidCursor(cursor, 'it is not base64url (letters, digits, - and _)');
+  }
+  const bytes = Buffer.from(cursor, 'base64url');
+  if (bytes.toString('base64url') !== cursor) {
+    throw invalidCursor(cursor, 'it is not base64url (letters, digits, - and _)');
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch {
+    throw invalidCursor(cursor, 'it does not decode to UTF-8 JSON');
+  }
+  if (!Array.isArray(value) || value.length !== 2) {
+    throw invalidCursor(cursor, 'it does not decode to a [time, id] pair');
+  }
+  const [createdKey, id] = value as unknown[];
+  if (typeof createdKey !== 'string') {
+    throw invalidCursor(cursor, `its time is a ${typeName(createdKey)}, not a string`);
+  }
+  if (!CURSOR_TIME.test(createdKey)) {
+    throw invalidCursor(
+      cursor,
+      `time ${JSON.stringify(createdKey)} is not of the form YYYY-MM-DD HH:MM:SS[.ffffff]+HH[:MM[:SS]]`,
+    );
+  }
+  if (typeof id !== 'string') {
+    throw invalidCursor(cursor, `its saga id is a ${typeName(id)}, not a string`);
+  }
+  // The saga id rule (see the runtime's `checkSagaId`), which every saga's id met: no NUL among
+  // the control characters, which PostgreSQL text cannot hold.
+  const chars = [...id].length;
+  if (chars < 1 || chars > MAX_SAGA_ID_CHARS || SAGA_ID_UNFIT.test(id)) {
+    const shown =
+      chars > 40 ? `${JSON.stringify([...id].slice(0, 40).join(''))}...` : JSON.stringify(id);
+    throw invalidCursor(
+      cursor,
+      `its saga id ${shown} is not 1-${MAX_SAGA_ID_CHARS} characters without whitespace or control characters`,
+    );
+  }
+  return { createdKey, id };
 }
 
-function invalidCursor(cursor: string): SagaError {
+/**
+ * PostgreSQL reads the cursor's time as a timestamptz, as the page's statements will, in a
+ * statement of its own: a data error (class 22) of this one statement is the cursor's, refused as
+ * invalid_cursor with PostgreSQL's message; any other error goes to the caller as it is. Its
+ * verdict depends on no session setting (the form has a numeric offset and the date in ISO
+ * order), so without histories it may run on another of the pool's connections than the page.
+ * The cost: one round trip more per paged read with a cursor, an operator's read, not a hot path.
+ */
+async function checkCursorTime(tx: Queryable, cursor: string, time: string): Promise<void> {
+  try {
+    await runSql(tx, castCursorTime(time));
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (typeof code === 'string' && code.startsWith('22')) {
+      throw invalidCursor(
+        cursor,
+        `PostgreSQL does not read its time ${JSON.stringify(time)} as a timestamptz (${(error as Error).message})`,
+      );
+    }
+    throw error;
+  }
+}
+
+const typeName = (v: unknown) => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
+
+function invalidCursor(cursor: string, why: string): SagaError {
+  const shown = cursor.length > 120 ? `${cursor.slice(0, 120)}...` : cursor;
   return new SagaError(
     'invalid_cursor',
-    `cursor ${JSON.stringify(cursor)} is not a listSagas cursor`,
+    `cursor ${JSON.stringify(shown)} is not a listSagas cursor: ${why}`,
   );
 }
 
@@ -312,20 +385,14 @@ export async function readSagas(pool: pg.Pool, options: SagaListOptions = {}): P
     after: options.cursor ? decodeCursor(options.cursor) : undefined,
     scanLimit: Math.max(scanLimit, limit + 1),
   };
-  // With histories, the page and its histories are read on one snapshot (see readSaga).
-  const page = options.history
-    ? withSnapshot(pool, (tx) => readPage(tx, filter, true))
-    : readPage(pool, filter, false);
-  if (!filter.after) return page;
-  return page.catch((error: unknown) => {
-    // A cursor that decodes but whose time PostgreSQL cannot read: not one of ours. Any data
-    // error (class 22): the time is the one value of the read PostgreSQL parses, and besides
-    // 22007 and 22008 a zone offset past 15 hours (22009) or an unknown zone (22023) came
-    // through as PostgreSQL's own error (found in review of the dashboard).
-    const code = (error as { code?: unknown }).code;
-    if (typeof code === 'string' && code.startsWith('22')) throw invalidCursor(options.cursor!);
-    throw error;
-  });
+  // With histories, the page and its histories are read on one snapshot (see readSaga), the
+  // cursor's time checked first in it. An error of the page's statements is not the cursor's
+  // (PostgreSQL has read its time) and goes to the caller as it is.
+  const read = async (tx: Queryable, withHistory: boolean) => {
+    if (filter.after) await checkCursorTime(tx, options.cursor!, filter.after.createdKey);
+    return readPage(tx, filter, withHistory);
+  };
+  return options.history ? withSnapshot(pool, (tx) => read(tx, true)) : read(pool, false);
 }
 
 async function readPage(

@@ -32,6 +32,8 @@ import {
   entryKey,
   keyId,
   MAX_KEY_ID_LENGTH,
+  MAX_SAGA_ID_CHARS,
+  SAGA_ID_UNFIT,
   SagaSnapshot,
   type Engine,
   type FaultHook,
@@ -241,9 +243,6 @@ const TERMINAL: ReadonlySet<SagaStatus> = new Set([
 ]);
 /** The `step` label of a saga cancelled while queued: it ended before reaching any step. */
 const QUEUED_STEP = '(queued)';
-const MAX_ID_CHARS = 200;
-// Whitespace, control characters and lone surrogates (which PostgreSQL would store as U+FFFD).
-const UNFIT = /[\s\p{Cc}]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/u;
 
 /** Saga ids: 1-200 characters, no whitespace or control characters, short enough for job keys. */
 function checkSagaId(id: unknown): string {
@@ -253,10 +252,10 @@ function checkSagaId(id: unknown): string {
   if (typeof id !== 'string') return refuse(`must be a string, got ${typeof id}`);
   if (id.length === 0) return refuse('must not be empty');
   const chars = [...id].length;
-  if (chars > MAX_ID_CHARS) {
-    return refuse(`must be at most ${MAX_ID_CHARS} characters, got ${chars}`);
+  if (chars > MAX_SAGA_ID_CHARS) {
+    return refuse(`must be at most ${MAX_SAGA_ID_CHARS} characters, got ${chars}`);
   }
-  if (UNFIT.test(id)) {
+  if (SAGA_ID_UNFIT.test(id)) {
     return refuse(`must not contain whitespace or control characters, got ${JSON.stringify(id)}`);
   }
   const encoded = keyId(id).length;

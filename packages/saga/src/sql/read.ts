@@ -60,6 +60,14 @@ export interface SagaListFilter {
   scanLimit?: number | undefined;
 }
 
+/**
+ * A listSagas cursor's time read as the page's statements read it (`sagaWindow`), alone: a data
+ * error here is the cursor's.
+ */
+export function castCursorTime(time: string) {
+  return sql`SELECT ${time}::timestamptz AS t`;
+}
+
 /** Default of `SagaListFilter.scanLimit`. */
 export const SAGA_SCAN_LIMIT = 20_000;
 
