@@ -119,4 +119,27 @@ describe('pnpm demo, interrupted', () => {
       expect(await leftIn(temp)).toEqual([]);
     },
   );
+
+  it(
+    'when its output pipe closes (`pnpm demo | head`) stops its workers, drops its database and exits',
+    { timeout: 60_000 },
+    async () => {
+      const temp = await demoTemp();
+      const demo = startDemo(['--count', '300'], { DATABASE_URL: adminUrl, TMPDIR: temp });
+      started.push(demo);
+      await demo.waitForOutput(/fresh database skiplock_demo_[0-9a-f]+\n/);
+      const name = /fresh database (skiplock_demo_[0-9a-f]+)/.exec(demo.stdout())![1]!;
+
+      // As `head` does once it has its lines: the demo's next write fails with EPIPE.
+      demo.child.stdout!.destroy();
+      const run = await demo.ended;
+      expect(run.stderr).not.toMatch(/EPIPE|Error|\n\s+at /);
+      // Ended on its own, not by a signal. The demo exits 141 (a shell's status for SIGPIPE), but
+      // pnpm, its own output gone too, exits 0 whatever its script's status.
+      expect(run.code, run.stderr).not.toBeNull();
+      expect(processGroup(demo.pgid).filter(isWorker)).toEqual([]);
+      expect(await databaseExists(name)).toBe(false);
+      expect(await leftIn(temp)).toEqual([]);
+    },
+  );
 });

@@ -202,6 +202,8 @@ async function runAndCleanUp(
 }
 
 const SIGNAL_EXIT_CODES = { SIGINT: 130, SIGTERM: 143 } as const;
+// What a shell reports for a process SIGPIPE ended, as `yes | head` does.
+const CLOSED_OUTPUT_EXIT_CODE = 141;
 
 async function main(): Promise<number> {
   let flags: DemoFlags | null;
@@ -223,14 +225,26 @@ async function main(): Promise<number> {
   // busy demo on 2 cores missed in 1 of 3 early interrupts (no clean-up ran at all).
   const interrupt = new AbortController();
   let exitCode = 0;
-  const onSignal = (signal: keyof typeof SIGNAL_EXIT_CODES) => {
+  const stop = (code: number, notice: string | null) => {
     if (interrupt.signal.aborted) return;
-    exitCode = SIGNAL_EXIT_CODES[signal];
-    process.stdout.write('\nInterrupted; stopping the workers and cleaning up…\n');
+    exitCode = code;
+    if (notice !== null) process.stdout.write(notice);
     interrupt.abort();
   };
+  const onSignal = (signal: keyof typeof SIGNAL_EXIT_CODES) =>
+    stop(SIGNAL_EXIT_CODES[signal], '\nInterrupted; stopping the workers and cleaning up…\n');
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  // Whoever read the output has gone (`pnpm demo | head -3` once head has its lines): stop as a
+  // Ctrl-C does, saying nothing more. Left unhandled, the write's EPIPE ended the process on the
+  // spot, leaving the workers, the demo's database or an embedded server and its files behind.
+  // Once the stream has failed, later writes to it are dropped without another error.
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') {
+      process.stderr.write(`pnpm demo: cannot write its output: ${error.message}\n`);
+    }
+    stop(error.code === 'EPIPE' ? CLOSED_OUTPUT_EXIT_CODE : 1, null);
+  });
   try {
     const code = await run(flags, interrupt.signal);
     return interrupt.signal.aborted ? exitCode : code;
