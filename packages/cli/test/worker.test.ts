@@ -131,7 +131,7 @@ describe('skiplock worker', () => {
     });
     worker.child.kill('SIGTERM');
     // Claiming has stopped once the worker says it is stopping; only then let the handlers end.
-    await worker.waitForLine(reason('shutdown'));
+    await worker.waitForLine(reason('worker_stopping'));
     await db.pool.query('UPDATE cli_gate SET open = true');
     expect((await worker.exited).code).toBe(0);
 
@@ -182,7 +182,7 @@ describe('skiplock worker', () => {
       timeoutMs: 60_000,
     });
     worker.child.kill('SIGTERM');
-    await worker.waitForLine(reason('shutdown'));
+    await worker.waitForLine(reason('worker_stopping'));
     worker.child.kill('SIGTERM');
     expect((await worker.exited).code).toBe(1);
     expect(worker.lines.some(reason('forced_exit'))).toBe(true);

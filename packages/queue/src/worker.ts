@@ -795,7 +795,10 @@ export function createWorker(options: WorkerOptions): Worker {
       await within('lent', new Promise<void>((resolve) => (lentClosed = resolve)));
     }
     await within('release', lateRelease);
-    logger.info({ reason: 'shutdown', inFlight: running.size, deadlineMs }, 'worker stopping');
+    logger.info(
+      { reason: 'worker_stopping', inFlight: running.size, deadlineMs },
+      'worker stopping',
+    );
     if (inflight.size > 0) {
       const deadline = new AbortController();
       await Promise.race([Promise.allSettled([...inflight]), sleep(deadlineMs, deadline.signal)]);

@@ -441,7 +441,7 @@ describe('the lease of a handed-off job', () => {
     await waitFor(() => decisions.length === 1);
     // stop() begins while the job's transaction is open, and gets past its early waits.
     const stopping = worker.stop({ timeoutMs: 5_000, graceMs: 5_000 });
-    await waitFor(() => logs.reasons().includes('shutdown'));
+    await waitFor(() => logs.reasons().includes('worker_stopping'));
     // A table lock queued behind that transaction holds the successor's release back until the
     // test lets it go, so stop() returning before the release shows.
     const locker = await db.pool.connect();

@@ -405,7 +405,12 @@ describe('worker outcomes', () => {
       },
     });
     await client.enqueueMany(gated, [{ payload: {} }, { payload: {} }, { payload: {} }]);
-    const worker = testWorker(db.pool, [gated], { concurrency: 2, pollIntervalMs: 20 });
+    const logs = captureLogs();
+    const worker = testWorker(db.pool, [gated], {
+      concurrency: 2,
+      pollIntervalMs: 20,
+      logger: logs.logger,
+    });
     await worker.start();
     await waitFor(() => started === 2, { what: 'two handlers running' });
     // Options that are no duration are refused by name and leave the worker running. Before:
@@ -432,6 +437,11 @@ describe('worker outcomes', () => {
       { status: 'pending', n: 1 },
     ]);
     expect(started).toBe(2);
+    // The stop has a reason of its own; `shutdown` is only for a job handed back, and both jobs
+    // finished. Before, the stop line itself was `shutdown`, so an alert on it fired every deploy.
+    const stopping = logs.lines.filter((l) => l['reason'] === 'worker_stopping');
+    expect(stopping).toEqual([expect.objectContaining({ msg: 'worker stopping', inFlight: 2 })]);
+    expect(logs.reasons()).not.toContain('shutdown');
   });
 
   it('stop() past its deadline aborts handlers and releases jobs without spending an attempt', async () => {
@@ -448,7 +458,8 @@ describe('worker outcomes', () => {
         ),
     });
     const { id } = await client.enqueue(endless, {});
-    const worker = testWorker(db.pool, [endless], { pollIntervalMs: 20 });
+    const logs = captureLogs();
+    const worker = testWorker(db.pool, [endless], { pollIntervalMs: 20, logger: logs.logger });
     await worker.start();
     await waitFor(async () => (await jobRow(db.pool, id)).status === 'processing');
     await worker.stop({ timeoutMs: 50 });
@@ -457,6 +468,11 @@ describe('worker outcomes', () => {
     expect(row.status).toBe('pending');
     expect(row.attempts).toBe(0);
     expect(row.locked_by).toBeNull();
+    // One `shutdown` line, the handed-back job's; the stop's own line is `worker_stopping`.
+    expect(logs.lines.filter((l) => l['reason'] === 'shutdown')).toEqual([
+      expect.objectContaining({ jobId: id, msg: 'job released on shutdown' }),
+    ]);
+    expect(logs.reasons().filter((r) => r === 'worker_stopping')).toHaveLength(1);
   });
 
   it.each([

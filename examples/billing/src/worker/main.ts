@@ -56,7 +56,7 @@ let stopping = false;
 async function shutdown(signal: string) {
   if (stopping) return;
   stopping = true;
-  logger.info({ reason: 'shutdown', signal }, 'billing worker stopping');
+  logger.info({ reason: 'worker_stopping', signal }, 'billing worker stopping');
   await worker.stop({ timeoutMs: 10_000 });
   await system.runtime.close();
   await pool.end();
