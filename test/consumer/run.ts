@@ -5,22 +5,13 @@
 // Run: `pnpm test:consumer` (DATABASE_URL, else the same database the tests would start).
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { cp, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createDatabase, dropDatabase, startDatabase } from '@skiplock/devdb';
+import { packAll, publishedPackages, repoRoot as root } from '../../scripts/pack.js';
 import { startLocalRegistry } from './registry.js';
-
-const root = fileURLToPath(new URL('../../', import.meta.url));
-const published = [
-  'packages/queue',
-  'packages/saga',
-  'packages/outbox',
-  'packages/dashboard',
-  'packages/cli',
-];
 
 interface Run {
   code: number;
@@ -110,16 +101,10 @@ const db = await startDatabase();
 const dbName = `skiplock_consumer_${randomBytes(4).toString('hex')}`;
 let registry: Awaited<ReturnType<typeof startLocalRegistry>> | null = null;
 try {
-  // 1. Pack, as `npm publish` would: prepack cleans and builds each package.
+  // 1. Pack, as `npm publish` would: prepack cleans and builds each package, in dependency order.
   const tarballs = join(work, 'tarballs');
-  await mkdir(tarballs);
-  for (const dir of published) {
-    await must(
-      `pnpm pack ${dir}`,
-      run('pnpm', ['pack', '--pack-destination', tarballs], { cwd: join(root, dir) }),
-    );
-  }
-  const files = (await readdir(tarballs)).map((f) => join(tarballs, f));
+  const published = await publishedPackages();
+  const files = await packAll(tarballs, (pkg) => console.log(`ok - pnpm pack ${pkg.dir}`));
   check(files.length === published.length, `packed ${files.length} tarballs`);
   for (const file of files) {
     const list = (await promisify(execFile)('tar', ['-tzf', file])).stdout.split('\n');
