@@ -1,5 +1,5 @@
 // Concurrency keys: packages/queue/README.md's snippet, as a complete program.
-// Run: DATABASE_URL=postgres://... node concurrency.js
+// Run: DATABASE_URL=postgres://... npx tsx concurrency.ts
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { createClient, createWorker, defineJob, migrate } from '@skiplock/queue';

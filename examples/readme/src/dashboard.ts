@@ -1,5 +1,6 @@
 // Mount the dashboard in your own node:http server: the top README's dashboard snippet, as a
-// complete program. Run: DATABASE_URL=postgres://... SKIPLOCK_DASHBOARD_TOKEN=... node dashboard.js
+// complete program.
+// Run: DATABASE_URL=postgres://... SKIPLOCK_DASHBOARD_TOKEN=... npx tsx dashboard.ts
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';

@@ -1,6 +1,6 @@
 // A sink of your own: the outbox README's sink snippet, as a complete program. A Kafka producer,
 // an SQS client or anything with an acknowledgement fits the same shape.
-// Run: DATABASE_URL=postgres://... node outbox-sink.js
+// Run: DATABASE_URL=postgres://... npx tsx outbox-sink.ts
 import { appendFile, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,5 +1,6 @@
 // Write an order and its event in one transaction, then relay the event to a signed webhook: the
-// outbox README's first snippet, as a complete program. Run: DATABASE_URL=postgres://... node outbox.js
+// outbox README's first snippet, as a complete program.
+// Run: DATABASE_URL=postgres://... npx tsx outbox.ts
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';

@@ -1,5 +1,5 @@
 // Enqueue inside your own transaction: packages/queue/README.md's snippet, as a complete program.
-// Run: DATABASE_URL=postgres://... node queue-in-transaction.js
+// Run: DATABASE_URL=postgres://... npx tsx queue-in-transaction.ts
 import { setTimeout as sleep } from 'node:timers/promises';
 import { eq, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';

@@ -1,5 +1,5 @@
 // Define a job, enqueue it, work it: the top README's first snippet, as a complete program.
-// Run: DATABASE_URL=postgres://... node queue.js
+// Run: DATABASE_URL=postgres://... npx tsx queue.ts
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { createClient, createWorker, defineJob, migrate } from '@skiplock/queue';

@@ -1,5 +1,5 @@
 // Rate limits: packages/queue/README.md's snippet, as a complete program.
-// Run: DATABASE_URL=postgres://... node rate-limit.js
+// Run: DATABASE_URL=postgres://... npx tsx rate-limit.ts
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { createClient, createWorker, defineJob, migrate } from '@skiplock/queue';

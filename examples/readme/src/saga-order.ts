@@ -1,7 +1,7 @@
 // An order saga: packages/saga/README.md's snippet, as a complete program. Steps with typed
 // outputs, compensations, a step that writes in the step's own transaction, a wait for a signal,
 // a pivot and a retriable step after it.
-// Run: DATABASE_URL=postgres://... node saga-order.js
+// Run: DATABASE_URL=postgres://... npx tsx saga-order.ts
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { z } from 'zod';

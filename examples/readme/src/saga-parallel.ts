@@ -1,7 +1,7 @@
 // Parallel branches: packages/saga/README.md's snippet, as a complete program. Stock, card and a
 // fraud check run at once after a quote; the first checkout completes, the second's card is
 // declined, so its stock reservation (completed meanwhile) and its quote are undone.
-// Run: DATABASE_URL=postgres://... node saga-parallel.js
+// Run: DATABASE_URL=postgres://... npx tsx saga-parallel.ts
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { z } from 'zod';

@@ -1,5 +1,5 @@
 // A saga with a compensation: the top README's saga snippet, as a complete program.
-// Run: DATABASE_URL=postgres://... node saga.js
+// Run: DATABASE_URL=postgres://... npx tsx saga.ts
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { z } from 'zod';

@@ -1,5 +1,5 @@
 // A cron schedule run by a worker: packages/queue/README.md's schedule snippet, as a complete
-// program. Run: DATABASE_URL=postgres://... node schedule.js
+// program. Run: DATABASE_URL=postgres://... npx tsx schedule.ts
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import {

@@ -1,5 +1,5 @@
 // Singleton keys: packages/queue/README.md's snippet, as a complete program.
-// Run: DATABASE_URL=postgres://... node singleton.js
+// Run: DATABASE_URL=postgres://... npx tsx singleton.ts
 import { z } from 'zod';
 import { createClient, defineJob, migrate } from '@skiplock/queue';
 

@@ -1,5 +1,5 @@
 // A saga traced with OpenTelemetry: the top README's tracing snippet, as a complete program.
-// Run: DATABASE_URL=postgres://... node tracing.js
+// Run: DATABASE_URL=postgres://... npx tsx tracing.ts
 import { setTimeout as sleep } from 'node:timers/promises';
 import { context, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
