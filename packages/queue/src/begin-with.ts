@@ -4,6 +4,7 @@ import pg from 'pg';
 interface WireConnection {
   parsedStatements?: Record<string, string>;
   stream: { cork?: () => void; uncork?: () => void };
+  sync(): void;
   parse(message: { text: string }): void;
   bind(message: object): void;
   execute(message: object): void;
@@ -106,6 +107,13 @@ class AfterBegin {
       for (const [i, inner] of this.inner.entries()) {
         const refused = inner.submit(i === last ? connection : unsynced);
         if (refused) return refused;
+        // A parameter that could not be serialized (its `toPostgres` threw): node-postgres wrote a
+        // Close instead of the statement, and the rest must not run without it. The Sync its
+        // view swallowed ends the block here; the failure is reported at its ReadyForQuery.
+        if (this.refused && i < last) {
+          connection.sync();
+          break;
+        }
       }
       return null;
     } finally {
@@ -184,6 +192,7 @@ export function queryAfterBegin<T extends pg.QueryResultRow>(
     typeof connection.parse !== 'function' ||
     typeof connection.bind !== 'function' ||
     typeof connection.execute !== 'function' ||
+    typeof connection.sync !== 'function' ||
     !connection.stream ||
     statements.some(
       (s) =>

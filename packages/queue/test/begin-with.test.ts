@@ -197,6 +197,48 @@ describe('a statement that opens its transaction', () => {
     await db.pool.query('DELETE FROM begin_with');
   });
 
+  it('runs no statement after one whose value cannot be sent, nor any after a BEGIN that fails', async () => {
+    const client = await db.pool.connect();
+    const unsendable = {
+      toPostgres: () => {
+        throw new Error('this value cannot be sent');
+      },
+    };
+    try {
+      // Unnamed: node-postgres closes a named statement whose value it cannot send, and then
+      // still counts it as parsed (its own behaviour, for one statement as for several).
+      const refused = await runStatement(
+        client,
+        { ...insert(80), values: [unsendable] },
+        false,
+        opening(),
+        insert(81),
+      ).catch((e) => e);
+      expect((refused as Error).message).toBe('this value cannot be sent');
+      // BEGIN ran, the follow did not, and nothing failed on the server.
+      const { rows } = await client.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM begin_with',
+      );
+      expect(rows).toEqual([{ n: 0 }]);
+      await client.query('ROLLBACK');
+
+      const badBegin = await runStatement(
+        client,
+        insert(82),
+        false,
+        opening('BEGIN ISOLATION LEVEL NONE'),
+        insert(83),
+      ).catch((e) => e);
+      expect(badBegin).toMatchObject({ code: '42601' });
+      // Neither statement ran, and no transaction was opened.
+      expect((await client.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+    } finally {
+      await client.query('ROLLBACK').catch(() => {});
+      client.release();
+    }
+    expect(await stored()).toEqual([]);
+  });
+
   it('is refused on a pool, whose connections would split BEGIN from the statement', async () => {
     await expect(runStatement(db.pool, insert(1), true, opening())).rejects.toThrow(
       /opens on a client, not on a pool/,
