@@ -75,38 +75,79 @@ describe('completeWithStatement', () => {
     expect(perJob).toEqual([4, 2, 2, 2]);
   });
 
-  it('rolls the statement back with the transaction when the fence finds the lock lost', async () => {
+  it('rolls the statement back with the transaction when the fence in its write finds the lock lost', async () => {
+    // One connection, warmed by a first job, so that the statement goes in the fence's write; a
+    // sequence it advances (nextval is not rolled back) shows that it ran.
+    await db.pool.query('CREATE SEQUENCE public.marks_ran');
+    const ran = async () =>
+      (await db.pool.query<{ n: string }>('SELECT last_value AS n FROM public.marks_ran')).rows[0]!
+        .n;
+    const counted: Statement = {
+      name: 'complete_with_statement_counted',
+      text: `INSERT INTO public.marks (job_id) SELECT $1 WHERE nextval('public.marks_ran') > 0
+             RETURNING job_id`,
+      values: [],
+    };
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    pool.on('error', () => {});
+    let calls = 0;
+    pool.on('connect', (c) => {
+      const query = c.query.bind(c) as (...args: unknown[]) => unknown;
+      (c as unknown as { query: (...args: unknown[]) => unknown }).query = (...args) => {
+        calls += 1;
+        return query(...args);
+      };
+    });
     let failure: unknown = null;
     let workRan = false;
+    let sent = 0;
     const job = defineJob({
       type: 'with-statement-lost',
-      payload: z.object({}),
+      payload: z.object({ steal: z.boolean() }),
       maxAttempts: 1,
-      handler: async (_p, ctx) => {
+      handler: async ({ steal }, ctx) => {
         // Another worker took the job meanwhile (as the sweeper would after a lost lease).
-        await db.pool.query(`UPDATE skiplock.jobs SET locked_by = 'someone-else' WHERE id = $1`, [
-          ctx.job.id,
-        ]);
+        if (steal) {
+          await db.pool.query(`UPDATE skiplock.jobs SET locked_by = 'someone-else' WHERE id = $1`, [
+            ctx.job.id,
+          ]);
+        }
+        const before = calls;
         try {
-          await completeWithStatement(ctx, mark(ctx.job.id), async () => {
-            workRan = true;
+          await completeWithStatement(ctx, { ...counted, values: [ctx.job.id] }, async () => {
+            workRan = steal;
           });
         } catch (error) {
           failure = error;
           throw error;
+        } finally {
+          sent = calls - before;
         }
       },
     });
-    const { id } = await client.enqueue(job, {});
-    await testWorker(db.pool, [job]).runOnce();
-    expect(failure).toMatchObject({ code: 'lock_lost' });
-    expect(workRan).toBe(false);
-    // The statement ran in the same write, before the fence's outcome was read: rolled back.
-    expect(await marked(id)).toBe(0);
-    expect(await jobRow(db.pool, id)).toMatchObject({
-      status: 'processing',
-      locked_by: 'someone-else',
-    });
+    try {
+      const worker = testWorker(pool, [job]);
+      const warm = await client.enqueue(job, { steal: false });
+      await worker.runOnce();
+      expect(await marked(warm.id)).toBe(1);
+      const { id } = await client.enqueue(job, { steal: true });
+      const before = await ran();
+      await worker.runOnce();
+      expect(failure).toMatchObject({ code: 'lock_lost' });
+      expect(workRan).toBe(false);
+      // One write (BEGIN, the fence, the statement), then ROLLBACK.
+      expect(sent).toBe(2);
+      // The statement ran in that write, before the fence's outcome was read: rolled back.
+      expect(BigInt(await ran())).toBe(BigInt(before) + 1n);
+      expect(await marked(id)).toBe(0);
+      expect(await jobRow(db.pool, id)).toMatchObject({
+        status: 'processing',
+        locked_by: 'someone-else',
+      });
+    } finally {
+      await pool.end();
+      await db.pool.query('DROP SEQUENCE public.marks_ran');
+    }
   });
 
   it("runs the statement first in work for a context that is not a worker's", async () => {
@@ -129,10 +170,18 @@ describe('completeWithStatement', () => {
         }
       },
     } as unknown as Parameters<typeof completeWithStatement>[0];
-    await completeWithStatement(ctx, mark(jobId), async (_tx, first) => {
+    const prepared: number[] = [];
+    await completeWithStatement(ctx, mark(jobId), async (tx, first) => {
       seen.push(first.rows);
+      // Unnamed: no runner here knows whether the connection keeps prepared statements.
+      const { rows } = await tx.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM pg_prepared_statements WHERE name = $1',
+        [mark(jobId).name],
+      );
+      prepared.push(rows[0]!.n);
     });
     expect(seen).toEqual([[{ job_id: jobId, one: 1 }]]);
+    expect(prepared).toEqual([0]);
     expect(await marked(jobId)).toBe(1);
   });
 });

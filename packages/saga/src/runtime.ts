@@ -111,6 +111,8 @@ export interface SagaRuntimeOptions {
    * `start`, `signal`, `cancel` without your `tx`); in your transaction, the call fails. A step's
    * `ctx.transaction` work runs again with it; when it returns another result than the one the
    * step already has, the attempt fails with `transaction_rerun` and the step runs again.
+   * The saga's lock that a step's completing transaction sends with the job's fence goes as the
+   * worker's `preparedStatements` says: give the worker the same setting.
    */
   preparedStatements?: boolean | undefined;
   /**
