@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { CliError, UsageError } from './args.js';
 import { dashboardCommand } from './commands/dashboard.js';
 import { jobsCancelCommand } from './commands/jobs-cancel.js';
@@ -62,8 +63,9 @@ function help(): string {
     'commands:',
     ...listing(commands),
     '',
-    'Every command takes --help; those that read the database take --database-url',
-    '(default: $DATABASE_URL); listings and show commands take --json.',
+    'Every command takes --help (or: skiplock help <command>); those that read the database',
+    'take --database-url (default: $DATABASE_URL); listings and show commands take --json.',
+    'skiplock --version prints the version.',
     'Exit codes: 0 done, 1 failed (message on stderr), 2 bad command line.',
     '',
   ].join('\n');
@@ -77,20 +79,60 @@ function groupHelp(group: string, members: readonly Command[]): string {
 
 const wantsHelp = (args: readonly string[]) => args.includes('--help') || args.includes('-h');
 
+/** This package's version, from its package.json (beside `src/` and `dist/` alike). */
+function version(): string {
+  const manifest = readFileSync(new URL('../package.json', import.meta.url), 'utf8');
+  return (JSON.parse(manifest) as { version: string }).version;
+}
+
+/** Edits (insert, delete, replace) from `a` to `b`, to suggest a command for a typo. */
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(
+        previous[j]! + 1,
+        row[j - 1]! + 1,
+        previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    previous = row;
+  }
+  return previous[b.length]!;
+}
+
+/** "did you mean" for a mistyped word: the closest of `names` within two edits, if one is. */
+function suggestion(word: string, names: readonly string[]): string {
+  const ranked = names
+    .map((name) => ({ name, edits: editDistance(word, name) }))
+    .filter((c) => c.edits <= Math.min(2, Math.floor(c.name.length / 2)))
+    .sort((a, b) => a.edits - b.edits);
+  return ranked[0] ? ` (did you mean "${ranked[0].name}"?)` : '';
+}
+
 /** Parses the command line and runs one command; returns the process exit code. */
 export async function runCli(argv: string[], rawIo: CliIo): Promise<number> {
   const io = terminalSafeIo(rawIo);
   const [name, ...rest] = argv;
+  // `skiplock help jobs list` is `skiplock jobs list --help`.
+  if (name === 'help' && rest.length > 0) return runCli([...rest, '--help'], rawIo);
   if (!name || name === '--help' || name === '-h' || name === 'help') {
     io.stdout(help());
     return name ? 0 : 2;
+  }
+  if (name === '--version' || name === '-V' || name === 'version') {
+    io.stdout(`${version()}\n`);
+    return 0;
   }
   let command = commands.find((c) => c.name === name);
   let args = rest;
   if (!command) {
     const members = commands.filter((c) => c.name.startsWith(`${name} `));
     if (members.length === 0) {
-      io.stderr(`skiplock: unknown command "${name}"\n\n${help()}`);
+      // The first words of the commands: `stats`, `jobs`, `sagas`...
+      const words = [...new Set(commands.map((c) => c.name.split(' ')[0]!))];
+      io.stderr(`skiplock: unknown command "${name}"${suggestion(name, words)}\n\n${help()}`);
       return 2;
     }
     const [sub, ...subArgs] = rest;
@@ -100,7 +142,10 @@ export async function runCli(argv: string[], rawIo: CliIo): Promise<number> {
     }
     command = members.find((c) => c.name === `${name} ${sub}`);
     if (!command) {
-      io.stderr(`skiplock: unknown ${name} subcommand "${sub}"\n\n${groupHelp(name, members)}`);
+      const subs = members.map((c) => c.name.slice(name.length + 1));
+      io.stderr(
+        `skiplock: unknown ${name} subcommand "${sub}"${suggestion(sub, subs)}\n\n${groupHelp(name, members)}`,
+      );
       return 2;
     }
     args = subArgs;

@@ -1,5 +1,6 @@
 import { createDatabase, dropDatabase, withDatabaseName } from '@skiplock/devdb';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { closedPort, fixture, runCli, runInProcess } from './run-cli.js';
@@ -49,6 +50,43 @@ describe('command line', () => {
       expect(r.code).toBe(0);
       expect(r.stdout).toContain(`${group} list`);
     }
+  });
+
+  it('prints its version, and help for a command given after help', async () => {
+    const manifest = JSON.parse(
+      readFileSync(new URL('../package.json', import.meta.url), 'utf8'),
+    ) as { version: string };
+    for (const flag of ['--version', '-V', 'version']) {
+      const r = await runInProcess([flag], env);
+      expect(r.code, flag).toBe(0);
+      expect(r.stdout).toBe(`${manifest.version}\n`);
+    }
+    for (const name of ['jobs list', 'sagas cancel', 'stats', 'jobs']) {
+      const viaHelp = await runInProcess(['help', ...name.split(' ')], env);
+      const viaFlag = await runInProcess([...name.split(' '), '--help'], env);
+      expect(viaHelp.code, name).toBe(0);
+      expect(viaHelp.stdout, name).toBe(viaFlag.stdout);
+      expect(viaHelp.stdout).toMatch(new RegExp(`^usage: skiplock ${name}`));
+    }
+    const unknown = await runInProcess(['help', 'frobnicate'], env);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('unknown command "frobnicate"');
+  });
+
+  it('suggests the command or subcommand a typo was probably meant to be', async () => {
+    const cases: [string[], string][] = [
+      [['job', 'list'], 'unknown command "job" (did you mean "jobs"?)'],
+      [['stast'], 'unknown command "stast" (did you mean "stats"?)'],
+      [['jobs', 'lsit'], 'unknown jobs subcommand "lsit" (did you mean "list"?)'],
+      [['sagas', 'cancle'], 'unknown sagas subcommand "cancle" (did you mean "cancel"?)'],
+    ];
+    for (const [args, message] of cases) {
+      const r = await runInProcess(args, env);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toContain(message);
+    }
+    // Nothing close: no suggestion.
+    expect((await runInProcess(['frobnicate'], env)).stderr).not.toContain('did you mean');
   });
 
   it('rejects unknown commands, subcommands and flags, naming them', async () => {
