@@ -151,16 +151,6 @@ export function createScheduler(
    * healthy scheduler with a longer `intervalMs` leaves its ticks due longer between passes, and
    * judged by this one's window it was taken over while it ran: found in review). Returns the
    * row's `last_tick_at` to go on from, or null to leave it alone.
-   *
-   * A recorded cron or time zone this process cannot read (a newer deploy recorded a syntax or
-   * zone this croner or ICU refuses, then was rolled back) cannot be judged by its ticks: it is
-   * taken over once the row has not moved for that window instead. Before, such a schedule was
-   * left alone for good, and never fired again. A healthy recorded side whose ticks are further
-   * apart than the window is taken over by this rule too (its row moves only at its ticks):
-   * acceptable, as the takeover starts from now (no tick enqueued twice, none replayed), and that
-   * side, newer, can read this one's definition, sees its ticks run on time and defers to it
-   * until they go late, as for any other definition; no schedule runs two crons at once, and
-   * none stops for good.
    */
   async function ownDefinition(
     tx: Queryable,
@@ -178,10 +168,7 @@ export function createScheduler(
     }
     const since = new Date(Math.max(row.last_tick_at.getTime(), row.updated_at.getTime()));
     const late = new Date(now.getTime() - Math.max(onTimeMs, row.on_time_ms ?? 0));
-    // null: this process cannot read the recorded cron or time zone, so the row not having moved
-    // since `late` is what shows that no scheduler runs it.
-    const ticked = since < late ? hasTickBetween(row.cron, row.timezone, since, late) : false;
-    const abandoned = ticked !== false;
+    const abandoned = since < late && hasTickBetween(row.cron, row.timezone, since, late) === true;
     const fields = {
       schedule: s.name,
       recorded: { cron: row.cron, timezone: row.timezone, jobType: row.job_type, queue: row.queue },
@@ -199,18 +186,10 @@ export function createScheduler(
     }
     deferredTo.delete(s.name);
     const taken = (await runSql<Pick<ScheduleRow, 'last_tick_at'>>(tx, record(s, now))).rows[0];
-    // One line per takeover; its reason says how the recorded definition was judged.
-    if (ticked === null) {
-      logger.warn(
-        { reason: 'schedule_definition_unreadable', ...fields },
-        'this process cannot read the recorded definition of this schedule and no scheduler moved it within the on-time window; this one records its own and runs it',
-      );
-    } else {
-      logger.warn(
-        { reason: 'schedule_definition_taken_over', ...fields },
-        'no scheduler runs the recorded definition of this schedule (its ticks are late); this one records its own and runs it',
-      );
-    }
+    logger.warn(
+      { reason: 'schedule_definition_taken_over', ...fields },
+      'no scheduler runs the recorded definition of this schedule (its ticks are late); this one records its own and runs it',
+    );
     return taken?.last_tick_at ?? row.last_tick_at;
   }
 

@@ -514,68 +514,6 @@ describe('scheduler', () => {
     expect(await ticksOf('slow-pass')).toHaveLength(15);
   });
 
-  it.each([
-    ['a cron', 'not a cron', 'UTC'],
-    ['a time zone', '* * * * *', 'Mars/Base'],
-  ])(
-    'takes over a recorded definition with %s this process cannot read once its row stops moving',
-    async (_what, cron, timezone) => {
-      const logs = captureLogs();
-      const j = job('unreadable');
-      const name = `unreadable-${timezone === 'UTC' ? 'cron' : 'zone'}`;
-      const ours = createScheduler({
-        pool: db.newPool(2),
-        schedules: [
-          defineSchedule({
-            name,
-            cron: '* * * * *',
-            job: j,
-            payload: (t) => ({ at: t.toISOString() }),
-          }),
-        ],
-        logger: logs.logger,
-      });
-      // Times after the database's clock, so that the rows it writes are in their past.
-      const day = `${new Date().getUTCFullYear() + 2}-03-01`;
-      const at = (hms: string) => new Date(`${day}T${hms}Z`);
-      await ours.runOnce({ now: at('10:00:10') });
-      // Another process (a newer deploy, since rolled back) records a definition this one's
-      // croner cannot read, with an on-time window of 2 minutes; written as it would be.
-      const moved = async (hms: string) =>
-        db.pool.query(
-          `UPDATE skiplock.schedules SET cron = $2, timezone = $3, on_time_ms = 120000,
-             last_tick_at = $4, updated_at = $4 WHERE name = $1`,
-          [name, cron, timezone, at(hms)],
-        );
-      await moved('10:00:20');
-      // Within the window (the longer of ours, 1 minute, and the recorded 2): left alone.
-      expect((await ours.runOnce({ now: at('10:02:10') })).skipped).toEqual([name]);
-      // The recorded side moves the row (it ticks): the window runs from then.
-      await moved('10:02:00');
-      expect((await ours.runOnce({ now: at('10:03:50') })).skipped).toEqual([name]);
-      expect(await ticksOf(name)).toEqual([]);
-      expect(logs.reasons()).toContain('schedule_definition_differs');
-      expect(logs.reasons()).not.toContain('schedule_definition_unreadable');
-      // Not moved for longer than the window: nobody runs it, so this process takes it over,
-      // starting from now. Before: left alone for good (hasTickBetween is null for it).
-      expect((await ours.runOnce({ now: at('10:04:30') })).skipped).toEqual([]);
-      const taken = logs.lines.filter((l) => l.reason === 'schedule_definition_unreadable');
-      expect(taken).toHaveLength(1);
-      expect(taken[0]).toMatchObject({
-        level: 40,
-        schedule: name,
-        recorded: { cron, timezone },
-        own: { cron: '* * * * *', timezone: 'UTC' },
-      });
-      expect(logs.reasons()).not.toContain('schedule_definition_taken_over');
-      const row = (await listSchedules(db.pool)).find((x) => x.name === name);
-      expect([row?.cron, row?.timezone]).toEqual(['* * * * *', 'UTC']);
-      await ours.runOnce({ now: at('10:05:30') });
-      await ours.runOnce({ now: at('10:06:30') });
-      expect(await ticksOf(name)).toEqual(['10:05:00', '10:06:00'].map((t) => `${day}T${t}.000Z`));
-    },
-  );
-
   it('runs in a worker that has schedules, and one bad schedule does not hold up the others', async () => {
     const logs = captureLogs();
     const j = job('in-worker');
