@@ -11,6 +11,15 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { createDatabase, dropDatabase, startDatabase } from '@skiplock/devdb';
 import { packAll, publishedPackages, repoRoot as root } from '../../scripts/pack.js';
+
+/** What a user installs, in dependency order. */
+const PUBLISHED = [
+  'packages/queue',
+  'packages/saga',
+  'packages/outbox',
+  'packages/dashboard',
+  'packages/cli',
+];
 import { startLocalRegistry } from './registry.js';
 
 interface Run {
@@ -103,9 +112,15 @@ let registry: Awaited<ReturnType<typeof startLocalRegistry>> | null = null;
 try {
   // 1. Pack, as `npm publish` would: prepack cleans and builds each package, in dependency order.
   const tarballs = join(work, 'tarballs');
-  const published = await publishedPackages();
+  // The packages a user installs, named here: one turned private (or a new one) by mistake
+  // changes what is published, and this says so.
+  const published = (await publishedPackages()).map((p) => p.dir);
+  check(
+    published.join(' ') === PUBLISHED.join(' '),
+    `publishes ${PUBLISHED.join(', ')}, in that order`,
+    `publishedPackages() gave ${published.join(', ')}`,
+  );
   const files = await packAll(tarballs, (pkg) => console.log(`ok - pnpm pack ${pkg.dir}`));
-  check(files.length === published.length, `packed ${files.length} tarballs`);
   for (const file of files) {
     const list = (await promisify(execFile)('tar', ['-tzf', file])).stdout.split('\n');
     check(
