@@ -94,8 +94,12 @@ class AfterBegin {
       const result = inner._result as { _types?: unknown } | undefined;
       if (result && types !== undefined) result._types = types;
     }
-    // Each statement but the last writes its messages without the Sync that would end the block.
-    const unsynced = Object.create(connection, { sync: { value: () => {} } }) as WireConnection;
+    // Each statement but the last writes its messages without the Sync that would end the block
+    // (a view of the connection made only when there is more than one).
+    const unsynced =
+      this.inner.length > 1
+        ? (Object.create(connection, { sync: { value: () => {} } }) as WireConnection)
+        : connection;
     connection.stream.cork?.();
     try {
       // Unnamed and unparameterised: it replaces the unnamed statement, which nothing keeps.

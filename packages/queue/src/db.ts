@@ -60,14 +60,8 @@ export async function runStatement<T>(
   follow?: Statement,
 ): Promise<QueryOutcome<T> & { followed?: QueryOutcome<pg.QueryResultRow> }> {
   if (isPgQueryable(target)) {
-    const sendable = (s: Statement) => (prepared ? s : { text: s.text, values: s.values });
-    const sent = sendable(statement);
-    const withFollow = async (result: pg.QueryResult<T & pg.QueryResultRow>) => {
-      const outcome = { rows: result.rows as T[], rowCount: result.rowCount ?? 0 };
-      if (!follow) return outcome;
-      const after = await target.query(sendable(follow));
-      return { ...outcome, followed: { rows: after.rows, rowCount: after.rowCount ?? 0 } };
-    };
+    const sent = sendable(statement, prepared);
+    let result: pg.QueryResult<T & pg.QueryResultRow>;
     if (opening && !opening.sent) {
       // A pool would run BEGIN on one connection and the statement on another.
       if ('idleCount' in target) {
@@ -77,34 +71,51 @@ export async function runStatement<T>(
       const client = target as pg.ClientBase;
       const all =
         follow &&
-        queryAfterBegin<pg.QueryResultRow>(client, opening.begin, [sent, sendable(follow)]);
+        queryAfterBegin<pg.QueryResultRow>(client, opening.begin, [
+          sent,
+          sendable(follow, prepared),
+        ]);
       if (all) {
-        const [result, after] = await all;
+        const [first, after] = await all;
         return {
-          rows: result!.rows as T[],
-          rowCount: result!.rowCount ?? 0,
+          rows: first!.rows as T[],
+          rowCount: first!.rowCount ?? 0,
           followed: { rows: after!.rows, rowCount: after!.rowCount ?? 0 },
         };
       }
       // One of them not yet parsed on this connection: BEGIN goes with the statement if it can.
       const together = queryAfterBegin<T & pg.QueryResultRow>(client, opening.begin, [sent]);
-      if (together) return withFollow((await together)[0]!);
-      await target.query(opening.begin);
+      if (together) {
+        result = (await together)[0]!;
+      } else {
+        await target.query(opening.begin);
+        result = await target.query<T & pg.QueryResultRow>(sent);
+      }
+    } else {
+      result = await target.query<T & pg.QueryResultRow>(sent);
     }
-    return withFollow(await target.query<T & pg.QueryResultRow>(sent));
+    const outcome = { rows: result.rows, rowCount: result.rowCount ?? 0 };
+    if (!follow) return outcome;
+    const after = await target.query(sendable(follow, prepared));
+    return { ...outcome, followed: { rows: after.rows, rowCount: after.rowCount ?? 0 } };
   }
   if (opening && !opening.sent) {
     throw new TypeError('runStatement: a transaction opens on a node-postgres client');
   }
-  const run = async <R>(s: Statement) => {
-    const result = (await target.execute(toDrizzleSql(s))) as {
-      rows?: R[] | undefined;
-      rowCount?: number | null | undefined;
-    };
-    return { rows: result.rows ?? [], rowCount: result.rowCount ?? 0 };
+  const outcome = await runDrizzle<T>(target, statement);
+  return follow ? { ...outcome, followed: await runDrizzle(target, follow) } : outcome;
+}
+
+/** A statement as node-postgres sends it: named (prepared per connection) or not. */
+const sendable = (s: Statement, prepared: boolean) =>
+  prepared ? s : { text: s.text, values: s.values };
+
+async function runDrizzle<T>(target: DrizzleExecutor, s: Statement): Promise<QueryOutcome<T>> {
+  const result = (await target.execute(toDrizzleSql(s))) as {
+    rows?: T[] | undefined;
+    rowCount?: number | null | undefined;
   };
-  const outcome = await run<T>(statement);
-  return follow ? { ...outcome, followed: await run<pg.QueryResultRow>(follow) } : outcome;
+  return { rows: result.rows ?? [], rowCount: result.rowCount ?? 0 };
 }
 
 /** The same statement for a drizzle executor: text between `$n` markers, values as parameters. */

@@ -26,31 +26,40 @@ afterAll(async () => {
   await db.pool.query('DROP TABLE public.marks');
 });
 
+/**
+ * A pool of one connection (so statements stay parsed from job to job) that counts its `query`
+ * calls: each is one round trip, a statement or a write of several.
+ */
+function countingPool(): { pool: pg.Pool; calls: { n: number } } {
+  const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  pool.on('error', () => {});
+  const calls = { n: 0 };
+  pool.on('connect', (c) => {
+    const query = c.query.bind(c) as (...args: unknown[]) => unknown;
+    (c as unknown as { query: (...args: unknown[]) => unknown }).query = (...args) => {
+      calls.n += 1;
+      return query(...args);
+    };
+  });
+  return { pool, calls };
+}
+
 describe('completeWithStatement', () => {
   it("sends the statement in the fence's write, gives work its outcome, and commits them together", async () => {
     // One connection for the whole worker, so every job after the first finds both statements
     // parsed; each of its `query` calls is one round trip (a statement, or a write of several).
-    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
-    pool.on('error', () => {});
-    let calls = 0;
-    pool.on('connect', (c) => {
-      const query = c.query.bind(c) as (...args: unknown[]) => unknown;
-      (c as unknown as { query: (...args: unknown[]) => unknown }).query = (...args) => {
-        calls += 1;
-        return query(...args);
-      };
-    });
+    const { pool, calls } = countingPool();
     const perJob: number[] = [];
     const outcomes: unknown[] = [];
     const job = defineJob({
       type: 'with-statement',
       payload: z.object({}),
       handler: async (_p, ctx) => {
-        const before = calls;
+        const before = calls.n;
         await completeWithStatement(ctx, mark(ctx.job.id), async (_tx, first) => {
           outcomes.push(first.rows);
         });
-        perJob.push(calls - before);
+        perJob.push(calls.n - before);
       },
     });
     const ids: string[] = [];
@@ -88,16 +97,7 @@ describe('completeWithStatement', () => {
              RETURNING job_id`,
       values: [],
     };
-    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
-    pool.on('error', () => {});
-    let calls = 0;
-    pool.on('connect', (c) => {
-      const query = c.query.bind(c) as (...args: unknown[]) => unknown;
-      (c as unknown as { query: (...args: unknown[]) => unknown }).query = (...args) => {
-        calls += 1;
-        return query(...args);
-      };
-    });
+    const { pool, calls } = countingPool();
     let failure: unknown = null;
     let workRan = false;
     let sent = 0;
@@ -112,7 +112,7 @@ describe('completeWithStatement', () => {
             ctx.job.id,
           ]);
         }
-        const before = calls;
+        const before = calls.n;
         try {
           await completeWithStatement(ctx, { ...counted, values: [ctx.job.id] }, async () => {
             workRan = steal;
@@ -121,7 +121,7 @@ describe('completeWithStatement', () => {
           failure = error;
           throw error;
         } finally {
-          sent = calls - before;
+          sent = calls.n - before;
         }
       },
     });
