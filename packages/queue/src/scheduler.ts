@@ -21,7 +21,9 @@ import {
   lockSchedule,
   selectSchedules,
   setSchedulePaused,
+  touchSchedule,
   upsertSchedule,
+  type LockedScheduleRow as LockedSchedule,
   type ScheduleRow,
 } from './sql/schedules.js';
 
@@ -149,16 +151,18 @@ export function createScheduler(
    * since the row was last moved (by its scheduler, or a pause or resume) is late past the
    * on-time window: the longer of this scheduler's and the one that moved the row last (a
    * healthy scheduler with a longer `intervalMs` leaves its ticks due longer between passes, and
-   * judged by this one's window it was taken over while it ran: found in review). Returns the
-   * row's `last_tick_at` to go on from, or null to leave it alone.
+   * judged by this one's window it was taken over while it ran: found in review). A definition
+   * whose ticks cannot tell (this process cannot read its cron or time zone, as after a rollback
+   * to a version older than the cron's syntax, or none is due for long) is judged by when a
+   * scheduler running it was last seen: taken back once none has been for twice that window
+   * (a live one is seen at least every half window plus a pass). Not seen at all (recorded by a
+   * version that does not record it), it is left alone. Returns the row's `last_tick_at` to go
+   * on from, or null to leave it alone.
    */
   async function ownDefinition(
     tx: Queryable,
     s: ScheduleDefinition,
-    row: Pick<
-      ScheduleRow,
-      'cron' | 'timezone' | 'job_type' | 'queue' | 'last_tick_at' | 'on_time_ms' | 'updated_at'
-    >,
+    row: LockedSchedule,
     now: Date,
   ): Promise<Date | null> {
     const recorded = [row.cron, row.timezone, row.job_type, row.queue].join('\u0000');
@@ -166,9 +170,16 @@ export function createScheduler(
       deferredTo.delete(s.name);
       return row.last_tick_at;
     }
-    const since = new Date(Math.max(row.last_tick_at.getTime(), row.updated_at.getTime()));
-    const late = new Date(now.getTime() - Math.max(onTimeMs, row.on_time_ms ?? 0));
-    const abandoned = since < late && hasTickBetween(row.cron, row.timezone, since, late) === true;
+    const since = Math.max(row.last_tick_at.getTime(), row.updated_at.getTime());
+    const windowMs = Math.max(onTimeMs, row.on_time_ms ?? 0);
+    const late = now.getTime() - windowMs;
+    const ticksLate =
+      since < late && hasTickBetween(row.cron, row.timezone, new Date(since), new Date(late));
+    // A pause or resume moves `updated_at` (the paused row is not locked, so not seen, meanwhile).
+    const unseen =
+      row.seen_at !== null &&
+      Math.max(row.seen_at.getTime(), row.updated_at.getTime()) < now.getTime() - 2 * windowMs;
+    const abandoned = ticksLate === true || unseen;
     const fields = {
       schedule: s.name,
       recorded: { cron: row.cron, timezone: row.timezone, jobType: row.job_type, queue: row.queue },
@@ -187,28 +198,19 @@ export function createScheduler(
     deferredTo.delete(s.name);
     const taken = (await runSql<Pick<ScheduleRow, 'last_tick_at'>>(tx, record(s, now))).rows[0];
     logger.warn(
-      { reason: 'schedule_definition_taken_over', ...fields },
-      'no scheduler runs the recorded definition of this schedule (its ticks are late); this one records its own and runs it',
+      {
+        reason: 'schedule_definition_taken_over',
+        ...fields,
+        why: ticksLate === true ? 'ticks_late' : 'not_seen',
+      },
+      'no scheduler runs the recorded definition of this schedule (its ticks are late, or none has been seen for twice the on-time window); this one records its own and runs it',
     );
     return taken?.last_tick_at ?? row.last_tick_at;
   }
 
   async function runSchedule(s: ScheduleDefinition, now: Date): Promise<number | null> {
     return withTransaction(pool, async (tx: Queryable) => {
-      const row = (
-        await runSql<
-          Pick<
-            ScheduleRow,
-            | 'cron'
-            | 'timezone'
-            | 'job_type'
-            | 'queue'
-            | 'last_tick_at'
-            | 'on_time_ms'
-            | 'updated_at'
-          >
-        >(tx, lockSchedule(s.name))
-      ).rows[0];
+      const row = (await runSql<LockedSchedule>(tx, lockSchedule(s.name))).rows[0];
       if (!row) return null;
       const last = await ownDefinition(tx, s, row, now);
       if (last === null) return null;
@@ -228,7 +230,13 @@ export function createScheduler(
         );
         enqueued += results.filter((r) => r.inserted).length;
       }
-      if (through > last) await runSql(tx, advanceSchedule(s.name, through, onTimeMs));
+      if (through > last) {
+        await runSql(tx, advanceSchedule(s.name, through, onTimeMs, now));
+      } else if (row.seen_at === null || now.getTime() - row.seen_at.getTime() >= onTimeMs / 2) {
+        // Seen at most every half window, so a process with another definition can tell this
+        // one runs (see ownDefinition): one row write per schedule per 30 s by default.
+        await runSql(tx, touchSchedule(s.name, onTimeMs, now));
+      }
       return enqueued;
     });
   }
@@ -288,6 +296,12 @@ export interface ScheduleState {
   paused: boolean;
   lastTickAt: Date;
   updatedAt: Date;
+  /**
+   * When a scheduler running this definition last passed over the schedule (about every 30 s
+   * while one runs, by default; not while paused), or null when none has been seen since it was
+   * recorded with this definition (or by a version that did not record it).
+   */
+  seenAt: Date | null;
 }
 
 const toState = (r: ScheduleRow): ScheduleState => ({
@@ -299,6 +313,7 @@ const toState = (r: ScheduleRow): ScheduleState => ({
   paused: r.paused,
   lastTickAt: r.last_tick_at,
   updatedAt: r.updated_at,
+  seenAt: r.seen_at,
 });
 
 /** Every schedule a scheduler has recorded, by name. */

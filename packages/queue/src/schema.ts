@@ -165,6 +165,19 @@ export const schedules = skiplockSchema.table('schedules', {
    * schedule over. Null when written by a version that did not record it.
    */
   onTimeMs: integer('on_time_ms'),
+  /**
+   * When a scheduler running the definition in `seenFor` last passed over the schedule, in its
+   * pass's clock: moved at most every half on-time window, so a process that cannot judge the
+   * recorded definition by its ticks (it cannot read its cron or time zone, or none is due) can
+   * tell whether anything still runs it. Null when written by a version that did not record it.
+   */
+  seenAt: timestamp('seen_at', { withTimezone: true }),
+  /**
+   * The definition the scheduler that moved `seenAt` ran, `[cron, timezone, job_type, queue]`:
+   * `seenAt` counts only while it is the recorded one, since a version that does not move
+   * `seenAt` may record another definition and leave the last one's `seenAt` behind.
+   */
+  seenFor: jsonb('seen_for'),
   createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
   updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
 });

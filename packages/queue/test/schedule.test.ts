@@ -431,11 +431,22 @@ describe('scheduler', () => {
       schedules: [define('0 * * * *')],
       logger: logs.logger,
     });
-    const next = createScheduler({
+    const newer = createScheduler({
       pool: db.newPool(2),
       schedules: [define('30 * * * *')],
       logger: quiet,
     });
+    // The new process passes only at these times here, far apart: as written by a version before
+    // migration 0018 (no `seen_at`), it is judged by its ticks alone.
+    const next = {
+      async runOnce(o: { now: Date }) {
+        const result = await newer.runOnce(o);
+        await db.pool.query(
+          `UPDATE skiplock.schedules SET seen_at = NULL, seen_for = NULL WHERE name = 'drift'`,
+        );
+        return result;
+      },
+    };
     // January 1st of the year after next, so the test never falls behind the real clock.
     const day = `${new Date().getUTCFullYear() + 2}-01-01`;
     const hour = (hm: string) => at(`${day}T${hm}Z`);
@@ -468,7 +479,9 @@ describe('scheduler', () => {
     });
     // ...then late: no scheduler runs the recorded cron, so the old process records its own.
     await old.runOnce({ now: hour('03:31:31') });
-    expect(logs.reasons()).toContain('schedule_definition_taken_over');
+    expect(logs.lines.find((l) => l.reason === 'schedule_definition_taken_over')).toMatchObject({
+      why: 'ticks_late',
+    });
     expect((await listSchedules(db.pool)).find((x) => x.name === 'drift')?.cron).toBe('0 * * * *');
     await old.runOnce({ now: hour('04:00:30') });
     expect((await ticksOf('drift')).slice(3)).toEqual([`${day}T04:00:00.000Z`]);
@@ -512,6 +525,110 @@ describe('scheduler', () => {
       '* * * * *',
     );
     expect(await ticksOf('slow-pass')).toHaveLength(15);
+  });
+
+  it('takes over a recorded definition none has been seen running for twice the on-time window, though none of its ticks is due', async () => {
+    const logs = captureLogs();
+    const j = job('unseen');
+    const define = (cron: string) =>
+      defineSchedule({ name: 'unseen', cron, job: j, payload: (t) => ({ at: t.toISOString() }) });
+    const other = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('* * * * *')],
+      logger: logs.logger,
+    });
+    // The recorded definition fires once a year: its ticks cannot show whether anything runs it.
+    const yearly = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('0 0 1 1 *')],
+      logger: quiet,
+    });
+    const day = `${new Date().getUTCFullYear() + 2}-03-01`;
+    const at = (s: number) => new Date(Date.parse(`${day}T10:00:00Z`) + s * 1000);
+    await other.runOnce({ now: at(0) });
+    await yearly.runOnce({ now: at(10) });
+    const skipped: number[] = [];
+    // Both pass every 30 s for 5 minutes; then the yearly one's process is gone.
+    for (let t = 30; t <= 600; t += 30) {
+      if (t <= 300) await yearly.runOnce({ now: at(t) });
+      if ((await other.runOnce({ now: at(t + 10) })).skipped.includes('unseen')) skipped.push(t);
+    }
+    // Seen last at 10:05:00: left alone while it ran and for two on-time windows (60 s) after.
+    expect(skipped).toEqual(Array.from({ length: 13 }, (_, i) => 30 * (i + 1)));
+    expect(logs.lines.find((l) => l.reason === 'schedule_definition_taken_over')).toMatchObject({
+      schedule: 'unseen',
+      why: 'not_seen',
+      recorded: { cron: '0 0 1 1 *' },
+      own: { cron: '* * * * *' },
+    });
+    const state = (await listSchedules(db.pool)).find((x) => x.name === 'unseen');
+    expect(state?.cron).toBe('* * * * *');
+    expect(state?.seenAt).toEqual(at(610));
+    // Its own ticks after the takeover (10:07:10), none before it.
+    expect(await ticksOf('unseen')).toEqual(
+      ['08', '09', '10'].map((mm) => `${day}T10:${mm}:00.000Z`),
+    );
+  });
+
+  it('takes over a recorded definition it cannot read once none is seen running it, and only by what was seen of that definition', async () => {
+    const logs = captureLogs();
+    const j = job('unreadable');
+    const other = createScheduler({
+      pool: db.newPool(2),
+      schedules: [
+        defineSchedule({
+          name: 'unreadable',
+          cron: '*/5 * * * *',
+          job: j,
+          payload: (t) => ({ at: t.toISOString() }),
+        }),
+      ],
+      logger: logs.logger,
+    });
+    const day = `${new Date().getUTCFullYear() + 2}-04-01`;
+    const at = (s: number) => new Date(Date.parse(`${day}T10:00:00Z`) + s * 1000);
+    await other.runOnce({ now: at(0) });
+    // A newer version records a cron this one cannot read (as after a rollback past the version
+    // that brought its syntax). First as a version that does not record who it saw: the
+    // `seen_at` left behind is this process's own, for its own definition, and must not count.
+    const record = (seen: boolean, t: number) =>
+      db.pool.query(
+        `UPDATE skiplock.schedules SET cron = 'every fortnight', updated_at = updated_at,
+                seen_at = CASE WHEN $1 THEN $2::timestamptz ELSE seen_at END,
+                seen_for = CASE WHEN $1 THEN jsonb_build_array('every fortnight', timezone, job_type, queue)
+                                ELSE seen_for END
+         WHERE name = 'unreadable'`,
+        [seen, at(t).toISOString()],
+      );
+    await record(false, 5);
+    const passes = async (from: number, to: number) => {
+      const skipped: boolean[] = [];
+      for (let t = from; t <= to; t += 30) {
+        skipped.push((await other.runOnce({ now: at(t) })).skipped.includes('unreadable'));
+      }
+      return skipped;
+    };
+    // Half an hour: its own ticks (every 5 minutes) would have been due six times.
+    expect(await passes(30, 1800)).toEqual(Array(60).fill(true));
+    // Then a version that records who runs the schedule, seen until 10:40:00.
+    for (let t = 1830; t <= 2400; t += 30) {
+      await record(true, t);
+      expect((await other.runOnce({ now: at(t + 10) })).skipped).toEqual(['unreadable']);
+    }
+    expect(await passes(2430, 2520)).toEqual([true, true, true, true]);
+    expect(logs.reasons()).not.toContain('schedule_definition_taken_over');
+    expect(await ticksOf('unreadable')).toEqual([]);
+    expect(await passes(2550, 2550)).toEqual([false]);
+    expect(logs.lines.find((l) => l.reason === 'schedule_definition_taken_over')).toMatchObject({
+      why: 'not_seen',
+      recorded: { cron: 'every fortnight' },
+    });
+    expect(logs.lines.filter((l) => l.reason === 'schedule_definition_differs')).toHaveLength(1);
+    expect((await listSchedules(db.pool)).find((x) => x.name === 'unreadable')?.cron).toBe(
+      '*/5 * * * *',
+    );
+    await other.runOnce({ now: at(2700) });
+    expect(await ticksOf('unreadable')).toEqual([`${day}T10:45:00.000Z`]);
   });
 
   it('runs in a worker that has schedules, and one bad schedule does not hold up the others', async () => {

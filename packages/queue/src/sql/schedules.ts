@@ -10,14 +10,22 @@ export interface ScheduleRow {
   last_tick_at: Date;
   /** See `schedules.onTimeMs` in the schema. */
   on_time_ms: number | null;
+  /** See `schedules.seenAt` in the schema. */
+  seen_at: Date | null;
   created_at: Date;
   updated_at: Date;
 }
 
+/** The row's definition, in the form `seen_for` keeps. */
+const DEFINITION = 'jsonb_build_array(cron, timezone, job_type, queue)';
+const definition = sql.raw(DEFINITION);
+/** `seen_at` when it was moved for the recorded definition, else null. */
+const seenAt = sql.raw(`CASE WHEN seen_for = ${DEFINITION} THEN seen_at END AS seen_at`);
+
 /**
  * Records a schedule's definition. A new schedule starts at `now` (no ticks before it existed);
  * a changed one keeps its `last_tick_at`, so changing the cron does not replay the past, and
- * keeps `paused`, which belongs to the operator.
+ * keeps `paused`, which belongs to the operator. The recording process is seen running it.
  */
 export function upsertSchedule(p: {
   name: string;
@@ -29,12 +37,15 @@ export function upsertSchedule(p: {
   onTimeMs: number;
 }) {
   return sql`
-    INSERT INTO skiplock.schedules (name, cron, timezone, job_type, queue, last_tick_at, on_time_ms)
+    INSERT INTO skiplock.schedules (name, cron, timezone, job_type, queue, last_tick_at, on_time_ms,
+                                    seen_at, seen_for)
     VALUES (${p.name}, ${p.cron}, ${p.timezone}, ${p.jobType}, ${p.queue}, ${p.now.toISOString()}::timestamptz,
-            ${p.onTimeMs}::int)
+            ${p.onTimeMs}::int, ${p.now.toISOString()}::timestamptz,
+            jsonb_build_array(${p.cron}::text, ${p.timezone}::text, ${p.jobType}::text, ${p.queue}::text))
     ON CONFLICT (name) DO UPDATE
     SET cron = excluded.cron, timezone = excluded.timezone, job_type = excluded.job_type,
         queue = excluded.queue, on_time_ms = excluded.on_time_ms, updated_at = now(),
+        seen_at = excluded.seen_at, seen_for = excluded.seen_for,
         -- A new cron or time zone starts at the change, as a new schedule does: from the old
         -- cron's last tick, the new one's ticks before the change counted as missed (a daily
         -- schedule made hourly at 10:30 enqueued 01:00 to 10:00 under a day's catch-up).
@@ -48,12 +59,26 @@ export function upsertSchedule(p: {
 }
 
 /**
- * Locks a schedule that is not paused, with the definition recorded for it; another scheduler
- * holding it is skipped, not waited for.
+ * Locks a schedule that is not paused, with the definition recorded for it and when a scheduler
+ * running that definition was last seen (null when none was, or only for another definition);
+ * another scheduler holding it is skipped, not waited for.
  */
+export type LockedScheduleRow = Pick<
+  ScheduleRow,
+  | 'cron'
+  | 'timezone'
+  | 'job_type'
+  | 'queue'
+  | 'last_tick_at'
+  | 'on_time_ms'
+  | 'updated_at'
+  | 'seen_at'
+>;
+
 export function lockSchedule(name: string) {
   return sql`
-    SELECT name, cron, timezone, job_type, queue, last_tick_at, on_time_ms, updated_at
+    SELECT name, cron, timezone, job_type, queue, last_tick_at, on_time_ms, updated_at,
+           ${seenAt}
     FROM skiplock.schedules
     WHERE name = ${name} AND NOT paused
     FOR UPDATE SKIP LOCKED`;
@@ -61,19 +86,35 @@ export function lockSchedule(name: string) {
 
 /**
  * Moves the schedule past the ticks just handled, never backwards, and records the on-time window
- * of the scheduler that moved it (in the same row write).
+ * of the scheduler that moved it and that it was seen at `now` (in the same row write). Run by a
+ * scheduler that holds the row's lock and runs its recorded definition.
  */
-export function advanceSchedule(name: string, lastTickAt: Date, onTimeMs: number) {
+export function advanceSchedule(name: string, lastTickAt: Date, onTimeMs: number, now: Date) {
   return sql`
     UPDATE skiplock.schedules
     SET last_tick_at = greatest(last_tick_at, ${lastTickAt.toISOString()}::timestamptz),
-        on_time_ms = ${onTimeMs}::int, updated_at = now()
+        on_time_ms = ${onTimeMs}::int, updated_at = now(),
+        seen_at = ${now.toISOString()}::timestamptz, seen_for = ${definition}
+    WHERE name = ${name}`;
+}
+
+/**
+ * Records that a scheduler running the recorded definition passed over the schedule at `now`,
+ * with its on-time window, and nothing else: `updated_at` keeps meaning the last change or tick.
+ * Run, as `advanceSchedule`, under the row's lock by a scheduler running that definition.
+ */
+export function touchSchedule(name: string, onTimeMs: number, now: Date) {
+  return sql`
+    UPDATE skiplock.schedules
+    SET seen_at = ${now.toISOString()}::timestamptz, seen_for = ${definition},
+        on_time_ms = ${onTimeMs}::int
     WHERE name = ${name}`;
 }
 
 export function selectSchedules() {
   return sql`
-    SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at
+    SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
+           ${seenAt}
     FROM skiplock.schedules ORDER BY name`;
 }
 
@@ -82,7 +123,8 @@ export function setSchedulePaused(name: string, paused: boolean) {
   return sql`
     UPDATE skiplock.schedules SET paused = ${paused}, updated_at = now()
     WHERE name = ${name}
-    RETURNING name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at`;
+    RETURNING name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
+              ${seenAt}`;
 }
 
 export const databaseNow = () => sql`SELECT clock_timestamp() AS now`;
