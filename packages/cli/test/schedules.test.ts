@@ -52,8 +52,16 @@ describe('skiplock schedules', () => {
 
     const json = await runCli(['schedules', 'list', '--json'], env);
     const { schedules } = JSON.parse(json.stdout) as { schedules: Record<string, unknown>[] };
+    const { rows: seen } = await db.pool.query<{ seen_at: Date }>(
+      `SELECT seen_at FROM skiplock.schedules WHERE name = 'daily-report'`,
+    );
     expect(schedules).toEqual([
-      expect.objectContaining({ name: 'daily-report', paused: true, queue: 'reports' }),
+      expect.objectContaining({
+        name: 'daily-report',
+        paused: true,
+        queue: 'reports',
+        seenAt: seen[0]!.seen_at.toISOString(),
+      }),
     ]);
 
     const resumed = await runCli(['schedules', 'resume', 'daily-report', '--json'], env);

@@ -20,6 +20,9 @@ const scheduleJson = (s: ScheduleState) => ({
   paused: s.paused,
   lastTickAt: s.lastTickAt.toISOString(),
   updatedAt: s.updatedAt.toISOString(),
+  // When a scheduler running this definition last passed over it (null: none seen since it was
+  // recorded), for an operator asking whether anything runs the schedule.
+  seenAt: s.seenAt?.toISOString() ?? null,
 });
 
 export const schedulesListCommand: Command = {
