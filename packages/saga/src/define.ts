@@ -203,6 +203,14 @@ export interface SagaOptions<N extends string, S extends StandardSchemaV1> {
    */
   deadlineMs?: number | undefined;
   /**
+   * The lease of the saga's jobs whose options set none: steps and compensations without their
+   * own `leaseMs`, and the jobs no options reach (a wait's, a sleep's, a child's or a parallel
+   * group's step, and the timeout or wake job of a wait or sleep). How long the jobs a crashed
+   * worker held (running or claimed ahead) wait before another worker takes them. 1,000 ms to a
+   * day; default the queue's (30 s).
+   */
+  leaseMs?: number | undefined;
+  /**
    * One active saga per business key: the key of a saga's parsed input (1-200 characters; say an
    * account id). While a saga of this definition name with the key is running, waiting or
    * compensating, another start with the key queues behind it (status `queued`, started in start
@@ -238,6 +246,8 @@ export interface SagaDefinition<
   readonly input: S;
   readonly queue: string;
   readonly deadlineMs: number | null;
+  /** `SagaOptions.leaseMs`, or null for the queue's default. */
+  readonly leaseMs: number | null;
   /** `lockKey` and `whenLocked`, or null without a lock key. */
   readonly lock: SagaLock | null;
   /** Type only: the step outputs, for `SagaOutputs`. */
@@ -315,6 +325,9 @@ export type SagaInput<D> = D extends { readonly input: infer S extends StandardS
 export type SagaOutputs<D> = D extends { readonly [OUTPUTS]?: infer O } ? O : never;
 
 const NAME = /^[A-Za-z0-9_-]{1,48}$/;
+/** A lease's bounds, the queue's (`leaseMs` of a job). */
+const MIN_LEASE_MS = 1_000;
+const MAX_LEASE_MS = 86_400_000;
 const retrySchema = z
   .object({
     maxAttempts: z.number().int().min(1).max(1_000).optional(),
@@ -328,7 +341,7 @@ const retrySchema = z
       .strict()
       .optional(),
     timeoutMs: z.number().int().min(1).max(86_400_000).optional(),
-    leaseMs: z.number().int().min(1_000).max(86_400_000).optional(),
+    leaseMs: z.number().int().min(MIN_LEASE_MS).max(MAX_LEASE_MS).optional(),
     nonRetryable: z.array(z.function()).optional(),
   })
   .passthrough();
@@ -628,6 +641,8 @@ function build(
             input: branchInputSchema,
             queue: base.queue,
             deadlineMs: null,
+            // A branch's jobs are the group's: the saga's lease where the branch sets none.
+            leaseMs: base.leaseMs,
             lock: null,
           },
           Object.freeze([]),
@@ -706,6 +721,16 @@ export function defineSaga<N extends string, S extends StandardSchemaV1>(
   if (deadlineMs !== null && !isDeadlineMs(deadlineMs)) {
     throw new SagaDefinitionError(name, DEADLINE_RULE);
   }
+  const leaseMs = options.leaseMs ?? null;
+  if (
+    leaseMs !== null &&
+    (!Number.isInteger(leaseMs) || leaseMs < MIN_LEASE_MS || leaseMs > MAX_LEASE_MS)
+  ) {
+    throw new SagaDefinitionError(
+      name,
+      `leaseMs must be an integer of ms from ${MIN_LEASE_MS} to ${MAX_LEASE_MS} (a day), got ${JSON.stringify(leaseMs)}`,
+    );
+  }
   return build(
     {
       name,
@@ -713,6 +738,7 @@ export function defineSaga<N extends string, S extends StandardSchemaV1>(
       input: options.input,
       queue,
       deadlineMs,
+      leaseMs,
       lock: lockOf(options),
     },
     Object.freeze([]),

@@ -70,12 +70,14 @@ const RETRIABLE_MAX_ATTEMPTS = 1_000;
 const STEP_MAX_ATTEMPTS = 5;
 const COMPENSATION_MAX_ATTEMPTS = 10;
 
-function jobOptions(policy: RetryPolicy, defaultAttempts: number) {
+/** A job's options from its policy; the saga's `leaseMs` where the policy sets none. */
+function jobOptions(policy: RetryPolicy, defaultAttempts: number, sagaLeaseMs: number | null) {
+  const leaseMs = policy.leaseMs ?? sagaLeaseMs;
   return {
     maxAttempts: policy.maxAttempts ?? defaultAttempts,
     ...(policy.backoff ? { backoff: policy.backoff } : {}),
     ...(policy.timeoutMs ? { timeoutMs: policy.timeoutMs } : {}),
-    ...(policy.leaseMs ? { leaseMs: policy.leaseMs } : {}),
+    ...(leaseMs ? { leaseMs } : {}),
     ...(policy.nonRetryable ? { nonRetryable: policy.nonRetryable } : {}),
   };
 }
@@ -740,6 +742,7 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
     const retry = jobOptions(
       spec.retry,
       spec.role === 'retriable' ? RETRIABLE_MAX_ATTEMPTS : STEP_MAX_ATTEMPTS,
+      def.leaseMs,
     );
     entry.runJobs.push(
       defineJob({
@@ -761,7 +764,7 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
             type: jobType(def, spec.name, 'compensate'),
             queue: def.queue,
             payload,
-            ...jobOptions(spec.compensation, COMPENSATION_MAX_ATTEMPTS),
+            ...jobOptions(spec.compensation, COMPENSATION_MAX_ATTEMPTS, def.leaseMs),
             trace: 'continue',
             handler: (data, job) =>
               inStepSpan(e.tracer, sagaOf(def, data), 'compensate', spec.name, () =>
@@ -780,7 +783,7 @@ export function buildEntry(e: Engine, def: AnySagaDefinition): SagaEntry {
             type: jobType(def, spec.name, 'timeout'),
             queue: def.queue,
             payload,
-            maxAttempts: STEP_MAX_ATTEMPTS,
+            ...jobOptions({}, STEP_MAX_ATTEMPTS, def.leaseMs),
             trace: 'continue',
             handler: (data, job) =>
               inStepSpan(e.tracer, sagaOf(def, data), 'timeout', spec.name, () =>
