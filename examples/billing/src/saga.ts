@@ -79,7 +79,14 @@ export function createBillingSaga(deps: BillingDeps) {
   const compensation: RetryPolicy = { maxAttempts: 20, ...deps.retry };
   const permanent = [InvoiceStateError, InjectedPermanentError];
 
-  return defineSaga({ name: BILLING_SAGA, version: 2, input: billingInput })
+  // The saga's lease also covers the jobs no step options reach: the wait for the provider's
+  // webhook and its timeout.
+  return defineSaga({
+    name: BILLING_SAGA,
+    version: 2,
+    input: billingInput,
+    leaseMs: deps.retry?.leaseMs,
+  })
     .step('issue-invoice', {
       ...policy,
       compensation,

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { describe, expect, inject, it } from 'vitest';
 import { runDemo } from './run-demo.js';
 
@@ -6,10 +7,36 @@ describe('pnpm demo --kill-workers', () => {
     'SIGKILLs a worker mid-run and every saga still ends completed or compensated',
     { timeout: 120_000 },
     async () => {
-      const run = await runDemo(['--count', '40', '--kill-workers'], {
-        DATABASE_URL: inject('adminUrl'),
+      const adminUrl = inject('adminUrl');
+      const run = await runDemo(['--count', '40', '--kill-workers', '--keep'], {
+        DATABASE_URL: adminUrl,
       });
       expect(run.code, run.stdout + run.stderr).toBe(0);
+      const kept = /Kept database (\S+) on the DATABASE_URL server/.exec(run.stdout)?.[1];
+      expect(kept, run.stdout).toBeDefined();
+      const admin = new pg.Client({ connectionString: adminUrl });
+      await admin.connect();
+      try {
+        const url = new URL(adminUrl);
+        url.pathname = `/${kept}`;
+        const demo = new pg.Client({ connectionString: url.toString() });
+        await demo.connect();
+        try {
+          // Every saga job leases for the demo's 3 s, the first steps the starter inserted and
+          // the waits for the webhook too: a job the killed worker held comes back within
+          // seconds. Before, those leased for the queue's 30 s and the run stalled as long.
+          const { rows } = await demo.query<{ lease_ms: number; jobs: number }>(
+            `SELECT lease_ms, count(*)::int AS jobs FROM skiplock.jobs
+             WHERE job_type LIKE 'saga:%' GROUP BY lease_ms`,
+          );
+          expect(rows).toEqual([{ lease_ms: 3_000, jobs: expect.any(Number) }]);
+        } finally {
+          await demo.end();
+        }
+      } finally {
+        await admin.query(`DROP DATABASE IF EXISTS "${kept}" WITH (FORCE)`);
+        await admin.end();
+      }
       // The summary wraps its lines at a width, so where a line breaks depends on the
       // pids' digits: match on the text with every run of whitespace made one space.
       const flat = run.stdout.replace(/\s+/g, ' ');

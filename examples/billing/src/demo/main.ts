@@ -11,7 +11,7 @@ import { pino } from 'pino';
 import { seedCustomers } from '../customers.js';
 import { migrateBilling } from '../migrate.js';
 import { createBillingSystem, type BillingSystem } from '../system.js';
-import type { WorkerConfig } from '../worker/config.js';
+import { DEMO_RETRY, type WorkerConfig } from '../worker/config.js';
 import { openDemoDatabase } from './database.js';
 import { startEventPipeline, type EventPipeline } from './events.js';
 import { describeFailure } from './failure.js';
@@ -93,6 +93,7 @@ async function runAndCleanUp(
       logger,
       rates: { declineRate: 0, transientRate: 0, lateConfirmRate: 0 },
       confirmTimeoutMs: config.confirmTimeoutMs,
+      retry: DEMO_RETRY,
     });
     if (interrupted.aborted) return 0;
     fleet = createFleet({ databaseUrl: db.url, config, logFd, logPath });

@@ -1,4 +1,16 @@
+import type { RetryPolicy } from '@skiplock/saga';
 import { z } from 'zod';
+
+/**
+ * The demo's retry policy and lease, for the workers and for the process that starts the sagas
+ * alike: a job carries the lease of the definition that inserted it, so a starter with the
+ * default left every first step leasing for 30 s. Short leases so that a SIGKILLed worker's jobs
+ * come back within seconds, not the default 30 s.
+ */
+export const DEMO_RETRY: Pick<RetryPolicy, 'backoff' | 'leaseMs'> = {
+  backoff: { baseMs: 50, maxMs: 1_000 },
+  leaseMs: 3_000,
+};
 
 /** What the demo tells each worker process (as JSON in `BILLING_WORKER_CONFIG`). */
 export const workerConfigSchema = z.object({

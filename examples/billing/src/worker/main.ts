@@ -7,7 +7,7 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { createFaults } from '../faults.js';
 import { createBillingSystem } from '../system.js';
-import { workerConfigSchema } from './config.js';
+import { DEMO_RETRY, workerConfigSchema } from './config.js';
 
 const url = process.env.DATABASE_URL;
 const rawConfig = process.env.BILLING_WORKER_CONFIG;
@@ -38,8 +38,7 @@ const system = createBillingSystem({
   webhookDelayMs: config.webhookDelayMs,
   confirmTimeoutMs: config.confirmTimeoutMs,
   faults: createFaults({ transientSteps: ['issue-receipt'], transientRate: config.transientRate }),
-  // Short leases so a SIGKILLed worker's jobs come back within seconds, not the default 30 s.
-  retry: { backoff: { baseMs: 50, maxMs: 1_000 }, leaseMs: 3_000 },
+  retry: DEMO_RETRY,
 });
 
 const worker = createWorker({
