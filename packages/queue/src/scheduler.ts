@@ -232,9 +232,14 @@ export function createScheduler(
       }
       if (through > last) {
         await runSql(tx, advanceSchedule(s.name, through, onTimeMs, now));
-      } else if (row.seen_at === null || now.getTime() - row.seen_at.getTime() >= onTimeMs / 2) {
+      } else if (
+        row.seen_at === null ||
+        now.getTime() - row.seen_at.getTime() >= onTimeMs / 2 ||
+        (row.on_time_ms ?? 0) < onTimeMs
+      ) {
         // Seen at most every half window, so a process with another definition can tell this
-        // one runs (see ownDefinition): one row write per schedule per 30 s by default.
+        // one runs (see ownDefinition): one row write per schedule per 30 s by default; and at
+        // once when the row's window is shorter than this scheduler's (see advanceSchedule).
         await runSql(tx, touchSchedule(s.name, onTimeMs, now));
       }
       return enqueued;

@@ -160,9 +160,10 @@ export const schedules = skiplockSchema.table('schedules', {
   /** The latest tick handled (enqueued or skipped by the catch-up policy); the first row's is its creation. */
   lastTickAt: timestamp('last_tick_at', { withTimezone: true }).notNull(),
   /**
-   * The on-time window (ms) of the scheduler that last moved the schedule: how late its ticks may
-   * be while it runs, which a process with another definition waits out before taking the
-   * schedule over. Null when written by a version that did not record it.
+   * The on-time window (ms) of the schedulers that ran the recorded definition, the longest since
+   * it was recorded (before migration 0018, of the one that moved the row last): how late its
+   * ticks may be while one runs, which a process with another definition waits out before taking
+   * the schedule over. Null when written by a version that did not record it.
    */
   onTimeMs: integer('on_time_ms'),
   /**

@@ -570,6 +570,95 @@ describe('scheduler', () => {
     );
   });
 
+  it('judges the recorded definition by the longest on-time window of the schedulers running it, so a slow one is not taken over when a fast one leaves', async () => {
+    const logs = captureLogs();
+    const j = job('two-paces');
+    const define = (cron: string) =>
+      defineSchedule({
+        name: 'two-paces',
+        cron,
+        job: j,
+        payload: (t) => ({ at: t.toISOString() }),
+      });
+    // Two processes run the recorded (yearly) definition: one at the default 1 s interval, one
+    // every 5 minutes (on-time window 450 s); a third, with another cron, defers to them.
+    const other = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('* * * * *')],
+      logger: logs.logger,
+    });
+    const fast = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('0 0 1 1 *')],
+      logger: quiet,
+    });
+    const slow = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('0 0 1 1 *')],
+      logger: quiet,
+      intervalMs: 300_000,
+    });
+    const day = `${new Date().getUTCFullYear() + 2}-05-01`;
+    const at = (s: number) => new Date(Date.parse(`${day}T10:00:00Z`) + s * 1000);
+    await other.runOnce({ now: at(0) });
+    await fast.runOnce({ now: at(3) });
+    for (let t = 30; t <= 960; t += 30) {
+      // The fast process is gone after 10:05; the slow one passes every 5 minutes throughout.
+      if (t <= 300) await fast.runOnce({ now: at(t) });
+      if (t % 300 === 0) await slow.runOnce({ now: at(t + 6) });
+      // Before: taken over at 10:07:10, two of the fast one's windows after it left.
+      expect((await other.runOnce({ now: at(t + 10) })).skipped).toEqual(['two-paces']);
+    }
+    expect(logs.reasons()).not.toContain('schedule_definition_taken_over');
+    expect((await listSchedules(db.pool)).find((x) => x.name === 'two-paces')?.cron).toBe(
+      '0 0 1 1 *',
+    );
+  });
+
+  it('marks a schedule seen at most every half on-time window, and counts a resume as seen', async () => {
+    const j = job('marks');
+    const define = (cron: string) =>
+      defineSchedule({ name: 'marks', cron, job: j, payload: (t) => ({ at: t.toISOString() }) });
+    const recorded = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('0 0 1 1 *')],
+      logger: quiet,
+    });
+    const logs = captureLogs();
+    const other = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('* * * * *')],
+      logger: logs.logger,
+    });
+    // In the database's clock: a pause and a resume move `updated_at` in it.
+    const dbNow = (await db.pool.query<{ now: Date }>('SELECT clock_timestamp() AS now')).rows[0]!
+      .now;
+    const at = (s: number) => new Date(dbNow.getTime() + s * 1000);
+    const seenAt = async () =>
+      (await listSchedules(db.pool)).find((x) => x.name === 'marks')?.seenAt?.getTime();
+    await other.runOnce({ now: at(-600) });
+    await recorded.runOnce({ now: at(-590) });
+    expect(await seenAt()).toBe(at(-590).getTime());
+    // Recorded then, in the database's clock too (the test's passes are in its past).
+    await db.pool.query(`UPDATE skiplock.schedules SET updated_at = $1 WHERE name = 'marks'`, [
+      at(-590),
+    ]);
+    // No tick moves the row: 29 s later it is not written; 30 s later it is.
+    await recorded.runOnce({ now: at(-561) });
+    expect(await seenAt()).toBe(at(-590).getTime());
+    await recorded.runOnce({ now: at(-560) });
+    expect(await seenAt()).toBe(at(-560).getTime());
+    // Paused for nine minutes (neither marked nor judged), then resumed: the recorded scheduler's
+    // next pass may be up to a pass away, so the resume counts as seen.
+    await pauseSchedule(db.pool, 'marks');
+    expect((await other.runOnce({ now: at(-5) })).skipped).toEqual(['marks']);
+    await resumeSchedule(db.pool, 'marks');
+    expect((await other.runOnce({ now: at(5) })).skipped).toEqual(['marks']);
+    expect(logs.reasons()).not.toContain('schedule_definition_taken_over');
+    await other.runOnce({ now: at(130) });
+    expect(logs.reasons()).toContain('schedule_definition_taken_over');
+  });
+
   it('takes over a recorded definition it cannot read once none is seen running it, and only by what was seen of that definition', async () => {
     const logs = captureLogs();
     const j = job('unreadable');

@@ -58,11 +58,7 @@ export function upsertSchedule(p: {
     RETURNING last_tick_at`;
 }
 
-/**
- * Locks a schedule that is not paused, with the definition recorded for it and when a scheduler
- * running that definition was last seen (null when none was, or only for another definition);
- * another scheduler holding it is skipped, not waited for.
- */
+/** What `lockSchedule` reads of a schedule. */
 export type LockedScheduleRow = Pick<
   ScheduleRow,
   | 'cron'
@@ -75,6 +71,11 @@ export type LockedScheduleRow = Pick<
   | 'seen_at'
 >;
 
+/**
+ * Locks a schedule that is not paused, with the definition recorded for it and when a scheduler
+ * running that definition was last seen (null when none was, or only for another definition);
+ * another scheduler holding it is skipped, not waited for.
+ */
 export function lockSchedule(name: string) {
   return sql`
     SELECT name, cron, timezone, job_type, queue, last_tick_at, on_time_ms, updated_at,
@@ -85,29 +86,33 @@ export function lockSchedule(name: string) {
 }
 
 /**
- * Moves the schedule past the ticks just handled, never backwards, and records the on-time window
- * of the scheduler that moved it and that it was seen at `now` (in the same row write). Run by a
- * scheduler that holds the row's lock and runs its recorded definition.
+ * Moves the schedule past the ticks just handled, never backwards, and records that a scheduler
+ * running its recorded definition was seen at `now`, with its on-time window when that is the
+ * longest yet (in the same row write). Run by such a scheduler, holding the row's lock. The
+ * longest, not the last: two schedulers of one definition with the default 1 s interval and
+ * with 300 s each record theirs, and the slow one, never due to mark the row while the fast one
+ * does, would be judged by the fast one's window once the fast one left, and taken over while
+ * it ran (found in review).
  */
 export function advanceSchedule(name: string, lastTickAt: Date, onTimeMs: number, now: Date) {
   return sql`
     UPDATE skiplock.schedules
     SET last_tick_at = greatest(last_tick_at, ${lastTickAt.toISOString()}::timestamptz),
-        on_time_ms = ${onTimeMs}::int, updated_at = now(),
+        on_time_ms = greatest(on_time_ms, ${onTimeMs}::int), updated_at = now(),
         seen_at = ${now.toISOString()}::timestamptz, seen_for = ${definition}
     WHERE name = ${name}`;
 }
 
 /**
  * Records that a scheduler running the recorded definition passed over the schedule at `now`,
- * with its on-time window, and nothing else: `updated_at` keeps meaning the last change or tick.
- * Run, as `advanceSchedule`, under the row's lock by a scheduler running that definition.
+ * with its on-time window as `advanceSchedule` does, and nothing else: `updated_at` keeps meaning
+ * the last change or tick. Run, as `advanceSchedule`, under the row's lock by such a scheduler.
  */
 export function touchSchedule(name: string, onTimeMs: number, now: Date) {
   return sql`
     UPDATE skiplock.schedules
     SET seen_at = ${now.toISOString()}::timestamptz, seen_for = ${definition},
-        on_time_ms = ${onTimeMs}::int
+        on_time_ms = greatest(on_time_ms, ${onTimeMs}::int)
     WHERE name = ${name}`;
 }
 
