@@ -7,6 +7,9 @@ import type { LockToken } from './sql/settle.js';
 import { sleep, withJitter } from './timers.js';
 import { detached } from './tracing.js';
 
+/** The shortest wait between ticks, whatever lease a row carries. */
+const MIN_INTERVAL_MS = 50;
+
 export interface HeartbeatResult {
   /** Leases extended by this tick. */
   renewed: number;
@@ -42,6 +45,10 @@ export interface LeaseHolder {
 export class Heartbeat {
   private readonly stopper = new AbortController();
   private loop: Promise<void> | null = null;
+  /** Ends the loop's current wait early: stopping, or a job with a shorter lease came in. */
+  private nap: AbortController | null = null;
+  /** When the loop's current wait ends (performance.now()). */
+  private napEnds = Infinity;
   /** Holders already given up, so that each lost lease is reported once. */
   private readonly given = new WeakSet<LeaseHolder>();
 
@@ -62,7 +69,30 @@ export class Heartbeat {
 
   async stop(): Promise<void> {
     this.stopper.abort();
+    this.nap?.abort();
     await this.loop;
+  }
+
+  /**
+   * Tells the loop that a job leased for `leaseMs` came in. A job carries the lease of the
+   * definition that inserted it, which can be shorter than any this worker defines (a producer
+   * of a newer deploy that shortened it, or a process that starts sagas with another policy): at
+   * `intervalMs`, a third of this worker's shortest lease, its lease ran out before the first
+   * renewal and a sweeper took the job back from under its running handler. The loop's wait is
+   * cut short when it would end later than a third of this lease from now; each wait is a third
+   * of the shortest lease among the jobs held, `intervalMs` at most.
+   */
+  adopt(leaseMs: number): void {
+    if (performance.now() + leaseMs / 3 < this.napEnds) this.nap?.abort();
+  }
+
+  /** The loop's next wait: `intervalMs`, or a third of a shorter lease held. */
+  private delay(): number {
+    let ms = this.intervalMs;
+    for (const holder of this.holders()) {
+      if (holder.leaseMs / 3 < ms && holder.isRunning()) ms = holder.leaseMs / 3;
+    }
+    return Math.max(MIN_INTERVAL_MS, Math.floor(ms));
   }
 
   /**
@@ -147,8 +177,14 @@ export class Heartbeat {
 
   private async run(): Promise<void> {
     while (!this.stopper.signal.aborted) {
-      await sleep(withJitter(this.intervalMs, 0.1), this.stopper.signal);
+      const nap = (this.nap = new AbortController());
+      const ms = withJitter(this.delay(), 0.1);
+      this.napEnds = performance.now() + ms;
+      await sleep(ms, nap.signal);
+      this.napEnds = Infinity;
       if (this.stopper.signal.aborted) break;
+      // Cut short by `adopt`: wait again, a third of the shorter lease from now.
+      if (nap.signal.aborted) continue;
       this.tick();
     }
   }

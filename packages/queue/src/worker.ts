@@ -604,6 +604,8 @@ export function createWorker(options: WorkerOptions): Worker {
     // is no longer this worker's to finish; it must not evict the new attempt from the heartbeat.
     running.get(row.id)?.abort(new LockLostError(row.id));
     running.set(row.id, job);
+    // Leased for less than this worker's definitions say (see `Heartbeat.adopt`).
+    if (row.lease_ms < 3 * heartbeatIntervalMs) heartbeat.adopt(row.lease_ms);
     if (events.listening('job:claimed')) {
       events.emit('job:claimed', {
         jobId: row.id,
@@ -986,7 +988,13 @@ export function createWorker(options: WorkerOptions): Worker {
       // they run (and give up those left unrenewed for a whole lease), or a job longer than its
       // lease is taken back by a sweeper elsewhere and runs twice.
       // Ticks in the root context, not under whatever span the caller of runOnce() had active.
-      const beats = detached(() => setInterval(() => heartbeat.tick(), heartbeatIntervalMs));
+      // Every third of the shortest lease among them, which a producer may have set shorter
+      // than this worker's definitions (see `Heartbeat.adopt`).
+      const beatMs = rows.reduce(
+        (ms, row) => Math.min(ms, Math.max(50, Math.floor(row.lease_ms / 3))),
+        heartbeatIntervalMs,
+      );
+      const beats = detached(() => setInterval(() => heartbeat.tick(), beatMs));
       try {
         await Promise.all(tasks);
       } finally {

@@ -193,6 +193,69 @@ describe('leases, fencing and the sweeper', () => {
     ).toBe(1);
   });
 
+  /** A definition of `type` as a producer of another deploy has it: leased for 1 s. */
+  const shortLeased = (type: string) =>
+    defineJob({ type, payload: z.object({}), leaseMs: 1_000, handler: () => {} });
+
+  /** Waits until the job's lease was renewed to more than `ms` past its claim. */
+  const renewedPast = (id: string, ms: number) =>
+    waitFor(
+      async () => {
+        const { rows } = await db.pool.query<{ held: number }>(
+          `SELECT extract(epoch FROM lease_expires_at - locked_at) * 1000 AS held
+           FROM skiplock.jobs WHERE id = $1 AND status = 'processing'`,
+          [id],
+        );
+        return Number(rows[0]?.held ?? 0) > ms;
+      },
+      { what: `job ${id}'s lease renewed past ${ms} ms` },
+    );
+
+  it('renews a job leased for less than its definition says at a third of that lease, while a sweeper runs', async () => {
+    // This worker's definition leases for 30 s (a heartbeat every 10 s); the row, inserted by a
+    // producer whose definition says 1 s, leases for 1 s.
+    const { def, release, started, signals } = gatedJob('short-row', { leaseMs: 30_000 });
+    const job = await client.enqueue(shortLeased('short-row'), {});
+    const logs = captureLogs();
+    const worker = testWorker(db.pool, [def], { logger: logs.logger, pollIntervalMs: 20 });
+    const sweeper = createSweeper({ pool: db.pool, logger: quiet, intervalMs: 100 });
+    sweeper.start();
+    await worker.start();
+    try {
+      await waitFor(() => started.length === 1);
+      // Before: the lease ran out after 1 s, the sweeper took the job back and it ran again.
+      await renewedPast(job.id, 2_500);
+      release();
+      await waitFor(async () => (await jobRow(db.pool, job.id)).status === 'completed');
+    } finally {
+      release();
+      await worker.stop();
+      await sweeper.stop();
+    }
+    expect(started).toEqual([job.id]);
+    expect(signals[0]!.aborted).toBe(false);
+    expect((await jobRow(db.pool, job.id)).attempts).toBe(1);
+    expect(logs.reasons()).not.toContain('lock_lost');
+  });
+
+  it('renews the shorter lease of a job runOnce() runs too', async () => {
+    const { def, release, started } = gatedJob('short-row-once', { leaseMs: 30_000 });
+    const job = await client.enqueue(shortLeased('short-row-once'), {});
+    const sweeper = createSweeper({ pool: db.pool, logger: quiet, intervalMs: 100 });
+    sweeper.start();
+    const run = testWorker(db.pool, [def]).runOnce();
+    try {
+      await waitFor(() => started.length === 1);
+      await renewedPast(job.id, 2_500);
+    } finally {
+      release();
+      await run;
+      await sweeper.stop();
+    }
+    expect(started).toEqual([job.id]);
+    expect(await jobRow(db.pool, job.id)).toMatchObject({ status: 'completed', attempts: 1 });
+  });
+
   it('one job row locked for 3x the lease costs no other job on the worker its lease', async () => {
     const leaseMs = 1_000;
     const starts = new Map<string, number>();
