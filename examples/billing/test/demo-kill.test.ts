@@ -11,12 +11,13 @@ describe('pnpm demo --kill-workers', () => {
       const run = await runDemo(['--count', '40', '--kill-workers', '--keep'], {
         DATABASE_URL: adminUrl,
       });
-      expect(run.code, run.stdout + run.stderr).toBe(0);
-      const kept = /Kept database (\S+) on the DATABASE_URL server/.exec(run.stdout)?.[1];
-      expect(kept, run.stdout).toBeDefined();
+      // Named when it is created, so that it is dropped whatever happens after.
+      const kept = /fresh database (skiplock_demo_\w+)/.exec(run.stdout)?.[1];
       const admin = new pg.Client({ connectionString: adminUrl });
       await admin.connect();
       try {
+        expect(run.code, run.stdout + run.stderr).toBe(0);
+        expect(run.stdout).toContain(`Kept database ${kept} on the DATABASE_URL server`);
         const url = new URL(adminUrl);
         url.pathname = `/${kept}`;
         const demo = new pg.Client({ connectionString: url.toString() });
@@ -34,7 +35,7 @@ describe('pnpm demo --kill-workers', () => {
           await demo.end();
         }
       } finally {
-        await admin.query(`DROP DATABASE IF EXISTS "${kept}" WITH (FORCE)`);
+        if (kept) await admin.query(`DROP DATABASE IF EXISTS "${kept}" WITH (FORCE)`);
         await admin.end();
       }
       // The summary wraps its lines at a width, so where a line breaks depends on the

@@ -207,7 +207,9 @@ export interface SagaOptions<N extends string, S extends StandardSchemaV1> {
    * own `leaseMs`, and the jobs no options reach (a wait's, a sleep's, a child's or a parallel
    * group's step, and the timeout or wake job of a wait or sleep). How long the jobs a crashed
    * worker held (running or claimed ahead) wait before another worker takes them. 1,000 ms to a
-   * day; default the queue's (30 s).
+   * day; default the queue's (30 s). A child saga's own jobs take the child definition's. A job
+   * carries the lease of the definition in the process that inserted it: every process that
+   * starts, signals, cancels or retries sagas needs the same value as the workers.
    */
   leaseMs?: number | undefined;
   /**
@@ -728,7 +730,7 @@ export function defineSaga<N extends string, S extends StandardSchemaV1>(
   ) {
     throw new SagaDefinitionError(
       name,
-      `leaseMs must be an integer of ms from ${MIN_LEASE_MS} to ${MAX_LEASE_MS} (a day), got ${JSON.stringify(leaseMs)}`,
+      `leaseMs must be an integer of ms from ${MIN_LEASE_MS} to ${MAX_LEASE_MS} (a day), got ${typeof leaseMs === 'string' ? JSON.stringify(leaseMs) : String(leaseMs)}`,
     );
   }
   return build(

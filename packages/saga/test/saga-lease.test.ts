@@ -90,18 +90,26 @@ describe("a saga's leaseMs", () => {
   });
 
   it('is refused when it is not an integer of ms from 1,000 to a day, naming the saga', () => {
-    for (const leaseMs of [999, 86_400_001, 1.5, '3000', Number.NaN]) {
+    for (const [leaseMs, shown] of [
+      [999, '999'],
+      [86_400_001, '86400001'],
+      [1.5, '1.5'],
+      ['3000', '"3000"'],
+      [Number.NaN, 'NaN'],
+      [Number.POSITIVE_INFINITY, 'Infinity'],
+      [3000n, '3000'],
+    ] as const) {
       expect(() =>
         defineSaga({
           name: 'bad-lease',
           version: 1,
           input: z.object({}),
-          leaseMs: leaseMs as number,
+          leaseMs: leaseMs as unknown as number,
         }),
       ).toThrow(
         new SagaDefinitionError(
           'bad-lease',
-          `leaseMs must be an integer of ms from 1000 to 86400000 (a day), got ${JSON.stringify(leaseMs)}`,
+          `leaseMs must be an integer of ms from 1000 to 86400000 (a day), got ${shown}`,
         ),
       );
     }
