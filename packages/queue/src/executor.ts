@@ -43,6 +43,8 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
   readonly token: LockToken;
   readonly info: JobInfo;
   leaseMs: number;
+  /** What each renewal leases the row for: its own `lease_ms`, whatever `extendLease` did. */
+  readonly renewMs: number;
   renewedAt = performance.now();
   /** queued: claimed, waiting in the worker's local buffer; running: handler executing. */
   state: 'queued' | 'running' | 'settling' | 'done' = 'queued';
@@ -79,6 +81,7 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
   constructor(readonly row: ClaimedRow) {
     this.token = { id: row.id, attempt: row.attempts };
     this.leaseMs = row.lease_ms;
+    this.renewMs = row.lease_ms;
     this.info = {
       id: row.id,
       type: row.job_type,

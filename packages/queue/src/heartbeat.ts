@@ -21,7 +21,13 @@ export interface HeartbeatResult {
 
 export interface LeaseHolder {
   token: LockToken;
+  /** How long the lease lasts from its last renewal (longer after `ctx.extendLease`). */
   leaseMs: number;
+  /**
+   * What a renewal leases the row for (its `lease_ms`): the loop beats at a third of it, since
+   * after an extension runs out each renewal holds the row only that long.
+   */
+  readonly renewMs: number;
   /** performance.now() of the last renewal this worker knows committed (or of the claim). */
   renewedAt: number;
   /** Only jobs still running their handler are renewed; settling ones keep their lease. */
@@ -90,7 +96,7 @@ export class Heartbeat {
   private delay(): number {
     let ms = this.intervalMs;
     for (const holder of this.holders()) {
-      if (holder.leaseMs / 3 < ms && holder.isRunning()) ms = holder.leaseMs / 3;
+      if (holder.renewMs / 3 < ms && holder.isRunning()) ms = holder.renewMs / 3;
     }
     return Math.max(MIN_INTERVAL_MS, Math.floor(ms));
   }

@@ -238,6 +238,40 @@ describe('leases, fencing and the sweeper', () => {
     expect(logs.reasons()).not.toContain('lock_lost');
   });
 
+  it('goes on renewing a short-leased job at a third of its lease after an extension runs out', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const started: string[] = [];
+    const def = defineJob({
+      type: 'short-row-extended',
+      payload: z.object({}),
+      leaseMs: 30_000,
+      handler: async (_p, ctx) => {
+        started.push(ctx.job.id);
+        await ctx.extendLease(4_500);
+        await gate;
+      },
+    });
+    const job = await client.enqueue(shortLeased('short-row-extended'), {});
+    const worker = testWorker(db.pool, [def], { pollIntervalMs: 20 });
+    const sweeper = createSweeper({ pool: db.pool, logger: quiet, intervalMs: 100 });
+    sweeper.start();
+    await worker.start();
+    try {
+      // Before: beats every 1.5 s (a third of the extension), each renewing the row for 1 s, so
+      // once the extension ran out the lease lapsed between beats and the sweeper took the job.
+      await renewedPast(job.id, 6_000);
+      release();
+      await waitFor(async () => (await jobRow(db.pool, job.id)).status === 'completed');
+    } finally {
+      release();
+      await worker.stop();
+      await sweeper.stop();
+    }
+    expect(started).toEqual([job.id]);
+    expect((await jobRow(db.pool, job.id)).attempts).toBe(1);
+  });
+
   it('renews the shorter lease of a job runOnce() runs too', async () => {
     const { def, release, started } = gatedJob('short-row-once', { leaseMs: 30_000 });
     const job = await client.enqueue(shortLeased('short-row-once'), {});
