@@ -27,7 +27,10 @@ async function expireLease(id: string) {
   );
 }
 
-function gatedJob(type: string, options: { leaseMs?: number; maxAttempts?: number } = {}) {
+function gatedJob(
+  type: string,
+  options: { leaseMs?: number; maxAttempts?: number; extendLeaseMs?: number } = {},
+) {
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
   const started: string[] = [];
@@ -41,6 +44,7 @@ function gatedJob(type: string, options: { leaseMs?: number; maxAttempts?: numbe
     handler: async (_p, ctx) => {
       started.push(ctx.job.id);
       signals.push(ctx.signal);
+      if (options.extendLeaseMs) await ctx.extendLease(options.extendLeaseMs);
       await gate;
     },
   });
@@ -211,65 +215,43 @@ describe('leases, fencing and the sweeper', () => {
       { what: `job ${id}'s lease renewed past ${ms} ms` },
     );
 
-  it('renews a job leased for less than its definition says at a third of that lease, while a sweeper runs', async () => {
-    // This worker's definition leases for 30 s (a heartbeat every 10 s); the row, inserted by a
-    // producer whose definition says 1 s, leases for 1 s.
-    const { def, release, started, signals } = gatedJob('short-row', { leaseMs: 30_000 });
-    const job = await client.enqueue(shortLeased('short-row'), {});
+  /**
+   * Runs a job of `type` leased for 1 s by a producer (`shortLeased`) on a started worker whose
+   * definition leases it for 30 s (a heartbeat every 10 s), beside a sweeper every 100 ms, until
+   * its lease was renewed past `pastMs`; then lets it finish.
+   */
+  async function runShortLeased(type: string, pastMs: number, extendLeaseMs?: number) {
+    const gated = gatedJob(type, { leaseMs: 30_000, extendLeaseMs });
+    const job = await client.enqueue(shortLeased(type), {});
     const logs = captureLogs();
-    const worker = testWorker(db.pool, [def], { logger: logs.logger, pollIntervalMs: 20 });
+    const worker = testWorker(db.pool, [gated.def], { logger: logs.logger, pollIntervalMs: 20 });
     const sweeper = createSweeper({ pool: db.pool, logger: quiet, intervalMs: 100 });
     sweeper.start();
     await worker.start();
     try {
-      await waitFor(() => started.length === 1);
-      // Before: the lease ran out after 1 s, the sweeper took the job back and it ran again.
-      await renewedPast(job.id, 2_500);
-      release();
+      await renewedPast(job.id, pastMs);
+      gated.release();
       await waitFor(async () => (await jobRow(db.pool, job.id)).status === 'completed');
     } finally {
-      release();
+      gated.release();
       await worker.stop();
       await sweeper.stop();
     }
-    expect(started).toEqual([job.id]);
-    expect(signals[0]!.aborted).toBe(false);
+    expect(gated.started).toEqual([job.id]);
+    expect(gated.signals[0]!.aborted).toBe(false);
     expect((await jobRow(db.pool, job.id)).attempts).toBe(1);
     expect(logs.reasons()).not.toContain('lock_lost');
+  }
+
+  it('renews a job leased for less than its definition says at a third of that lease, while a sweeper runs', async () => {
+    // Before: the lease ran out after 1 s, the sweeper took the job back and it ran again.
+    await runShortLeased('short-row', 2_500);
   });
 
   it('goes on renewing a short-leased job at a third of its lease after an extension runs out', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    const started: string[] = [];
-    const def = defineJob({
-      type: 'short-row-extended',
-      payload: z.object({}),
-      leaseMs: 30_000,
-      handler: async (_p, ctx) => {
-        started.push(ctx.job.id);
-        await ctx.extendLease(4_500);
-        await gate;
-      },
-    });
-    const job = await client.enqueue(shortLeased('short-row-extended'), {});
-    const worker = testWorker(db.pool, [def], { pollIntervalMs: 20 });
-    const sweeper = createSweeper({ pool: db.pool, logger: quiet, intervalMs: 100 });
-    sweeper.start();
-    await worker.start();
-    try {
-      // Before: beats every 1.5 s (a third of the extension), each renewing the row for 1 s, so
-      // once the extension ran out the lease lapsed between beats and the sweeper took the job.
-      await renewedPast(job.id, 6_000);
-      release();
-      await waitFor(async () => (await jobRow(db.pool, job.id)).status === 'completed');
-    } finally {
-      release();
-      await worker.stop();
-      await sweeper.stop();
-    }
-    expect(started).toEqual([job.id]);
-    expect((await jobRow(db.pool, job.id)).attempts).toBe(1);
+    // Before: beats every 1.5 s (a third of the extension), each renewing the row for 1 s, so
+    // once the extension ran out the lease lapsed between beats and the sweeper took the job.
+    await runShortLeased('short-row-extended', 6_000, 4_500);
   });
 
   it('renews the shorter lease of a job runOnce() runs too', async () => {
