@@ -1,6 +1,13 @@
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createClient, SkiplockError, type Logger } from '@skiplock/queue';
+import {
+  createClient,
+  listSchedules,
+  pauseSchedule,
+  resumeSchedule,
+  SkiplockError,
+  type Logger,
+} from '@skiplock/queue';
 import {
   browseJobs,
   createDefaultLogger,
@@ -35,6 +42,7 @@ import { messagePage, signInPage } from './pages/misc.js';
 import { outboxPage } from './pages/outbox.js';
 import { overviewPage, type OverviewData } from './pages/overview.js';
 import { sagaPage, sagasPage, sagaStatuses, type SagaFilters } from './pages/sagas.js';
+import { schedulesPage } from './pages/schedules.js';
 import {
   bearerToken,
   Guard,
@@ -155,6 +163,9 @@ const NOTICES: Record<string, (n: number) => string> = {
   signal_resumed: () => 'Signal delivered: the waiting step took it and the saga moved on.',
   signal_stored: () => 'Signal stored: the wait step takes it when the saga gets there.',
   signal_duplicate: () => 'Ignored: a signal of that name was delivered before.',
+  schedule_paused: () => 'Schedule paused: no worker enqueues its ticks until it is resumed.',
+  schedule_resumed: () =>
+    'Schedule resumed: ticks missed while it was paused follow its catchUp policy.',
   signed_in: () => 'Signed in.',
   signed_out: () => 'Signed out.',
 };
@@ -604,6 +615,23 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     );
   }
 
+  async function scheduleAction(r: Request, name: string, action: 'pause' | 'resume') {
+    const form = await readForm(r.req);
+    const operator = authorize(r, form, `schedule_${action}`);
+    if (operator === null) return;
+    const set = action === 'pause' ? pauseSchedule : resumeSchedule;
+    const state = await set(pool, name);
+    if (state === null) throw new HttpError(404, `No schedule ${name.slice(0, 80)}.`);
+    logger.info(
+      { reason: `dashboard_schedule_${action}`, operator, schedule: state.name },
+      `schedule ${action === 'pause' ? 'paused' : 'resumed'} by an operator`,
+    );
+    redirect(
+      r.res,
+      withNotice(`${base}/schedules`, action === 'pause' ? 'schedule_paused' : 'schedule_resumed'),
+    );
+  }
+
   async function sagasList(r: Request) {
     const q = r.url.searchParams;
     const text = (name: string) => q.get(name)?.trim() || undefined;
@@ -971,6 +999,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       if (first === 'jobs' && second !== undefined && third === undefined)
         return jobDetail(r, second);
       if (first === 'outbox' && second === undefined) return outboxView(r);
+      if (first === 'schedules' && second === undefined) {
+        return page(r, schedulesPage(r.ctx, await listSchedules(pool)));
+      }
       if (first === 'sagas' && second === undefined) return sagasList(r);
       if (first === 'sagas' && second !== undefined && third === undefined)
         return sagaDetail(r, second);
@@ -992,6 +1023,14 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     }
     if (first === 'jobs' && second === 'bulk' && third === undefined) return bulkAction(r);
     if (first === 'outbox' && second === 'retry' && third === undefined) return outboxRetry(r);
+    if (
+      first === 'schedules' &&
+      second &&
+      (third === 'pause' || third === 'resume') &&
+      rest.length === 0
+    ) {
+      return scheduleAction(r, second, third);
+    }
     if (
       first === 'jobs' &&
       second &&

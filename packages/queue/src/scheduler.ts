@@ -307,6 +307,12 @@ export interface ScheduleState {
    * recorded with this definition (or by a version that did not record it).
    */
   seenAt: Date | null;
+  /**
+   * The longest on-time window (ms) of the schedulers that ran this definition: one none has been
+   * seen running for twice it is taken over by a process with another definition. Null when
+   * written by a version that did not record it.
+   */
+  onTimeMs: number | null;
 }
 
 const toState = (r: ScheduleRow): ScheduleState => ({
@@ -319,6 +325,7 @@ const toState = (r: ScheduleRow): ScheduleState => ({
   lastTickAt: r.last_tick_at,
   updatedAt: r.updated_at,
   seenAt: r.seen_at,
+  onTimeMs: r.on_time_ms,
 });
 
 /** Every schedule a scheduler has recorded, by name. */

@@ -69,7 +69,7 @@ export function actionsHint(ctx: PageContext): Html {
     case 'signed-out':
       return html`<p class="hint">
         <a href="${href(ctx, '/sign-in', { next: ctx.self })}">Sign in</a> with the operator token
-        to retry, cancel or signal.
+        to retry, cancel, signal or pause.
       </p>`;
     case 'read-only':
       return html`<p class="hint">Read-only: this dashboard was started without actions.</p>`;
@@ -81,7 +81,7 @@ export function actionsHint(ctx: PageContext): Html {
   }
 }
 
-export type Section = 'overview' | 'jobs' | 'sagas' | 'outbox' | 'sign-in';
+export type Section = 'overview' | 'jobs' | 'sagas' | 'outbox' | 'schedules' | 'sign-in';
 
 export function layout(
   ctx: PageContext,
@@ -121,7 +121,7 @@ export function layout(
         <header class="top">
           <a class="brand" href="${href(ctx, '/')}">skiplock</a>
           <nav>
-            ${nav('overview', 'Overview', '/')}${nav('jobs', 'Jobs', '/jobs')}${nav('sagas', 'Sagas', '/sagas')}${nav('outbox', 'Outbox', '/outbox')}
+            ${nav('overview', 'Overview', '/')}${nav('jobs', 'Jobs', '/jobs')}${nav('sagas', 'Sagas', '/sagas')}${nav('outbox', 'Outbox', '/outbox')}${nav('schedules', 'Schedules', '/schedules')}
           </nav>
           <div class="session">${who}</div>
         </header>

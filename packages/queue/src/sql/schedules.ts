@@ -119,7 +119,7 @@ export function touchSchedule(name: string, onTimeMs: number, now: Date) {
 export function selectSchedules() {
   return sql`
     SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
-           ${seenAt}
+           on_time_ms, ${seenAt}
     FROM skiplock.schedules ORDER BY name`;
 }
 
@@ -129,7 +129,7 @@ export function setSchedulePaused(name: string, paused: boolean) {
     UPDATE skiplock.schedules SET paused = ${paused}, updated_at = now()
     WHERE name = ${name}
     RETURNING name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
-              ${seenAt}`;
+              on_time_ms, ${seenAt}`;
 }
 
 export const databaseNow = () => sql`SELECT clock_timestamp() AS now`;

@@ -1,0 +1,99 @@
+import type { ScheduleState } from '@skiplock/queue';
+import { clip, formatDuration, when } from '../format.js';
+import { html, type Html } from '../html.js';
+import { actionForm, actionsHint, layout, type PageContext } from './layout.js';
+
+/** The on-time window of a schedule whose row has none (the queue's `ON_TIME_MS`). */
+const DEFAULT_ON_TIME_MS = 60_000;
+
+/**
+ * Whether no scheduler running the recorded definition has been seen for twice its on-time
+ * window: the rule by which a process with another definition takes the schedule over, and a
+ * sign that nothing may be enqueueing its ticks. A paused schedule is not passed over (nothing to
+ * see), and one never marked (`seenAt` null: recorded by a version that does not mark it) cannot
+ * be judged.
+ */
+export function notSeen(s: ScheduleState, now: number): boolean {
+  if (s.paused || s.seenAt === null) return false;
+  const since = Math.max(s.seenAt.getTime(), s.updatedAt.getTime());
+  return now - since > 2 * (s.onTimeMs ?? DEFAULT_ON_TIME_MS);
+}
+
+function state(s: ScheduleState, now: number): Html {
+  // The job statuses' colours: paused as waiting, not seen as dead, active as running.
+  if (s.paused) return html`<span class="badge badge-waiting" data-state="paused">paused</span>`;
+  if (notSeen(s, now)) {
+    return html`<span
+      class="badge badge-dead"
+      data-state="not-seen"
+      title="no scheduler running this definition has been seen for twice its on-time window (${formatDuration(
+        2 * (s.onTimeMs ?? DEFAULT_ON_TIME_MS),
+      )}): is any worker running it?"
+      >not seen</span
+    >`;
+  }
+  return html`<span class="badge badge-running" data-state="active">active</span>`;
+}
+
+function row(ctx: PageContext, s: ScheduleState): Html {
+  const path = `/schedules/${encodeURIComponent(s.name)}`;
+  return html`<tr data-schedule="${s.name}">
+    <td>${clip(s.name, 48)}</td>
+    <td><code>${clip(s.cron, 40)}</code></td>
+    <td>${clip(s.timezone, 32)}</td>
+    <td>${clip(s.jobType, 60)} <span class="none">(${clip(s.queue, 40)})</span></td>
+    <td>${state(s, ctx.now)}</td>
+    <td>${when(s.lastTickAt, ctx.now)}</td>
+    <td>${s.seenAt === null ? html`<span class="none">never</span>` : when(s.seenAt, ctx.now)}</td>
+    <td>
+      ${
+        s.paused
+          ? actionForm(ctx, `${path}/resume`, 'Resume', {
+              confirm: `Resume schedule ${s.name}? Ticks missed while it was paused follow its catchUp policy.`,
+            })
+          : actionForm(ctx, `${path}/pause`, 'Pause', {
+              confirm: `Pause schedule ${s.name}? No worker enqueues its ticks until it is resumed.`,
+              danger: true,
+            })
+      }
+    </td>
+  </tr>`;
+}
+
+/**
+ * The cron schedules workers have recorded: the definition that runs, paused or not, the last
+ * tick handled, and when a scheduler running that definition was last seen; pause and resume.
+ */
+export function schedulesPage(ctx: PageContext, schedules: readonly ScheduleState[]) {
+  const table =
+    schedules.length === 0
+      ? html`<p class="empty" data-testid="no-schedules">
+          No schedules: a worker with <code>schedules</code> records them on its first pass.
+        </p>`
+      : html`<table class="grid" data-testid="schedules">
+          <thead>
+            <tr>
+              <th>name</th>
+              <th>cron</th>
+              <th>time zone</th>
+              <th>job (queue)</th>
+              <th>state</th>
+              <th>last tick</th>
+              <th>scheduler seen</th>
+              <th></th>
+            </tr>
+          </thead>
+          <tbody>
+            ${schedules.map((s) => row(ctx, s))}
+          </tbody>
+        </table>`;
+  const body = html`<h1>Schedules</h1>
+    <p class="hint">
+      The definition shown is the one recorded last, by the process that started last; processes
+      with another definition leave the schedule to it. A schedule is <em>not seen</em> when no
+      scheduler running that definition has passed over it for twice its on-time window.
+    </p>
+    ${actionsHint(ctx)}
+    <section data-live="schedules">${table}</section>`;
+  return layout(ctx, 'schedules', 'Schedules', body);
+}
