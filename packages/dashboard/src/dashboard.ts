@@ -194,6 +194,10 @@ function notRetried(reason: string | undefined): string {
 }
 
 const OUTBOX_NOT_INSTALLED = '@skiplock/outbox is not installed beside the dashboard.';
+/** What `schedulesOrMissing` gives for a database whose schedules table is missing or older. */
+const MISSING: unique symbol = Symbol('schedules missing');
+const SCHEDULES_MISSING =
+  "This database's schedules table is missing or older than this dashboard: apply @skiplock/queue's migrations.";
 const NO_SAGA_TABLES =
   "The saga tables do not exist in this database: apply @skiplock/saga's migrations (its migrate(), or skiplock migrate) to use sagas.";
 
@@ -615,12 +619,15 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     );
   }
 
-  async function scheduleAction(r: Request, name: string, action: 'pause' | 'resume') {
+  async function scheduleAction(r: Request, action: 'pause' | 'resume') {
     const form = await readForm(r.req);
     const operator = authorize(r, form, `schedule_${action}`);
     if (operator === null) return;
+    const name = form.get('schedule');
+    if (!name) throw new HttpError(400, 'Name the schedule (the form field schedule).');
     const set = action === 'pause' ? pauseSchedule : resumeSchedule;
-    const state = await set(pool, name);
+    const state = await schedulesOrMissing(set(pool, name));
+    if (state === MISSING) throw new HttpError(409, SCHEDULES_MISSING);
     if (state === null) throw new HttpError(404, `No schedule ${name.slice(0, 80)}.`);
     logger.info(
       { reason: `dashboard_schedule_${action}`, operator, schedule: state.name },
@@ -630,6 +637,20 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       r.res,
       withNotice(`${base}/schedules`, action === 'pause' ? 'schedule_paused' : 'schedule_resumed'),
     );
+  }
+
+  /**
+   * `read`, or MISSING when the schedules table or its columns are missing:
+   * a database migrated by an older version (42P01 undefined table, 42703 undefined column).
+   */
+  async function schedulesOrMissing<T>(read: Promise<T>): Promise<T | typeof MISSING> {
+    try {
+      return await read;
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (code === '42P01' || code === '42703') return MISSING;
+      throw error;
+    }
   }
 
   async function sagasList(r: Request) {
@@ -1000,7 +1021,8 @@ export function createDashboard(options: DashboardOptions): Dashboard {
         return jobDetail(r, second);
       if (first === 'outbox' && second === undefined) return outboxView(r);
       if (first === 'schedules' && second === undefined) {
-        return page(r, schedulesPage(r.ctx, await listSchedules(pool)));
+        const list = await schedulesOrMissing(listSchedules(pool));
+        return page(r, schedulesPage(r.ctx, list === MISSING ? null : list));
       }
       if (first === 'sagas' && second === undefined) return sagasList(r);
       if (first === 'sagas' && second !== undefined && third === undefined)
@@ -1023,13 +1045,8 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     }
     if (first === 'jobs' && second === 'bulk' && third === undefined) return bulkAction(r);
     if (first === 'outbox' && second === 'retry' && third === undefined) return outboxRetry(r);
-    if (
-      first === 'schedules' &&
-      second &&
-      (third === 'pause' || third === 'resume') &&
-      rest.length === 0
-    ) {
-      return scheduleAction(r, second, third);
+    if (first === 'schedules' && (second === 'pause' || second === 'resume') && !third) {
+      return scheduleAction(r, second);
     }
     if (
       first === 'jobs' &&

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { createScheduler, defineJob, defineSchedule, listSchedules } from '@skiplock/queue';
 import { createDashboard } from '../src/index.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
-import { serve } from './support.js';
+import { rawHttp, serve } from './support.js';
 
 const db = await useTestDatabase();
 const silent = pino({ level: 'silent' });
@@ -31,8 +31,13 @@ const operator = {
   'x-skiplock-operator': 'ada',
   'content-type': 'application/x-www-form-urlencoded',
 };
-const post = (path: string, headers: Record<string, string> = operator) =>
-  fetch(`${served.url}${path}`, { method: 'POST', redirect: 'manual', headers, body: '' });
+const post = (path: string, schedule: string, headers: Record<string, string> = operator) =>
+  fetch(`${served.url}${path}`, {
+    method: 'POST',
+    redirect: 'manual',
+    headers,
+    body: new URLSearchParams({ schedule }).toString(),
+  });
 const paused = async (name: string) =>
   (await listSchedules(db.pool)).find((s) => s.name === name)?.paused;
 /** The state badge of each schedule row, by name. */
@@ -58,51 +63,132 @@ describe('dashboard schedules', () => {
   it('lists each schedule with its state, flags one no scheduler was seen running, and pauses and resumes', async () => {
     await createScheduler({
       pool: db.pool,
-      schedules: [schedule('nightly', '0 3 * * *'), schedule('orphan', '*/5 * * * *')],
+      schedules: [
+        schedule('nightly', '0 3 * * *'),
+        schedule('orphan', '*/5 * * * *'),
+        schedule('slow', '0 * * * *'),
+        schedule('legacy', '0 4 * * *'),
+        schedule('..', '0 5 * * *'),
+      ],
       logger: silent,
     }).runOnce();
-    // The orphan's scheduler was last seen ten minutes ago, recorded an hour ago: twice the
-    // default on-time window (2 minutes) has passed.
+    // Recorded an hour ago. The orphan's scheduler was last seen ten minutes ago: past twice the
+    // default on-time window (2 minutes). The slow one's, fifteen minutes ago, runs with a
+    // 10-minute window: inside twice it. The legacy one was recorded by a version that does not
+    // mark schedules seen.
     await db.pool.query(
-      `UPDATE skiplock.schedules
-       SET seen_at = now() - interval '10 minutes', updated_at = now() - interval '1 hour'
-       WHERE name = 'orphan'`,
+      `UPDATE skiplock.schedules SET updated_at = now() - interval '1 hour',
+         seen_at = now() - CASE name WHEN 'orphan' THEN interval '10 minutes'
+                                     WHEN 'slow' THEN interval '15 minutes'
+                                     ELSE interval '5 seconds' END,
+         on_time_ms = CASE name WHEN 'slow' THEN 600000 ELSE on_time_ms END`,
+    );
+    await db.pool.query(
+      `UPDATE skiplock.schedules SET seen_at = NULL, seen_for = NULL WHERE name = 'legacy'`,
     );
     const page = await (await fetch(`${served.url}/schedules`)).text();
     expect(page).toContain('<code><span>0 3 * * *</span></code>');
     expect(page).toContain('report.build');
-    expect(await states()).toEqual({ nightly: 'active', orphan: 'not-seen' });
+    expect(await states()).toEqual({
+      '..': 'active',
+      legacy: 'unknown',
+      nightly: 'active',
+      orphan: 'not-seen',
+      slow: 'active',
+    });
 
     // Refused without the operator token; nothing changes.
-    const refused = await post('/schedules/nightly/pause', {
+    const refused = await post('/schedules/pause', 'nightly', {
       'content-type': 'application/x-www-form-urlencoded',
     });
     expect(refused.status).toBe(401);
     expect(await paused('nightly')).toBe(false);
 
-    const pause = await post('/schedules/nightly/pause');
+    const pause = await post('/schedules/pause', 'nightly');
     expect(pause.status).toBe(303);
     expect(pause.headers.get('location')).toBe('/schedules?notice=schedule_paused');
     expect(await paused('nightly')).toBe(true);
-    expect(await states()).toEqual({ nightly: 'paused', orphan: 'not-seen' });
+    expect(await states()).toMatchObject({ nightly: 'paused', orphan: 'not-seen' });
     expect(logs.lines.find((l) => l.reason === 'dashboard_schedule_pause')).toMatchObject({
       operator: 'ada',
       schedule: 'nightly',
     });
-
-    const resume = await post('/schedules/nightly/resume');
+    // A resume counts as seen: the schedule is not flagged when it comes back.
+    await post('/schedules/pause', 'orphan');
+    const resume = await post('/schedules/resume', 'orphan');
     expect(resume.headers.get('location')).toBe('/schedules?notice=schedule_resumed');
-    expect(await paused('nightly')).toBe(false);
+    expect(await paused('orphan')).toBe(false);
+    expect(await states()).toMatchObject({ orphan: 'active' });
     expect(logs.reasons()).toContain('dashboard_schedule_resume');
   });
 
-  it('answers 404 for a schedule no one has, or none can be named', async () => {
-    for (const name of ['nope', 'not%20a%20name']) {
-      const res = await post(`/schedules/${name}/pause`);
+  it("pauses from the page's own form, signed in, a schedule whose name is dots too", async () => {
+    const { port, send } = rawHttp(served, token);
+    const host = { host: `127.0.0.1:${port}` };
+    const form = {
+      ...host,
+      origin: `http://127.0.0.1:${port}`,
+      'content-type': 'application/x-www-form-urlencoded',
+    };
+    const signIn = await send(
+      'POST',
+      '/sign-in',
+      form,
+      new URLSearchParams({ operator: 'bob', token, next: '/schedules' }).toString(),
+    );
+    expect(signIn.status).toBe(303);
+    const session = { cookie: signIn.cookie };
+    const shown = await send('GET', '/schedules', { ...host, ...session });
+    // The button's form for the schedule named "..": its action and fields, as a browser sends.
+    const formHtml = /<form[^>]*action="([^"]+)"[\s\S]*?<\/form>/g;
+    const forms = [...shown.text.matchAll(formHtml)].filter((m) =>
+      m[0].includes('name="schedule" value=".."'),
+    );
+    expect(forms).toHaveLength(1);
+    const action = forms[0]![1]!;
+    const csrf = /name="_csrf" value="([^"]+)"/.exec(forms[0]![0])?.[1];
+    expect(action).toBe('/schedules/pause');
+    const done = await send(
+      'POST',
+      action,
+      { ...form, ...session },
+      new URLSearchParams({ _csrf: csrf!, schedule: '..' }).toString(),
+    );
+    expect(done.status).toBe(303);
+    expect(await paused('..')).toBe(true);
+    const forged = await send(
+      'POST',
+      '/schedules/resume',
+      { ...form, ...session },
+      new URLSearchParams({ _csrf: 'forged', schedule: '..' }).toString(),
+    );
+    expect(forged.status).toBe(403);
+    expect(await paused('..')).toBe(true);
+  });
+
+  it('answers 404 for a schedule no one has, or none can be named, and 400 for none named', async () => {
+    for (const name of ['nope', 'not a name']) {
+      const res = await post('/schedules/pause', name);
       expect(res.status, name).toBe(404);
-      expect(await res.text()).toContain(`No schedule ${decodeURIComponent(name)}.`);
+      expect(await res.text()).toContain(`No schedule ${name}.`);
     }
-    const wrong = await post('/schedules/nightly/stop');
-    expect(wrong.status).toBe(404);
+    expect((await post('/schedules/pause', '')).status).toBe(400);
+    expect((await post('/schedules/stop', 'nightly')).status).toBe(404);
+  });
+
+  it('says so, instead of failing, on a database whose schedules table is older or missing', async () => {
+    await db.pool.query('ALTER TABLE skiplock.schedules DROP COLUMN seen_for');
+    for (const drop of [null, 'DROP TABLE skiplock.schedules']) {
+      if (drop) await db.pool.query(drop);
+      const res = await fetch(`${served.url}/schedules`);
+      expect(res.status).toBe(200);
+      expect(await res.text()).toContain('data-testid="schedules-missing"');
+      const pause = await post('/schedules/pause', 'nightly');
+      expect(pause.status).toBe(409);
+      expect(await pause.text()).toContain(
+        'schedules table is missing or older than this dashboard',
+      );
+    }
+    expect(logs.reasons()).not.toContain('dashboard_error');
   });
 });

@@ -313,6 +313,12 @@ export interface ScheduleState {
    * written by a version that did not record it.
    */
   onTimeMs: number | null;
+  /**
+   * How long ago, in the database's clock, a scheduler running this definition was last seen or
+   * the schedule last changed (a pause or resume): the age the takeover rule judges. Null when
+   * `seenAt` is.
+   */
+  sinceSeenMs: number | null;
 }
 
 const toState = (r: ScheduleRow): ScheduleState => ({
@@ -326,6 +332,7 @@ const toState = (r: ScheduleRow): ScheduleState => ({
   updatedAt: r.updated_at,
   seenAt: r.seen_at,
   onTimeMs: r.on_time_ms,
+  sinceSeenMs: r.since_seen_ms ?? null,
 });
 
 /** Every schedule a scheduler has recorded, by name. */

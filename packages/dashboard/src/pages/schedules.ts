@@ -9,20 +9,27 @@ const DEFAULT_ON_TIME_MS = 60_000;
 /**
  * Whether no scheduler running the recorded definition has been seen for twice its on-time
  * window: the rule by which a process with another definition takes the schedule over, and a
- * sign that nothing may be enqueueing its ticks. A paused schedule is not passed over (nothing to
- * see), and one never marked (`seenAt` null: recorded by a version that does not mark it) cannot
- * be judged.
+ * sign that nothing may be enqueueing its ticks. Judged in the database's clock, in which the
+ * schedulers write (`sinceSeenMs`), not this process's. A paused schedule is not passed over
+ * (nothing to see).
  */
-export function notSeen(s: ScheduleState, now: number): boolean {
-  if (s.paused || s.seenAt === null) return false;
-  const since = Math.max(s.seenAt.getTime(), s.updatedAt.getTime());
-  return now - since > 2 * (s.onTimeMs ?? DEFAULT_ON_TIME_MS);
+export function notSeen(s: ScheduleState): boolean {
+  if (s.paused || s.sinceSeenMs === null) return false;
+  return s.sinceSeenMs > 2 * (s.onTimeMs ?? DEFAULT_ON_TIME_MS);
 }
 
-function state(s: ScheduleState, now: number): Html {
+function state(s: ScheduleState): Html {
   // The job statuses' colours: paused as waiting, not seen as dead, active as running.
   if (s.paused) return html`<span class="badge badge-waiting" data-state="paused">paused</span>`;
-  if (notSeen(s, now)) {
+  if (s.seenAt === null) {
+    return html`<span
+      class="badge badge-cancelled"
+      data-state="unknown"
+      title="no scheduler of this definition has marked it seen (one of a version before @skiplock/queue's migration 0018 does not): whether anything runs it cannot be told here"
+      >unknown</span
+    >`;
+  }
+  if (notSeen(s)) {
     return html`<span
       class="badge badge-dead"
       data-state="not-seen"
@@ -36,24 +43,28 @@ function state(s: ScheduleState, now: number): Html {
 }
 
 function row(ctx: PageContext, s: ScheduleState): Html {
-  const path = `/schedules/${encodeURIComponent(s.name)}`;
+  // The name goes in the form, not the path: a name of dots (`..`, which queue names allow) is
+  // resolved away in a path by the browser and by the server alike.
+  const fields = html`<input type="hidden" name="schedule" value="${s.name}" />`;
   return html`<tr data-schedule="${s.name}">
     <td>${clip(s.name, 48)}</td>
     <td><code>${clip(s.cron, 40)}</code></td>
     <td>${clip(s.timezone, 32)}</td>
     <td>${clip(s.jobType, 60)} <span class="none">(${clip(s.queue, 40)})</span></td>
-    <td>${state(s, ctx.now)}</td>
+    <td>${state(s)}</td>
     <td>${when(s.lastTickAt, ctx.now)}</td>
     <td>${s.seenAt === null ? html`<span class="none">never</span>` : when(s.seenAt, ctx.now)}</td>
     <td>
       ${
         s.paused
-          ? actionForm(ctx, `${path}/resume`, 'Resume', {
+          ? actionForm(ctx, '/schedules/resume', 'Resume', {
               confirm: `Resume schedule ${s.name}? Ticks missed while it was paused follow its catchUp policy.`,
+              fields,
             })
-          : actionForm(ctx, `${path}/pause`, 'Pause', {
+          : actionForm(ctx, '/schedules/pause', 'Pause', {
               confirm: `Pause schedule ${s.name}? No worker enqueues its ticks until it is resumed.`,
               danger: true,
+              fields,
             })
       }
     </td>
@@ -64,7 +75,16 @@ function row(ctx: PageContext, s: ScheduleState): Html {
  * The cron schedules workers have recorded: the definition that runs, paused or not, the last
  * tick handled, and when a scheduler running that definition was last seen; pause and resume.
  */
-export function schedulesPage(ctx: PageContext, schedules: readonly ScheduleState[]) {
+export function schedulesPage(ctx: PageContext, schedules: readonly ScheduleState[] | null) {
+  if (schedules === null) {
+    const body = html`<h1>Schedules</h1>
+      <p class="empty" data-testid="schedules-missing">
+        This database's schedules table is missing or older than this dashboard: apply
+        <code>@skiplock/queue</code>'s migrations (its <code>migrate()</code>, or
+        <code>skiplock migrate</code>) to see schedules here.
+      </p>`;
+    return layout(ctx, 'schedules', 'Schedules', body);
+  }
   const table =
     schedules.length === 0
       ? html`<p class="empty" data-testid="no-schedules">

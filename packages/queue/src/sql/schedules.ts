@@ -12,6 +12,8 @@ export interface ScheduleRow {
   on_time_ms: number | null;
   /** See `schedules.seenAt` in the schema. */
   seen_at: Date | null;
+  /** Read by `selectSchedules` and `setSchedulePaused` only (see `seenReport`). */
+  since_seen_ms?: number | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -21,6 +23,16 @@ const DEFINITION = 'jsonb_build_array(cron, timezone, job_type, queue)';
 const definition = sql.raw(DEFINITION);
 /** `seen_at` when it was moved for the recorded definition, else null. */
 const seenAt = sql.raw(`CASE WHEN seen_for = ${DEFINITION} THEN seen_at END AS seen_at`);
+/**
+ * For operators' reads: also how long ago, in the database's clock, a scheduler running the
+ * recorded definition was last seen or the schedule last changed (null when none was seen).
+ */
+const seenReport = sql.raw(
+  `CASE WHEN seen_for = ${DEFINITION} THEN seen_at END AS seen_at,
+   CASE WHEN seen_for = ${DEFINITION}
+        THEN (extract(epoch FROM clock_timestamp() - greatest(seen_at, updated_at)) * 1000)::float8
+   END AS since_seen_ms`,
+);
 
 /**
  * Records a schedule's definition. A new schedule starts at `now` (no ticks before it existed);
@@ -119,7 +131,7 @@ export function touchSchedule(name: string, onTimeMs: number, now: Date) {
 export function selectSchedules() {
   return sql`
     SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
-           on_time_ms, ${seenAt}
+           on_time_ms, ${seenReport}
     FROM skiplock.schedules ORDER BY name`;
 }
 
@@ -129,7 +141,7 @@ export function setSchedulePaused(name: string, paused: boolean) {
     UPDATE skiplock.schedules SET paused = ${paused}, updated_at = now()
     WHERE name = ${name}
     RETURNING name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
-              on_time_ms, ${seenAt}`;
+              on_time_ms, ${seenReport}`;
 }
 
 export const databaseNow = () => sql`SELECT clock_timestamp() AS now`;
