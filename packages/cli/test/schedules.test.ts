@@ -61,6 +61,7 @@ describe('skiplock schedules', () => {
         paused: true,
         queue: 'reports',
         seenAt: seen[0]!.seen_at.toISOString(),
+        state: 'paused',
       }),
     ]);
 
@@ -68,6 +69,14 @@ describe('skiplock schedules', () => {
     expect(resumed.code, resumed.stderr).toBe(0);
     expect(JSON.parse(resumed.stdout)).toMatchObject({ name: 'daily-report', paused: false });
     expect((await scheduler.runOnce()).skipped).toEqual([]);
+
+    // No scheduler seen running it for ten minutes (recorded an hour ago): flagged.
+    await db.pool.query(
+      `UPDATE skiplock.schedules
+       SET seen_at = now() - interval '10 minutes', updated_at = now() - interval '1 hour'`,
+    );
+    const stale = await runCli(['schedules', 'list'], env);
+    expect(stale.stdout).toMatch(/report\.daily \(reports\)\s+not seen/);
   });
 
   it('exits 1 naming an unknown schedule, and 2 without a name', async () => {

@@ -27,8 +27,20 @@ export type { SweepResult, Sweeper, SweeperOptions } from './sweeper.js';
 export { createRetention } from './retention.js';
 export { defineSchedule } from './schedule.js';
 export type { CatchUp, ScheduleDefinition, ScheduleInput } from './schedule.js';
-export { createScheduler, listSchedules, pauseSchedule, resumeSchedule } from './scheduler.js';
-export type { ScheduleState, Scheduler, SchedulerOptions, SchedulerResult } from './scheduler.js';
+export {
+  createScheduler,
+  listSchedules,
+  pauseSchedule,
+  resumeSchedule,
+  scheduleRunState,
+} from './scheduler.js';
+export type {
+  ScheduleRunState,
+  ScheduleState,
+  Scheduler,
+  SchedulerOptions,
+  SchedulerResult,
+} from './scheduler.js';
 export { createAdmitter } from './admitter.js';
 export type { AdmitResult, Admitter, AdmitterOptions } from './admitter.js';
 export type { Retention, RetentionOptions, RetentionResult } from './retention.js';

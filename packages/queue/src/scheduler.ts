@@ -321,6 +321,20 @@ export interface ScheduleState {
   sinceSeenMs: number | null;
 }
 
+export type ScheduleRunState = 'paused' | 'active' | 'not_seen' | 'unknown';
+
+/**
+ * What an operator should read of a schedule: `paused`; `active`, a scheduler running its
+ * recorded definition was seen within twice its on-time window; `not_seen`, none was for longer
+ * (the rule by which a process with another definition takes it over: nothing may be enqueueing
+ * its ticks); `unknown`, never marked seen (by a scheduler of a version before migration 0018).
+ */
+export function scheduleRunState(s: ScheduleState): ScheduleRunState {
+  if (s.paused) return 'paused';
+  if (s.sinceSeenMs === null) return 'unknown';
+  return s.sinceSeenMs > 2 * (s.onTimeMs ?? ON_TIME_MS) ? 'not_seen' : 'active';
+}
+
 const toState = (r: ScheduleRow): ScheduleState => ({
   name: r.name,
   cron: r.cron,

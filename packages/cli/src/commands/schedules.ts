@@ -1,4 +1,4 @@
-import type { ScheduleState } from '@skiplock/queue';
+import type { ScheduleRunState, ScheduleState } from '@skiplock/queue';
 import {
   CliError,
   databaseOption,
@@ -11,7 +11,7 @@ import { cell, renderTable } from '../format/table.js';
 import { relativeTime } from '../format/time.js';
 import { printJson, type Command } from '../io.js';
 
-const scheduleJson = (s: ScheduleState) => ({
+const scheduleJson = (s: ScheduleState, state?: ScheduleRunState) => ({
   name: s.name,
   cron: s.cron,
   timezone: s.timezone,
@@ -23,17 +23,20 @@ const scheduleJson = (s: ScheduleState) => ({
   // When a scheduler running this definition last passed over it (null: none seen since it was
   // recorded), for an operator asking whether anything runs the schedule.
   seenAt: s.seenAt?.toISOString() ?? null,
+  // paused, active, not_seen (no scheduler running it seen for twice its on-time window: nothing
+  // may be enqueueing its ticks) or unknown (never marked seen): as the dashboard shows it.
+  ...(state ? { state } : {}),
 });
 
 export const schedulesListCommand: Command = {
   name: 'schedules list',
-  summary: 'list cron schedules: pattern, job, paused, last tick',
+  summary: 'list cron schedules: pattern, job, state, last tick',
   usage: ['usage: skiplock schedules list [--json] [--database-url URL]'].join('\n'),
   async run(args, io) {
     const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
     positionalArgs(positionals, []);
     const url = databaseUrl(values['database-url'], io.env);
-    const [{ withDatabase }, { listSchedules }] = await Promise.all([
+    const [{ withDatabase }, { listSchedules, scheduleRunState }] = await Promise.all([
       import('../database.js'),
       import('@skiplock/queue'),
     ]);
@@ -42,7 +45,7 @@ export const schedulesListCommand: Command = {
       now: db.now,
     }));
     if (values.json) {
-      printJson(io, { schedules: list.map(scheduleJson) });
+      printJson(io, { schedules: list.map((s) => scheduleJson(s, scheduleRunState(s))) });
       return 0;
     }
     if (list.length === 0) {
@@ -64,7 +67,7 @@ export const schedulesListCommand: Command = {
           cell(s.cron, 20),
           cell(s.timezone, 20),
           cell(`${s.jobType} (${s.queue})`, 40),
-          s.paused ? 'paused' : 'active',
+          scheduleRunState(s).replace('_', ' '),
           relativeTime(s.lastTickAt, now),
         ]),
       ),

@@ -1,45 +1,30 @@
-import type { ScheduleState } from '@skiplock/queue';
-import { clip, formatDuration, when } from '../format.js';
+import { scheduleRunState, type ScheduleState } from '@skiplock/queue';
+import { clip, when } from '../format.js';
 import { html, type Html } from '../html.js';
 import { actionForm, actionsHint, layout, type PageContext } from './layout.js';
 
-/** The on-time window of a schedule whose row has none (the queue's `ON_TIME_MS`). */
-const DEFAULT_ON_TIME_MS = 60_000;
-
-/**
- * Whether no scheduler running the recorded definition has been seen for twice its on-time
- * window: the rule by which a process with another definition takes the schedule over, and a
- * sign that nothing may be enqueueing its ticks. Judged in the database's clock, in which the
- * schedulers write (`sinceSeenMs`), not this process's. A paused schedule is not passed over
- * (nothing to see).
- */
-export function notSeen(s: ScheduleState): boolean {
-  if (s.paused || s.sinceSeenMs === null) return false;
-  return s.sinceSeenMs > 2 * (s.onTimeMs ?? DEFAULT_ON_TIME_MS);
-}
-
 function state(s: ScheduleState): Html {
   // The job statuses' colours: paused as waiting, not seen as dead, active as running.
-  if (s.paused) return html`<span class="badge badge-waiting" data-state="paused">paused</span>`;
-  if (s.seenAt === null) {
-    return html`<span
-      class="badge badge-cancelled"
-      data-state="unknown"
-      title="no scheduler of this definition has marked it seen (one of a version before @skiplock/queue's migration 0018 does not): whether anything runs it cannot be told here"
-      >unknown</span
-    >`;
+  switch (scheduleRunState(s)) {
+    case 'paused':
+      return html`<span class="badge badge-waiting" data-state="paused">paused</span>`;
+    case 'unknown':
+      return html`<span
+        class="badge badge-cancelled"
+        data-state="unknown"
+        title="no scheduler of this definition has marked it seen (one of a version before @skiplock/queue's migration 0018 does not): whether anything runs it cannot be told here"
+        >unknown</span
+      >`;
+    case 'not_seen':
+      return html`<span
+        class="badge badge-dead"
+        data-state="not-seen"
+        title="no scheduler running this definition has been seen for twice its on-time window: is any worker running it?"
+        >not seen</span
+      >`;
+    case 'active':
+      return html`<span class="badge badge-running" data-state="active">active</span>`;
   }
-  if (notSeen(s)) {
-    return html`<span
-      class="badge badge-dead"
-      data-state="not-seen"
-      title="no scheduler running this definition has been seen for twice its on-time window (${formatDuration(
-        2 * (s.onTimeMs ?? DEFAULT_ON_TIME_MS),
-      )}): is any worker running it?"
-      >not seen</span
-    >`;
-  }
-  return html`<span class="badge badge-running" data-state="active">active</span>`;
 }
 
 function row(ctx: PageContext, s: ScheduleState): Html {
