@@ -6,6 +6,7 @@ import { createDefaultLogger, type Logger } from './logger.js';
 import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import { jobStatus, type JobStatus } from './schema.js';
 import { IntervalService } from './service.js';
+import { listSchedules, scheduleRunState, type ScheduleRunState } from './scheduler.js';
 import { estimateJobs, sampleJobGauges, type GaugeSampleRow } from './sql/gauges.js';
 
 /** Most queues with series of their own (default of `maxQueues`); the rest are `_other`. */
@@ -48,6 +49,11 @@ export interface JobGaugesResult {
   oldestRunnableAgeSeconds: Record<string, number>;
   /** Queues found beyond `maxQueues`, summed into `queue="_other"` (0: no such series). */
   otherQueues: number;
+  /**
+   * Schedules by `scheduleRunState`, as set on `skiplock_schedules` (every state, zeros included);
+   * null when the database's schedules table is missing or older than migration 0018.
+   */
+  schedules: Record<ScheduleRunState, number> | null;
 }
 
 export interface JobGauges {
@@ -70,7 +76,8 @@ const GROUP_STATUSES: Record<Exclude<GaugeSampleRow['grp'], 'oldest'>, readonly 
 
 /**
  * Keeps the `skiplock_jobs{queue,status}` and `skiplock_oldest_runnable_age_seconds{queue}` gauges
- * fresh from one bounded query every `intervalMs` (see `sampleJobGauges`), so a scrape never
+ * fresh from one bounded query every `intervalMs` (see `sampleJobGauges`), and
+ * `skiplock_schedules{state}` from one read of the schedules table, so a scrape never
  * queries the database and the refresh costs the same at 10 M rows as at 10. Run it in one
  * process (the one serving /metrics, say): every copy repeats the same queries, and nothing
  * coordinates them. A worker runs one only with `jobGauges` set.
@@ -139,7 +146,12 @@ export function createJobGauges(
       const scan = group === 'claimable' ? `claimable\0${queue}` : group;
       return (scanned.get(scan) ?? 0) >= config.countLimit;
     };
-    const result: JobGaugesResult = { jobs: [], oldestRunnableAgeSeconds: {}, otherQueues: 0 };
+    const result: JobGaugesResult = {
+      jobs: [],
+      oldestRunnableAgeSeconds: {},
+      otherQueues: 0,
+      schedules: await countSchedules(),
+    };
     let estimates = 0;
     for (const queue of [...queues].sort()) {
       for (const status of STATUSES) {
@@ -180,8 +192,36 @@ export function createJobGauges(
     for (const [queue, age] of Object.entries(result.oldestRunnableAgeSeconds)) {
       metrics.oldestRunnableAge.set({ queue }, age);
     }
+    metrics.schedules.reset();
+    for (const [state, n] of Object.entries(result.schedules ?? {})) {
+      metrics.schedules.set({ state }, n);
+    }
     metrics.gaugesRefreshed.set(Date.now() / 1000);
     return result;
+  }
+
+  /**
+   * The schedules by run state: one read of the schedules table, a row per schedule name ever
+   * defined (it does not grow with the work). Null, and no series, on a database whose table is
+   * missing (42P01) or older than its `seen_at` columns (42703).
+   */
+  async function countSchedules(): Promise<Record<ScheduleRunState, number> | null> {
+    let list;
+    try {
+      list = await listSchedules(pool);
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (code === '42P01' || code === '42703') return null;
+      throw error;
+    }
+    const counts: Record<ScheduleRunState, number> = {
+      active: 0,
+      paused: 0,
+      not_seen: 0,
+      unknown: 0,
+    };
+    for (const s of list) counts[scheduleRunState(s)] += 1;
+    return counts;
   }
 
   async function estimate(queue: string, status: JobStatus): Promise<number> {

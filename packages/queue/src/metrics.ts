@@ -34,6 +34,8 @@ export interface QueueMetrics {
   /** Jobs by queue and status, from the periodic bounded query (see `createJobGauges`). */
   readonly jobs: Gauge<'queue' | 'status'>;
   readonly oldestRunnableAge: Gauge<'queue'>;
+  /** Schedules by `scheduleRunState`, from the same refresh. */
+  readonly schedules: Gauge<'state'>;
   readonly gaugesRefreshed: Gauge<string>;
   readonly gaugeRefreshFailures: Counter<string>;
 }
@@ -162,9 +164,14 @@ export function createQueueMetrics(registry: Registry = new Registry()): QueueMe
       'Age of the oldest runnable (pending or retryable, run_at passed) job of the queue; 0 when none.',
       ['queue'],
     ),
+    schedules: gauge(
+      'skiplock_schedules',
+      'Recorded cron schedules by state: paused, active, not_seen (no scheduler running the recorded definition seen for twice its on-time window), unknown (never marked seen).',
+      ['state'],
+    ),
     gaugesRefreshed: gauge(
       'skiplock_gauges_refreshed_timestamp_seconds',
-      'Unix time of the last successful refresh of skiplock_jobs and skiplock_oldest_runnable_age_seconds.',
+      'Unix time of the last successful refresh of skiplock_jobs, skiplock_oldest_runnable_age_seconds and skiplock_schedules.',
     ),
     gaugeRefreshFailures: counter(
       'skiplock_gauge_refresh_failures_total',

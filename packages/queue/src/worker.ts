@@ -114,8 +114,8 @@ export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsS
    */
   metrics?: MetricsOption | undefined;
   /**
-   * Refreshes the `skiplock_jobs` and `skiplock_oldest_runnable_age_seconds` gauges from a bounded
-   * query every 15 s. Off by default: `true` (or options) turns it on, its `queues` defaulting to
+   * Refreshes the `skiplock_jobs`, `skiplock_oldest_runnable_age_seconds` and `skiplock_schedules`
+   * gauges from bounded reads every 15 s. Off by default: `true` (or options) turns it on, its `queues` defaulting to
    * the worker's. Each process that turns it on runs the same queries, uncoordinated: turn it on
    * in one (the one serving /metrics), or run `createJobGauges` once instead.
    */

@@ -5,7 +5,10 @@ import {
   createClient,
   createJobGauges,
   createQueueMetrics,
+  createScheduler,
   defineJob,
+  defineSchedule,
+  pauseSchedule,
   NonRetryableError,
   serveMetrics,
 } from '../src/index.js';
@@ -134,6 +137,7 @@ describe('Prometheus metrics', () => {
         skiplock_lease_expiries_recovered_total: 'COUNTER',
         skiplock_jobs: 'GAUGE',
         skiplock_oldest_runnable_age_seconds: 'GAUGE',
+        skiplock_schedules: 'GAUGE',
       });
 
       // Every attempt that ran: 5 + 3×2 + 2×2 + 1 = 16, each started once and timed once.
@@ -263,6 +267,46 @@ describe('Prometheus metrics', () => {
     const family = await metrics.jobs.get();
     expect(family.values.filter((v) => v.labels.queue === 'gauge-bulk')).toEqual([]);
     await client.close();
+  });
+
+  it('counts the schedules by run state, so an alert can fire on one no scheduler runs', async () => {
+    const tick = defineJob({
+      type: 'gauge-tick',
+      queue: 'gauge-tick',
+      payload: z.object({}),
+      handler: () => {},
+    });
+    const schedule = (name: string) =>
+      defineSchedule({ name, cron: '0 * * * *', job: tick, payload: () => ({}) });
+    await createScheduler({
+      pool: db.pool,
+      schedules: ['g-active', 'g-paused', 'g-unseen', 'g-unmarked'].map(schedule),
+      logger: quiet,
+    }).runOnce();
+    await pauseSchedule(db.pool, 'g-paused');
+    // Last seen ten minutes ago, recorded an hour ago; and one never marked (a pre-0018 version).
+    await db.pool.query(`UPDATE skiplock.schedules SET seen_at = now() - interval '10 minutes',
+                           updated_at = now() - interval '1 hour' WHERE name = 'g-unseen'`);
+    await db.pool.query(`UPDATE skiplock.schedules SET seen_at = NULL, seen_for = NULL
+                         WHERE name = 'g-unmarked'`);
+    const metrics = createQueueMetrics();
+    const gauges = createJobGauges({ pool: db.pool, metrics, logger: quiet });
+    const expected = { active: 1, paused: 1, not_seen: 1, unknown: 1 };
+    expect((await gauges.runOnce()).schedules).toEqual(expected);
+    for (const [state, n] of Object.entries(expected)) {
+      expect(await metricValue(metrics, 'skiplock_schedules', { state })).toBe(n);
+    }
+    await db.pool.query(`DELETE FROM skiplock.schedules WHERE name LIKE 'g-%'`);
+    // A database migrated before 0018: no schedule series, and the job gauges still refresh.
+    await db.pool.query('ALTER TABLE skiplock.schedules DROP COLUMN seen_for');
+    try {
+      const older = await gauges.runOnce();
+      expect(older.schedules).toBeNull();
+      expect((await metrics.schedules.get()).values).toEqual([]);
+      expect(older.jobs.length).toBeGreaterThan(0);
+    } finally {
+      await db.pool.query('ALTER TABLE skiplock.schedules ADD COLUMN seen_for jsonb');
+    }
   });
 
   it('a second refresher on the registry removes the queues the first one reported', async () => {
