@@ -76,7 +76,8 @@ describe('skiplock schedules', () => {
        SET seen_at = now() - interval '10 minutes', updated_at = now() - interval '1 hour'`,
     );
     const stale = await runCli(['schedules', 'list'], env);
-    expect(stale.stdout).toMatch(/report\.daily \(reports\)\s+not seen/);
+    expect(stale.stdout).toMatch(/report\.daily \(reports\)\s+unseen/);
+    for (const line of stale.stdout.split('\n')) expect(line.length).toBeLessThanOrEqual(80);
   });
 
   it('exits 1 naming an unknown schedule, and 2 without a name', async () => {

@@ -67,7 +67,8 @@ export const schedulesListCommand: Command = {
           cell(s.cron, 20),
           cell(s.timezone, 20),
           cell(`${s.jobType} (${s.queue})`, 40),
-          scheduleRunState(s).replace('_', ' '),
+          // `unseen` for not_seen: as wide as `active`, so the table keeps to 80 columns.
+          scheduleRunState(s) === 'not_seen' ? 'unseen' : scheduleRunState(s),
           relativeTime(s.lastTickAt, now),
         ]),
       ),
