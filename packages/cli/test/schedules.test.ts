@@ -67,7 +67,11 @@ describe('skiplock schedules', () => {
 
     const resumed = await runCli(['schedules', 'resume', 'daily-report', '--json'], env);
     expect(resumed.code, resumed.stderr).toBe(0);
-    expect(JSON.parse(resumed.stdout)).toMatchObject({ name: 'daily-report', paused: false });
+    expect(JSON.parse(resumed.stdout)).toMatchObject({
+      name: 'daily-report',
+      paused: false,
+      state: 'active',
+    });
     expect((await scheduler.runOnce()).skipped).toEqual([]);
 
     // No scheduler seen running it for ten minutes (recorded an hour ago): flagged.

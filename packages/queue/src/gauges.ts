@@ -78,7 +78,8 @@ const GROUP_STATUSES: Record<Exclude<GaugeSampleRow['grp'], 'oldest'>, readonly 
  * Keeps the `skiplock_jobs{queue,status}` and `skiplock_oldest_runnable_age_seconds{queue}` gauges
  * fresh from one bounded query every `intervalMs` (see `sampleJobGauges`), and
  * `skiplock_schedules{state}` from one read of the schedules table, so a scrape never
- * queries the database and the refresh costs the same at 10 M rows as at 10. Run it in one
+ * queries the database and the refresh costs the same at 10 M jobs as at 10 (the schedules
+ * read grows with the schedule names ever recorded, which nothing deletes). Run it in one
  * process (the one serving /metrics, say): every copy repeats the same queries, and nothing
  * coordinates them. A worker runs one only with `jobGauges` set.
  *

@@ -325,9 +325,11 @@ export type ScheduleRunState = 'paused' | 'active' | 'not_seen' | 'unknown';
 
 /**
  * What an operator should read of a schedule: `paused`; `active`, a scheduler running its
- * recorded definition was seen within twice its on-time window; `not_seen`, none was for longer
- * (the rule by which a process with another definition takes it over: nothing may be enqueueing
- * its ticks); `unknown`, never marked seen (by a scheduler of a version before migration 0018).
+ * recorded definition was seen within twice its on-time window (the row's, the longest of the
+ * schedulers that ran it); `not_seen`, none was for longer: nothing may be enqueueing its ticks;
+ * `unknown`, never marked seen (by a scheduler of a version before migration 0018). The takeover
+ * rule of a process with another definition is close but not the same: it also takes over when
+ * a tick is late past its window, and judges with its own window when that is longer.
  */
 export function scheduleRunState(s: ScheduleState): ScheduleRunState {
   if (s.paused) return 'paused';

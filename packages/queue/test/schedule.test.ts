@@ -648,6 +648,22 @@ describe('scheduler', () => {
     expect(await seenAt()).toBe(at(-590).getTime());
     await recorded.runOnce({ now: at(-560) });
     expect(await seenAt()).toBe(at(-560).getTime());
+    // A mark in the future (a pass given a later now) reads as just seen, never as negative.
+    const ahead = createScheduler({
+      pool: db.newPool(2),
+      schedules: [
+        defineSchedule({
+          name: 'marks-ahead',
+          cron: '*/5 * * * *',
+          job: j,
+          payload: (t) => ({ at: t.toISOString() }),
+        }),
+      ],
+      logger: quiet,
+    });
+    await ahead.runOnce({ now: at(3_600) });
+    const future = (await listSchedules(db.pool)).find((x) => x.name === 'marks-ahead');
+    expect(future?.sinceSeenMs).toBe(0);
     // Paused for nine minutes (neither marked nor judged), then resumed: the recorded scheduler's
     // next pass may be up to a pass away, so the resume counts as seen.
     await pauseSchedule(db.pool, 'marks');

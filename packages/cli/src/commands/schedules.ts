@@ -103,7 +103,7 @@ function pauseCommand(paused: boolean): Command {
       if (!state) {
         throw new CliError(`no schedule named "${name}" (see \`skiplock schedules list\`)`);
       }
-      if (values.json) printJson(io, scheduleJson(state));
+      if (values.json) printJson(io, scheduleJson(state, queue.scheduleRunState(state)));
       else io.stdout(`schedule ${state.name} ${paused ? 'paused' : 'resumed'}\n`);
       return 0;
     },

@@ -30,7 +30,8 @@ const seenAt = sql.raw(`CASE WHEN seen_for = ${DEFINITION} THEN seen_at END AS s
 const seenReport = sql.raw(
   `CASE WHEN seen_for = ${DEFINITION} THEN seen_at END AS seen_at,
    CASE WHEN seen_for = ${DEFINITION}
-        THEN (extract(epoch FROM clock_timestamp() - greatest(seen_at, updated_at)) * 1000)::float8
+        -- Never below 0: a mark in the future (a pass given a later now) reads as just seen.
+        THEN greatest(0, extract(epoch FROM clock_timestamp() - greatest(seen_at, updated_at)) * 1000)::float8
    END AS since_seen_ms`,
 );
 
