@@ -92,8 +92,11 @@ export class Heartbeat {
     if (performance.now() + leaseMs / 3 < this.napEnds) this.nap?.abort();
   }
 
-  /** The loop's next wait: `intervalMs`, or a third of a shorter lease held. */
-  private delay(): number {
+  /**
+   * The wait between ticks for the jobs held now: `intervalMs`, or a third of a shorter lease
+   * held (the loop's next wait, and `runOnce()`'s interval).
+   */
+  waitMs(): number {
     let ms = this.intervalMs;
     for (const holder of this.holders()) {
       if (holder.renewMs / 3 < ms && holder.isRunning()) ms = holder.renewMs / 3;
@@ -184,7 +187,7 @@ export class Heartbeat {
   private async run(): Promise<void> {
     while (!this.stopper.signal.aborted) {
       const nap = (this.nap = new AbortController());
-      const ms = withJitter(this.delay(), 0.1);
+      const ms = withJitter(this.waitMs(), 0.1);
       this.napEnds = performance.now() + ms;
       await sleep(ms, nap.signal);
       this.napEnds = Infinity;

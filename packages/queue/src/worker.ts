@@ -990,11 +990,7 @@ export function createWorker(options: WorkerOptions): Worker {
       // Ticks in the root context, not under whatever span the caller of runOnce() had active.
       // Every third of the shortest lease among them, which a producer may have set shorter
       // than this worker's definitions (see `Heartbeat.adopt`).
-      const beatMs = rows.reduce(
-        (ms, row) => Math.min(ms, Math.max(50, Math.floor(row.lease_ms / 3))),
-        heartbeatIntervalMs,
-      );
-      const beats = detached(() => setInterval(() => heartbeat.tick(), beatMs));
+      const beats = detached(() => setInterval(() => heartbeat.tick(), heartbeat.waitMs()));
       try {
         await Promise.all(tasks);
       } finally {
