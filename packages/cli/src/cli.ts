@@ -19,6 +19,7 @@ import { sagasShowCommand } from './commands/sagas-show.js';
 import {
   schedulesListCommand,
   schedulesPauseCommand,
+  schedulesRemoveCommand,
   schedulesResumeCommand,
 } from './commands/schedules.js';
 import { statsCommand } from './commands/stats.js';
@@ -44,6 +45,7 @@ const commands: Command[] = [
   schedulesListCommand,
   schedulesPauseCommand,
   schedulesResumeCommand,
+  schedulesRemoveCommand,
   outboxStatsCommand,
   outboxDeadCommand,
   outboxRetryCommand,

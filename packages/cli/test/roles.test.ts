@@ -316,6 +316,14 @@ describe('skiplock roles --migrate on a database migrated by another role', () =
     const { id } = await producer.enqueue(sendMail, { to: 'c@example.com' });
     await denied(() => pool.query(`DELETE FROM skiplock.jobs WHERE id = $1`, [id]));
     await producer.close();
+    // Tables made before the roles get no default privileges: the worker's grants are explicit.
+    // Before, it could not remove a schedule (`skiplock schedules remove`) in such a database.
+    const privileges = await admin(
+      `SELECT has_table_privilege('${roles.worker}', 'skiplock.schedules', 'DELETE') AS worker,
+              has_table_privilege('${roles.producer}', 'skiplock.schedules', 'DELETE') AS producer`,
+      oldUrl,
+    );
+    expect(privileges.rows).toEqual([{ worker: true, producer: false }]);
   });
 
   it('with --outbox grants the outbox: the producer publishes, the worker relays', async () => {

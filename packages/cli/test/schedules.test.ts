@@ -84,6 +84,42 @@ describe('skiplock schedules', () => {
     for (const line of stale.stdout.split('\n')) expect(line.length).toBeLessThanOrEqual(80);
   });
 
+  it('removes a schedule nothing runs, refuses an active one naming its state, and forces', async () => {
+    await scheduler.runOnce();
+    const active = await runCli(['schedules', 'remove', 'daily-report'], env);
+    expect(active.code).toBe(1);
+    expect(active.stderr).toMatch(
+      /^skiplock schedules remove: schedule "daily-report" is active: a scheduler running it was seen \d+ s ago .*\(twice its on-time window\); --force removes it anyway\n$/,
+    );
+    const names = async () =>
+      (await db.pool.query<{ name: string }>('SELECT name FROM skiplock.schedules')).rows.map(
+        (r) => r.name,
+      );
+    expect(await names()).toEqual(['daily-report']);
+
+    // No scheduler seen running it for ten minutes: removed, shown as it was.
+    await db.pool.query(
+      `UPDATE skiplock.schedules
+       SET seen_at = now() - interval '10 minutes', updated_at = now() - interval '10 minutes'`,
+    );
+    const removed = await runCli(['schedules', 'remove', 'daily-report', '--json'], env);
+    expect(removed.code, removed.stderr).toBe(0);
+    expect(JSON.parse(removed.stdout)).toMatchObject({ name: 'daily-report', state: 'not_seen' });
+    expect(await names()).toEqual([]);
+    const again = await runCli(['schedules', 'remove', 'daily-report'], env);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain('no schedule named "daily-report"');
+
+    // Its scheduler records it again; --force removes it though it is active.
+    await scheduler.runOnce();
+    const forced = await runCli(['schedules', 'remove', 'daily-report', '--force'], env);
+    expect(forced.code, forced.stderr).toBe(0);
+    expect(forced.stdout).toBe('schedule daily-report removed\n');
+    expect(await names()).toEqual([]);
+    const bad = await runCli(['schedules', 'remove', 'daily-report', '--force=yes'], env);
+    expect(bad.code).toBe(2);
+  });
+
   it('exits 1 naming an unknown schedule, and 2 without a name', async () => {
     const unknown = await runCli(['schedules', 'pause', 'nope'], env);
     expect(unknown.code).toBe(1);

@@ -4,6 +4,7 @@ import {
   createClient,
   listSchedules,
   pauseSchedule,
+  removeSchedule,
   resumeSchedule,
   SkiplockError,
   type Logger,
@@ -166,6 +167,8 @@ const NOTICES: Record<string, (n: number) => string> = {
   schedule_paused: () => 'Schedule paused: no worker enqueues its ticks until it is resumed.',
   schedule_resumed: () =>
     'Schedule resumed: ticks missed while it was paused follow its catchUp policy.',
+  schedule_removed: () =>
+    'Schedule removed: a scheduler that still defines it would record it again at its next pass.',
   signed_in: () => 'Signed in.',
   signed_out: () => 'Signed out.',
 };
@@ -619,24 +622,36 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     );
   }
 
-  async function scheduleAction(r: Request, action: 'pause' | 'resume') {
+  /**
+   * Pause, resume, or remove one that no scheduler runs (`removeSchedule` without force: the page
+   * offers it for a `not seen` schedule only, and one a scheduler marked since is refused, 409).
+   */
+  async function scheduleAction(r: Request, action: 'pause' | 'resume' | 'remove') {
     const form = await readForm(r.req);
     const operator = authorize(r, form, `schedule_${action}`);
     if (operator === null) return;
     const name = form.get('schedule');
     if (!name) throw new HttpError(400, 'Name the schedule (the form field schedule).');
-    const set = action === 'pause' ? pauseSchedule : resumeSchedule;
-    const state = await schedulesOrMissing(set(pool, name));
+    const change = {
+      pause: () => pauseSchedule(pool, name),
+      resume: () => resumeSchedule(pool, name),
+      remove: () =>
+        removeSchedule(pool, name).catch((error: unknown) => {
+          if (error instanceof SkiplockError && error.code === 'schedule_in_use') {
+            throw new HttpError(409, `Not removed: ${error.message}.`);
+          }
+          throw error;
+        }),
+    }[action];
+    const state = await schedulesOrMissing(change());
     if (state === MISSING) throw new HttpError(409, SCHEDULES_MISSING);
     if (state === null) throw new HttpError(404, `No schedule ${name.slice(0, 80)}.`);
+    const done = { pause: 'paused', resume: 'resumed', remove: 'removed' }[action];
     logger.info(
       { reason: `dashboard_schedule_${action}`, operator, schedule: state.name },
-      `schedule ${action === 'pause' ? 'paused' : 'resumed'} by an operator`,
+      `schedule ${done} by an operator`,
     );
-    redirect(
-      r.res,
-      withNotice(`${base}/schedules`, action === 'pause' ? 'schedule_paused' : 'schedule_resumed'),
-    );
+    redirect(r.res, withNotice(`${base}/schedules`, `schedule_${done}`));
   }
 
   /**
@@ -1045,7 +1060,11 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     }
     if (first === 'jobs' && second === 'bulk' && third === undefined) return bulkAction(r);
     if (first === 'outbox' && second === 'retry' && third === undefined) return outboxRetry(r);
-    if (first === 'schedules' && (second === 'pause' || second === 'resume') && !third) {
+    if (
+      first === 'schedules' &&
+      (second === 'pause' || second === 'resume' || second === 'remove') &&
+      !third
+    ) {
       return scheduleAction(r, second);
     }
     if (

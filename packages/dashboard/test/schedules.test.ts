@@ -166,6 +166,55 @@ describe('dashboard schedules', () => {
     expect(await paused('..')).toBe(true);
   });
 
+  it('removes a schedule no scheduler runs, offered on its row only, and refuses one a scheduler runs', async () => {
+    await createScheduler({
+      pool: db.pool,
+      schedules: [schedule('retired', '0 6 * * *'), schedule('kept', '0 7 * * *')],
+      logger: silent,
+    }).runOnce();
+    await db.pool.query(
+      `UPDATE skiplock.schedules
+       SET seen_at = now() - interval '10 minutes', updated_at = now() - interval '10 minutes'
+       WHERE name = 'retired'`,
+    );
+    // The signed-in page offers Remove on the not-seen row alone.
+    const { port, send } = rawHttp(served, token);
+    const signIn = await send(
+      'POST',
+      '/sign-in',
+      {
+        host: `127.0.0.1:${port}`,
+        origin: `http://127.0.0.1:${port}`,
+        'content-type': 'application/x-www-form-urlencoded',
+      },
+      new URLSearchParams({ operator: 'bob', token, next: '/schedules' }).toString(),
+    );
+    const shown = await send('GET', '/schedules', {
+      host: `127.0.0.1:${port}`,
+      cookie: signIn.cookie,
+    });
+    const removeForms = [
+      ...shown.text.matchAll(/<form[^>]*action="\/schedules\/remove"[\s\S]*?<\/form>/g),
+    ].map((m) => /name="schedule" value="([^"]+)"/.exec(m[0])?.[1]);
+    expect(removeForms).toEqual(['retired']);
+
+    // Active: refused, 409, with why; it stays.
+    const refused = await post('/schedules/remove', 'kept');
+    expect(refused.status).toBe(409);
+    expect(await refused.text()).toContain('schedule &quot;kept&quot; is active');
+    const removed = await post('/schedules/remove', 'retired');
+    expect(removed.status).toBe(303);
+    expect(removed.headers.get('location')).toBe('/schedules?notice=schedule_removed');
+    const names = (await listSchedules(db.pool)).map((s) => s.name);
+    expect(names).toContain('kept');
+    expect(names).not.toContain('retired');
+    expect(logs.lines.find((l) => l.reason === 'dashboard_schedule_remove')).toMatchObject({
+      operator: 'ada',
+      schedule: 'retired',
+    });
+    expect((await post('/schedules/remove', 'retired')).status).toBe(404);
+  });
+
   it('answers 404 for a schedule no one has, or none can be named, and 400 for none named', async () => {
     for (const name of ['nope', 'not a name']) {
       const res = await post('/schedules/pause', name);

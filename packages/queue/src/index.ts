@@ -31,10 +31,12 @@ export {
   createScheduler,
   listSchedules,
   pauseSchedule,
+  removeSchedule,
   resumeSchedule,
   scheduleRunState,
 } from './scheduler.js';
 export type {
+  RemoveScheduleOptions,
   ScheduleRunState,
   ScheduleState,
   Scheduler,

@@ -178,8 +178,9 @@ export function queueGrants(roles: RoleNames): string[] {
       `REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.rate_starts FROM ${producer}`,
     ]),
     // Schedulers run in workers (they upsert definitions and move ticks on); producers list.
+    // DELETE is an operator's, as a job's retry is: `removeSchedule` under the worker role.
     grantsOnTable('schedules', [
-      `GRANT SELECT, INSERT, UPDATE ON skiplock.schedules TO ${worker}`,
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON skiplock.schedules TO ${worker}`,
       `REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON skiplock.schedules FROM ${producer}`,
       `GRANT SELECT ON skiplock.schedules TO ${producer}`,
     ]),

@@ -18,12 +18,15 @@ import { IntervalService } from './service.js';
 import {
   advanceSchedule,
   databaseNow,
+  insertMissingSchedule,
   lockSchedule,
+  removeScheduleRow,
   selectSchedules,
   setSchedulePaused,
   touchSchedule,
   upsertSchedule,
   type LockedScheduleRow as LockedSchedule,
+  type RecordedSchedule,
   type ScheduleRow,
 } from './sql/schedules.js';
 
@@ -130,16 +133,16 @@ export function createScheduler(
     return { ticks, through: through > last ? through : last };
   }
 
-  const record = (s: ScheduleDefinition, now: Date) =>
-    upsertSchedule({
-      name: s.name,
-      cron: s.cron,
-      timezone: s.timezone,
-      jobType: s.job.type,
-      queue: s.job.queue,
-      now,
-      onTimeMs,
-    });
+  const recorded = (s: ScheduleDefinition, now: Date): RecordedSchedule => ({
+    name: s.name,
+    cron: s.cron,
+    timezone: s.timezone,
+    jobType: s.job.type,
+    queue: s.job.queue,
+    now,
+    onTimeMs,
+  });
+  const record = (s: ScheduleDefinition, now: Date) => upsertSchedule(recorded(s, now));
   /** Per schedule, the recorded definition this scheduler last logged it defers to. */
   const deferredTo = new Map<string, string>();
 
@@ -208,10 +211,27 @@ export function createScheduler(
     return taken?.last_tick_at ?? row.last_tick_at;
   }
 
+  /**
+   * No row to lock: another scheduler holds it (left alone, as a paused one is), or an operator
+   * removed the schedule while this process defines it (`removeSchedule` with `force`, or one
+   * that read not_seen while this process was stalled). Recorded again then, as a new schedule:
+   * active, from now, so the ticks of the time it was gone are not enqueued. Before, a scheduler
+   * skipped a missing row until it restarted, so a removed live schedule stopped firing.
+   */
+  async function recordAgain(tx: Queryable, s: ScheduleDefinition, now: Date) {
+    if ((await runSql(tx, insertMissingSchedule(recorded(s, now)))).rows.length === 0) return null;
+    logger.warn(
+      { reason: 'schedule_recorded_again', schedule: s.name },
+      "the schedule's row was removed while this process defines it; recorded again, from now",
+    );
+    return 0;
+  }
+
   async function runSchedule(s: ScheduleDefinition, now: Date): Promise<number | null> {
     return withTransaction(pool, async (tx: Queryable) => {
       const row = (await runSql<LockedSchedule>(tx, lockSchedule(s.name))).rows[0];
-      if (!row) return null;
+      if (!row) return recordAgain(tx, s, now);
+      if (row.paused) return null;
       const last = await ownDefinition(tx, s, row, now);
       if (last === null) return null;
       const { ticks, through } = due(s, last, now);
@@ -373,6 +393,13 @@ async function setPaused(
   name: string,
   paused: boolean,
 ): Promise<ScheduleState | null> {
+  if (!knownName(name)) return null;
+  const row = (await runSql<ScheduleRow>(db, setSchedulePaused(name, paused))).rows[0];
+  return row ? toState(row) : null;
+}
+
+/** Whether a schedule can have this name; throws `invalid_name` for one that is not a string. */
+function knownName(name: unknown): name is string {
   // A name left out went into the statement as nothing at all (a syntax error from PostgreSQL),
   // and one with NUL failed there as well.
   if (typeof name !== 'string') {
@@ -382,7 +409,53 @@ async function setPaused(
     );
   }
   // No schedule can be named so (defineSchedule refuses it): an unknown name.
-  if (!queueName.safeParse(name).success) return null;
-  const row = (await runSql<ScheduleRow>(db, setSchedulePaused(name, paused))).rows[0];
-  return row ? toState(row) : null;
+  return queueName.safeParse(name).success;
+}
+
+const removeOptionsSchema = z.strictObject({ force: z.boolean().default(false) });
+
+export interface RemoveScheduleOptions {
+  /**
+   * Remove it whatever its state. A scheduler that still defines it records it again at its
+   * next pass, active and from then (`schedule_recorded_again`), even one that was paused.
+   */
+  force?: boolean | undefined;
+}
+
+/**
+ * Removes the row of a schedule no process defines any more: one taken out of the code keeps its
+ * row, which reads `not_seen` (and counts in `skiplock_schedules{state="not_seen"}`) once nothing
+ * marks it. Without `force` only a `not_seen` one is removed, judged in the same statement that
+ * removes it (a scheduler's pass in between is waited for), and otherwise `schedule_in_use` is
+ * thrown naming its state: an active one's scheduler would record it again at its next pass; a
+ * paused one is not marked seen, so whether anything defines it cannot be told, and one that does
+ * would record it again unpaused; an `unknown` one may run under a version before migration 0018.
+ * Returns the schedule as it was removed, or null for an unknown name.
+ */
+export async function removeSchedule(
+  db: Queryable,
+  name: string,
+  options: RemoveScheduleOptions = {},
+): Promise<ScheduleState | null> {
+  const { force } = parseConfig('removeSchedule options', removeOptionsSchema, options);
+  if (!knownName(name)) return null;
+  const row = (
+    await runSql<ScheduleRow & { removed: boolean }>(db, removeScheduleRow(name, force, ON_TIME_MS))
+  ).rows[0];
+  if (!row) return null;
+  const state = toState(row);
+  if (row.removed) return state;
+  throw new SkiplockError('schedule_in_use', inUse(state));
+}
+
+/** Why `removeSchedule` without force leaves a schedule (`force` is the caller's to offer). */
+function inUse(s: ScheduleState): string {
+  switch (scheduleRunState(s)) {
+    case 'paused':
+      return `schedule "${s.name}" is paused: a paused schedule is not marked seen, so whether a process still defines it cannot be told, and one that does would record it again, unpaused, at its next pass`;
+    case 'unknown':
+      return `schedule "${s.name}" was never marked seen: a scheduler before migration 0018 may run it`;
+    default:
+      return `schedule "${s.name}" is active: a scheduler running it was seen ${Math.round((s.sinceSeenMs ?? 0) / 1000)} s ago and would record it again at its next pass; stop the processes that define it and wait until it reads not_seen (twice its on-time window)`;
+  }
 }

@@ -9,9 +9,11 @@ import {
   defineSchedule,
   listSchedules,
   pauseSchedule,
+  removeSchedule,
   resumeSchedule,
   SkiplockError,
 } from '../src/index.js';
+import { waitFor } from '../../../test/support/wait.js';
 import { quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
@@ -313,6 +315,157 @@ describe('scheduler', () => {
       // Before: a NUL failed the statement.
       expect(await set(db.pool, 'a\u0000b')).toBeNull();
       expect(await set(db.pool, '')).toBeNull();
+    }
+  });
+
+  it('removes only a schedule nothing runs, unless forced, and a scheduler that still defines a removed one records it again from then', async () => {
+    const logs = captureLogs();
+    const j = job('retired');
+    const scheduler = createScheduler({
+      pool: db.pool,
+      schedules: [
+        defineSchedule({
+          name: 'retired',
+          cron: '* * * * *',
+          job: j,
+          payload: (t) => ({ at: t.toISOString() }),
+        }),
+      ],
+      logger: logs.logger,
+    });
+    const t0 = at('2026-04-01T00:00:30Z');
+    await scheduler.runOnce({ now: t0 });
+    const row = async () => (await listSchedules(db.pool)).find((s) => s.name === 'retired');
+    const refusal = async (force?: boolean) =>
+      removeSchedule(db.pool, 'retired', force === undefined ? {} : { force }).catch(
+        (e: unknown) => e,
+      );
+    const unseen = () =>
+      db.pool.query(`UPDATE skiplock.schedules
+                     SET seen_at = now() - interval '10 minutes',
+                         updated_at = now() - interval '10 minutes'
+                     WHERE name = 'retired'`);
+
+    // Active: its scheduler would record it again at once.
+    expect(await refusal()).toMatchObject({
+      code: 'schedule_in_use',
+      message: expect.stringMatching(
+        /^schedule "retired" is active: a scheduler running it was seen \d+ s ago and would record it again at its next pass; stop the processes that define it and wait until it reads not_seen \(twice its on-time window\)$/,
+      ),
+    });
+    // Paused: not marked seen while paused, so what defines it cannot be told.
+    await pauseSchedule(db.pool, 'retired');
+    await unseen();
+    expect(await refusal()).toMatchObject({
+      code: 'schedule_in_use',
+      message: expect.stringMatching(/^schedule "retired" is paused: /),
+    });
+    await resumeSchedule(db.pool, 'retired');
+    // Never marked (a scheduler before 0018 may run it).
+    await db.pool.query(`UPDATE skiplock.schedules SET seen_for = NULL WHERE name = 'retired'`);
+    expect(await refusal(false)).toMatchObject({
+      code: 'schedule_in_use',
+      message: expect.stringMatching(/^schedule "retired" was never marked seen: /),
+    });
+    expect(await row()).toBeDefined();
+
+    // Nothing seen running it for ten minutes: removed, and reported as it was.
+    await scheduler.runOnce({ now: minutes(t0, 1) });
+    await unseen();
+    const removed = await removeSchedule(db.pool, 'retired');
+    expect(removed).toMatchObject({ name: 'retired', cron: '* * * * *', paused: false });
+    expect(removed?.sinceSeenMs).toBeGreaterThan(9 * 60_000);
+    expect(await row()).toBeUndefined();
+    expect(await removeSchedule(db.pool, 'retired')).toBeNull();
+
+    // A scheduler that still defines it (it had stalled) records it again, from its pass:
+    // before, it skipped the missing row until it restarted, and the schedule never fired again.
+    const back = await scheduler.runOnce({ now: minutes(t0, 5) });
+    expect(back.enqueued).toEqual({ retired: 0 });
+    expect(logs.reasons()).toContain('schedule_recorded_again');
+    expect(await row()).toMatchObject({ paused: false, lastTickAt: minutes(t0, 5) });
+    await scheduler.runOnce({ now: minutes(t0, 6) });
+    // The minute-1 tick, then none of those while it was gone; the minute-6 tick.
+    expect(await ticksOf('retired')).toEqual([
+      '2026-04-01T00:01:00.000Z',
+      '2026-04-01T00:06:00.000Z',
+    ]);
+
+    // Forced, a paused one goes too, and its scheduler records it again, unpaused.
+    await pauseSchedule(db.pool, 'retired');
+    expect(await removeSchedule(db.pool, 'retired', { force: true })).toMatchObject({
+      paused: true,
+    });
+    await scheduler.runOnce({ now: minutes(t0, 7) });
+    expect(await row()).toMatchObject({ paused: false, lastTickAt: minutes(t0, 7) });
+  });
+
+  it('removing a schedule judges what a scheduler pass holding it wrote, after it commits', async () => {
+    const j = job('contended');
+    const scheduler = createScheduler({
+      pool: db.pool,
+      schedules: [
+        defineSchedule({
+          name: 'contended',
+          cron: '* * * * *',
+          job: j,
+          payload: (t) => ({ at: t.toISOString() }),
+        }),
+      ],
+      logger: quiet,
+    });
+    await scheduler.runOnce({ now: at('2026-04-01T00:00:30Z') });
+    await db.pool.query(`UPDATE skiplock.schedules
+                         SET seen_at = now() - interval '10 minutes',
+                             updated_at = now() - interval '10 minutes'
+                         WHERE name = 'contended'`);
+    // A scheduler's pass holds the row and marks it seen; the removal waits for it, then reads
+    // the mark: the schedule is active again, and stays.
+    const pass = await db.pool.connect();
+    try {
+      await pass.query('BEGIN');
+      await pass.query(`SELECT 1 FROM skiplock.schedules WHERE name = 'contended' FOR UPDATE`);
+      await pass.query(
+        `UPDATE skiplock.schedules SET seen_at = clock_timestamp() WHERE name = 'contended'`,
+      );
+      const removal = removeSchedule(db.pool, 'contended').catch((e: unknown) => e);
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT 1 FROM pg_stat_activity
+               WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM skiplock.schedules%'`,
+            )
+          ).rowCount === 1,
+        { what: 'the removal to wait for the pass' },
+      );
+      await pass.query('COMMIT');
+      expect(await removal).toMatchObject({
+        code: 'schedule_in_use',
+        message: expect.stringMatching(/is active/),
+      });
+    } finally {
+      pass.release();
+    }
+    expect((await listSchedules(db.pool)).map((s) => s.name)).toContain('contended');
+  });
+
+  it('remove refuses a name that is not a string and options it does not know, and finds no schedule of a name none can have', async () => {
+    for (const bad of [undefined, null, 5]) {
+      const error = await removeSchedule(db.pool, bad as unknown as string).catch(
+        (e: unknown) => e,
+      );
+      expect(error).toMatchObject({ code: 'invalid_name' });
+    }
+    expect(await removeSchedule(db.pool, 'a\u0000b')).toBeNull();
+    expect(await removeSchedule(db.pool, '')).toBeNull();
+    for (const [options, message] of [
+      [{ force: 'yes' }, /invalid removeSchedule options: force: /],
+      [{ forced: true }, /invalid removeSchedule options: .*forced/],
+    ] as const) {
+      const error = await removeSchedule(db.pool, 'x', options as never).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ConfigError);
+      expect((error as Error).message).toMatch(message);
     }
   });
 

@@ -112,3 +112,47 @@ function pauseCommand(paused: boolean): Command {
 
 export const schedulesPauseCommand = pauseCommand(true);
 export const schedulesResumeCommand = pauseCommand(false);
+
+export const schedulesRemoveCommand: Command = {
+  name: 'schedules remove',
+  summary: 'remove the row of a schedule no process defines any more',
+  usage: [
+    'usage: skiplock schedules remove <name> [--force] [--json] [--database-url URL]',
+    '',
+    'A schedule taken out of the code keeps its row, which reads unseen once no scheduler runs',
+    'it. Only such a one is removed: an active one would be recorded again by its scheduler at',
+    "its next pass, and a paused or unknown one's scheduler cannot be told. Exits 1 naming the",
+    'state otherwise, or when no schedule has that name.',
+    '  --force  remove it whatever its state; a scheduler that still defines it records it',
+    '           again, active and from then (even one that was paused)',
+  ].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, {
+      ...databaseOption,
+      ...jsonOption,
+      force: { type: 'boolean' },
+    });
+    const [name] = positionalArgs(positionals, ['name']);
+    const url = databaseUrl(values['database-url'], io.env);
+    const [{ withDatabase }, queue] = await Promise.all([
+      import('../database.js'),
+      import('@skiplock/queue'),
+    ]);
+    const removed = await withDatabase(url, async (db) => {
+      try {
+        return await queue.removeSchedule(db.pool, name!, { force: values.force === true });
+      } catch (error) {
+        if (error instanceof queue.SkiplockError && error.code === 'schedule_in_use') {
+          throw new CliError(`${error.message}; --force removes it anyway`);
+        }
+        throw error;
+      }
+    });
+    if (!removed) {
+      throw new CliError(`no schedule named "${name}" (see \`skiplock schedules list\`)`);
+    }
+    if (values.json) printJson(io, scheduleJson(removed, queue.scheduleRunState(removed)));
+    else io.stdout(`schedule ${removed.name} removed\n`);
+    return 0;
+  },
+};

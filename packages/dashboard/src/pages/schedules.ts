@@ -52,13 +52,25 @@ function row(ctx: PageContext, s: ScheduleState): Html {
               fields,
             })
       }
+      ${
+        // Only one no scheduler runs: an active one would be recorded again at its next pass,
+        // and what defines a paused or unknown one cannot be told (see removeSchedule).
+        scheduleRunState(s) === 'not_seen'
+          ? actionForm(ctx, '/schedules/remove', 'Remove', {
+              confirm: `Remove schedule ${s.name}? No scheduler running it has been seen; one that still defines it would record it again.`,
+              danger: true,
+              fields,
+            })
+          : ''
+      }
     </td>
   </tr>`;
 }
 
 /**
  * The cron schedules workers have recorded: the definition that runs, paused or not, the last
- * tick handled, and when a scheduler running that definition was last seen; pause and resume.
+ * tick handled, and when a scheduler running that definition was last seen; pause and resume,
+ * and remove one no scheduler runs.
  */
 export function schedulesPage(ctx: PageContext, schedules: readonly ScheduleState[] | null) {
   if (schedules === null) {
@@ -96,7 +108,8 @@ export function schedulesPage(ctx: PageContext, schedules: readonly ScheduleStat
     <p class="hint">
       The definition shown is the one recorded last, by the process that started last; processes
       with another definition leave the schedule to it. A schedule is <em>not seen</em> when no
-      scheduler running that definition has passed over it for twice its on-time window.
+      scheduler running that definition has passed over it for twice its on-time window: a schedule
+      taken out of the code reads so, and can then be removed.
     </p>
     ${actionsHint(ctx)}
     <section data-live="schedules">${table}</section>`;

@@ -35,12 +35,8 @@ const seenReport = sql.raw(
    END AS since_seen_ms`,
 );
 
-/**
- * Records a schedule's definition. A new schedule starts at `now` (no ticks before it existed);
- * a changed one keeps its `last_tick_at`, so changing the cron does not replay the past, and
- * keeps `paused`, which belongs to the operator. The recording process is seen running it.
- */
-export function upsertSchedule(p: {
+/** A schedule's definition as a scheduler records it, seen running it at `now`. */
+export interface RecordedSchedule {
   name: string;
   cron: string;
   timezone: string;
@@ -48,13 +44,32 @@ export function upsertSchedule(p: {
   queue: string;
   now: Date;
   onTimeMs: number;
-}) {
-  return sql`
+}
+
+const insertSchedule = (p: RecordedSchedule) => sql`
     INSERT INTO skiplock.schedules (name, cron, timezone, job_type, queue, last_tick_at, on_time_ms,
                                     seen_at, seen_for)
     VALUES (${p.name}, ${p.cron}, ${p.timezone}, ${p.jobType}, ${p.queue}, ${p.now.toISOString()}::timestamptz,
             ${p.onTimeMs}::int, ${p.now.toISOString()}::timestamptz,
-            jsonb_build_array(${p.cron}::text, ${p.timezone}::text, ${p.jobType}::text, ${p.queue}::text))
+            jsonb_build_array(${p.cron}::text, ${p.timezone}::text, ${p.jobType}::text, ${p.queue}::text))`;
+
+/**
+ * Records a schedule again whose row is gone (removed by an operator while a scheduler still
+ * runs it), as new: from `now`, active. Returns no row when the row is there, without waiting
+ * for another scheduler that holds its lock (an `ON CONFLICT DO UPDATE` would wait for it).
+ */
+export function insertMissingSchedule(p: RecordedSchedule) {
+  return sql`${insertSchedule(p)} ON CONFLICT (name) DO NOTHING RETURNING last_tick_at`;
+}
+
+/**
+ * Records a schedule's definition. A new schedule starts at `now` (no ticks before it existed);
+ * a changed one keeps its `last_tick_at`, so changing the cron does not replay the past, and
+ * keeps `paused`, which belongs to the operator. The recording process is seen running it.
+ */
+export function upsertSchedule(p: RecordedSchedule) {
+  return sql`
+    ${insertSchedule(p)}
     ON CONFLICT (name) DO UPDATE
     SET cron = excluded.cron, timezone = excluded.timezone, job_type = excluded.job_type,
         queue = excluded.queue, on_time_ms = excluded.on_time_ms, updated_at = now(),
@@ -78,6 +93,7 @@ export type LockedScheduleRow = Pick<
   | 'timezone'
   | 'job_type'
   | 'queue'
+  | 'paused'
   | 'last_tick_at'
   | 'on_time_ms'
   | 'updated_at'
@@ -85,16 +101,17 @@ export type LockedScheduleRow = Pick<
 >;
 
 /**
- * Locks a schedule that is not paused, with the definition recorded for it and when a scheduler
- * running that definition was last seen (null when none was, or only for another definition);
- * another scheduler holding it is skipped, not waited for.
+ * Locks a schedule, with whether it is paused, the definition recorded for it and when a
+ * scheduler running that definition was last seen (null when none was, or only for another
+ * definition); another scheduler holding it is skipped, not waited for. Paused rows are locked
+ * too, so that no row means gone (or held by another scheduler), not paused.
  */
 export function lockSchedule(name: string) {
   return sql`
-    SELECT name, cron, timezone, job_type, queue, last_tick_at, on_time_ms, updated_at,
+    SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, on_time_ms, updated_at,
            ${seenAt}
     FROM skiplock.schedules
-    WHERE name = ${name} AND NOT paused
+    WHERE name = ${name}
     FOR UPDATE SKIP LOCKED`;
 }
 
@@ -134,6 +151,31 @@ export function selectSchedules() {
     SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
            on_time_ms, ${seenReport}
     FROM skiplock.schedules ORDER BY name`;
+}
+
+/**
+ * Locks a schedule, as `selectSchedules` reads it, and removes it when `force` is set or it is
+ * `not_seen` (`scheduleRunState`'s rule: not paused, and no scheduler running the recorded
+ * definition seen for twice the row's on-time window, `defaultOnTimeMs` when it has none).
+ * Waits for a scheduler's pass holding the row and judges what that pass wrote (read committed
+ * re-reads the locked row). `removed` says whether it went.
+ */
+export function removeScheduleRow(name: string, force: boolean, defaultOnTimeMs: number) {
+  return sql`
+    WITH target AS (
+      SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
+             on_time_ms, ${seenReport}
+      FROM skiplock.schedules WHERE name = ${name}
+      FOR UPDATE
+    ), removed AS (
+      DELETE FROM skiplock.schedules s USING target t
+      WHERE s.name = t.name
+        AND (${force}::boolean
+             OR (NOT t.paused
+                 AND t.since_seen_ms > 2 * coalesce(t.on_time_ms, ${defaultOnTimeMs}::int)))
+      RETURNING s.name
+    )
+    SELECT t.*, EXISTS (SELECT FROM removed) AS removed FROM target t`;
 }
 
 /** Pauses or resumes; on resume the schedule's catch-up policy decides about the missed ticks. */
