@@ -89,7 +89,7 @@ describe('skiplock schedules', () => {
     const active = await runCli(['schedules', 'remove', 'daily-report'], env);
     expect(active.code).toBe(1);
     expect(active.stderr).toMatch(
-      /^skiplock schedules remove: schedule "daily-report" is active: a scheduler running it was seen \d+ s ago .*\(twice its on-time window\); --force removes it anyway\n$/,
+      /^skiplock schedules remove: schedule "daily-report" is active: a scheduler running it was seen, or it was paused or resumed, \d+ s ago; .*\(twice its on-time window\); --force removes it anyway\n$/,
     );
     const names = async () =>
       (await db.pool.query<{ name: string }>('SELECT name FROM skiplock.schedules')).rows.map(

@@ -177,7 +177,14 @@ describe('dashboard schedules', () => {
        SET seen_at = now() - interval '10 minutes', updated_at = now() - interval '10 minutes'
        WHERE name = 'retired'`,
     );
-    // The signed-in page offers Remove on the not-seen row alone.
+    // The signed-in page offers Remove on the not-seen row alone: not on an active, a paused
+    // (the earlier tests paused nightly) or an unknown (legacy) one.
+    expect(await states()).toMatchObject({
+      retired: 'not-seen',
+      kept: 'active',
+      nightly: 'paused',
+      legacy: 'unknown',
+    });
     const { port, send } = rawHttp(served, token);
     const signIn = await send(
       'POST',

@@ -212,11 +212,12 @@ export function createScheduler(
   }
 
   /**
-   * No row to lock: another scheduler holds it (left alone, as a paused one is), or an operator
-   * removed the schedule while this process defines it (`removeSchedule` with `force`, or one
-   * that read not_seen while this process was stalled). Recorded again then, as a new schedule:
+   * No row to lock: it is paused, another scheduler holds it (both left alone), or an operator
+   * removed the schedule while this process defines it (`removeSchedule`: forced, or one that
+   * read not_seen while this process was stalled). Recorded again then, as a new schedule:
    * active, from now, so the ticks of the time it was gone are not enqueued. Before, a scheduler
-   * skipped a missing row until it restarted, so a removed live schedule stopped firing.
+   * skipped a missing row until it restarted, so a removed live schedule stopped firing. The
+   * cost: one more statement, a read, for each paused or held schedule on each pass.
    */
   async function recordAgain(tx: Queryable, s: ScheduleDefinition, now: Date) {
     if ((await runSql(tx, insertMissingSchedule(recorded(s, now)))).rows.length === 0) return null;
@@ -231,7 +232,6 @@ export function createScheduler(
     return withTransaction(pool, async (tx: Queryable) => {
       const row = (await runSql<LockedSchedule>(tx, lockSchedule(s.name))).rows[0];
       if (!row) return recordAgain(tx, s, now);
-      if (row.paused) return null;
       const last = await ownDefinition(tx, s, row, now);
       if (last === null) return null;
       const { ticks, through } = due(s, last, now);
@@ -456,6 +456,8 @@ function inUse(s: ScheduleState): string {
     case 'unknown':
       return `schedule "${s.name}" was never marked seen: a scheduler before migration 0018 may run it`;
     default:
-      return `schedule "${s.name}" is active: a scheduler running it was seen ${Math.round((s.sinceSeenMs ?? 0) / 1000)} s ago and would record it again at its next pass; stop the processes that define it and wait until it reads not_seen (twice its on-time window)`;
+      // The age counts from a pause or resume too (see sinceSeenMs): said so, since a schedule
+      // resumed a second ago read as "seen 0 s ago" with no scheduler left (found in review).
+      return `schedule "${s.name}" is active: a scheduler running it was seen, or it was paused or resumed, ${Math.round((s.sinceSeenMs ?? 0) / 1000)} s ago; a scheduler that runs it would record it again at its next pass. Stop the processes that define it and wait until it reads not_seen (twice its on-time window)`;
   }
 }

@@ -346,11 +346,15 @@ describe('scheduler', () => {
                          updated_at = now() - interval '10 minutes'
                      WHERE name = 'retired'`);
 
-    // Active: its scheduler would record it again at once.
+    // Active by its scheduler's mark (recorded long ago, seen 5 s ago): it would record it again.
+    await db.pool.query(`UPDATE skiplock.schedules
+                         SET seen_at = now() - interval '5 seconds',
+                             updated_at = now() - interval '10 minutes'
+                         WHERE name = 'retired'`);
     expect(await refusal()).toMatchObject({
       code: 'schedule_in_use',
       message: expect.stringMatching(
-        /^schedule "retired" is active: a scheduler running it was seen \d+ s ago and would record it again at its next pass; stop the processes that define it and wait until it reads not_seen \(twice its on-time window\)$/,
+        /^schedule "retired" is active: a scheduler running it was seen, or it was paused or resumed, [56] s ago; a scheduler that runs it would record it again at its next pass\. Stop the processes that define it and wait until it reads not_seen \(twice its on-time window\)$/,
       ),
     });
     // Paused: not marked seen while paused, so what defines it cannot be told.
@@ -398,6 +402,49 @@ describe('scheduler', () => {
     });
     await scheduler.runOnce({ now: minutes(t0, 7) });
     expect(await row()).toMatchObject({ paused: false, lastTickAt: minutes(t0, 7) });
+  });
+
+  it('a pass leaves a paused schedule unlocked, and does not wait for one another scheduler holds', async () => {
+    const j = job('held');
+    const define = (name: string) =>
+      defineSchedule({
+        name,
+        cron: '* * * * *',
+        job: j,
+        payload: (t) => ({ at: t.toISOString() }),
+      });
+    const scheduler = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('held'), define('held-paused'), define('held-other')],
+      logger: quiet,
+    });
+    const t0 = at('2026-05-01T00:00:30Z');
+    await scheduler.runOnce({ now: t0 });
+    await pauseSchedule(db.pool, 'held-paused');
+    // Not even row-locked: a lock took a transaction id and WAL per paused schedule per pass.
+    await scheduler.runOnce({ now: minutes(t0, 1) });
+    const { rows } = await db.pool.query<{ xmax: string }>(
+      `SELECT xmax::text FROM skiplock.schedules WHERE name = 'held-paused'`,
+    );
+    expect(rows[0]!.xmax).toBe('0');
+    // Another scheduler's pass holds 'held' and has written it (stalled before its commit):
+    // this pass skips it and goes on. Before, recording it again waited for that pass to end,
+    // and so did every schedule after it.
+    const other = await db.pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query(`SELECT 1 FROM skiplock.schedules WHERE name = 'held' FOR UPDATE`);
+      await other.query(`UPDATE skiplock.schedules SET seen_at = now() WHERE name = 'held'`);
+      const pass = scheduler.runOnce({ now: minutes(t0, 2) });
+      const timedOut = new Promise<'waited'>((r) => setTimeout(() => r('waited'), 5_000));
+      const result = await Promise.race([pass, timedOut]);
+      expect(result).not.toBe('waited');
+      expect(result).toMatchObject({ skipped: ['held', 'held-paused'] });
+      expect(await ticksOf('held-other')).toContain('2026-05-01T00:02:00.000Z');
+    } finally {
+      await other.query('ROLLBACK');
+      other.release();
+    }
   });
 
   it('removing a schedule judges what a scheduler pass holding it wrote, after it commits', async () => {

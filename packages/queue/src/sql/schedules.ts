@@ -46,20 +46,29 @@ export interface RecordedSchedule {
   onTimeMs: number;
 }
 
-const insertSchedule = (p: RecordedSchedule) => sql`
+const insertInto = sql`
     INSERT INTO skiplock.schedules (name, cron, timezone, job_type, queue, last_tick_at, on_time_ms,
-                                    seen_at, seen_for)
-    VALUES (${p.name}, ${p.cron}, ${p.timezone}, ${p.jobType}, ${p.queue}, ${p.now.toISOString()}::timestamptz,
-            ${p.onTimeMs}::int, ${p.now.toISOString()}::timestamptz,
-            jsonb_build_array(${p.cron}::text, ${p.timezone}::text, ${p.jobType}::text, ${p.queue}::text))`;
+                                    seen_at, seen_for)`;
+const recordedValues = (p: RecordedSchedule) => sql`
+    ${p.name}, ${p.cron}, ${p.timezone}, ${p.jobType}, ${p.queue}, ${p.now.toISOString()}::timestamptz,
+    ${p.onTimeMs}::int, ${p.now.toISOString()}::timestamptz,
+    jsonb_build_array(${p.cron}::text, ${p.timezone}::text, ${p.jobType}::text, ${p.queue}::text)`;
 
 /**
  * Records a schedule again whose row is gone (removed by an operator while a scheduler still
- * runs it), as new: from `now`, active. Returns no row when the row is there, without waiting
- * for another scheduler that holds its lock (an `ON CONFLICT DO UPDATE` would wait for it).
+ * defines it), as new: from `now`, active. Returns no row when the row is there, paused or held
+ * by another scheduler, without waiting for it: the insert is tried only when the statement's
+ * snapshot holds no committed row of the name. An insert that meets a row another transaction
+ * holds and has written waits for that transaction to end (a plain `ON CONFLICT DO NOTHING`
+ * did: a scheduler stalled in its pass held up every other scheduler's passes; found in review).
  */
 export function insertMissingSchedule(p: RecordedSchedule) {
-  return sql`${insertSchedule(p)} ON CONFLICT (name) DO NOTHING RETURNING last_tick_at`;
+  return sql`
+    ${insertInto}
+    SELECT ${recordedValues(p)}
+    WHERE NOT EXISTS (SELECT FROM skiplock.schedules WHERE name = ${p.name})
+    ON CONFLICT (name) DO NOTHING
+    RETURNING last_tick_at`;
 }
 
 /**
@@ -69,7 +78,8 @@ export function insertMissingSchedule(p: RecordedSchedule) {
  */
 export function upsertSchedule(p: RecordedSchedule) {
   return sql`
-    ${insertSchedule(p)}
+    ${insertInto}
+    VALUES (${recordedValues(p)})
     ON CONFLICT (name) DO UPDATE
     SET cron = excluded.cron, timezone = excluded.timezone, job_type = excluded.job_type,
         queue = excluded.queue, on_time_ms = excluded.on_time_ms, updated_at = now(),
@@ -93,7 +103,6 @@ export type LockedScheduleRow = Pick<
   | 'timezone'
   | 'job_type'
   | 'queue'
-  | 'paused'
   | 'last_tick_at'
   | 'on_time_ms'
   | 'updated_at'
@@ -101,17 +110,18 @@ export type LockedScheduleRow = Pick<
 >;
 
 /**
- * Locks a schedule, with whether it is paused, the definition recorded for it and when a
- * scheduler running that definition was last seen (null when none was, or only for another
- * definition); another scheduler holding it is skipped, not waited for. Paused rows are locked
- * too, so that no row means gone (or held by another scheduler), not paused.
+ * Locks a schedule that is not paused, with the definition recorded for it and when a scheduler
+ * running that definition was last seen (null when none was, or only for another definition);
+ * another scheduler holding it is skipped, not waited for. A paused row is not locked: locking
+ * it took a transaction id and WAL per paused schedule per pass (1,000 ids and 102 KB for 50
+ * passes over 20 paused schedules, against none; found in review).
  */
 export function lockSchedule(name: string) {
   return sql`
-    SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, on_time_ms, updated_at,
+    SELECT name, cron, timezone, job_type, queue, last_tick_at, on_time_ms, updated_at,
            ${seenAt}
     FROM skiplock.schedules
-    WHERE name = ${name}
+    WHERE name = ${name} AND NOT paused
     FOR UPDATE SKIP LOCKED`;
 }
 
