@@ -79,7 +79,7 @@ const GROUP_STATUSES: Record<Exclude<GaugeSampleRow['grp'], 'oldest'>, readonly 
  * fresh from one bounded query every `intervalMs` (see `sampleJobGauges`), and
  * `skiplock_schedules{state}` from one read of the schedules table, so a scrape never
  * queries the database and the refresh costs the same at 10 M jobs as at 10 (the schedules
- * read grows with the schedule names recorded and not removed by `removeSchedule`). Run it in one
+ * read grows with the schedule names recorded and not removed). Run it in one
  * process (the one serving /metrics, say): every copy repeats the same queries, and nothing
  * coordinates them. A worker runs one only with `jobGauges` set.
  *
@@ -203,8 +203,8 @@ export function createJobGauges(
 
   /**
    * The schedules by run state: one read of the schedules table, a row per schedule name
-   * recorded and not removed (it does not grow with the work). Null, and no series, on a database whose table is
-   * missing (42P01) or older than its `seen_at` columns (42703).
+   * recorded and not removed (it does not grow with the work). Null, and no series, on a
+   * database whose table is missing (42P01) or older than its `seen_at` columns (42703).
    */
   async function countSchedules(): Promise<Record<ScheduleRunState, number> | null> {
     let list;
