@@ -637,7 +637,8 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       resume: () => resumeSchedule(pool, name),
       remove: () =>
         removeSchedule(pool, name).catch((error: unknown) => {
-          if (error instanceof SkiplockError && error.code === 'schedule_in_use') {
+          const busy = ['schedule_in_use', 'schedule_busy'];
+          if (error instanceof SkiplockError && busy.includes(error.code)) {
             throw new HttpError(409, `Not removed: ${error.message}.`);
           }
           throw error;

@@ -426,7 +426,8 @@ export interface RemoveScheduleOptions {
  * Removes the row of a schedule no process defines any more: one taken out of the code keeps its
  * row, which reads `not_seen` (and counts in `skiplock_schedules{state="not_seen"}`) once nothing
  * marks it. Without `force` only a `not_seen` one is removed, judged in the same statement that
- * removes it (a scheduler's pass in between is waited for), and otherwise `schedule_in_use` is
+ * removes it, after any scheduler's pass holding the row (tried again for up to 2 s, then
+ * `schedule_busy`: a pass stalled before its commit), and otherwise `schedule_in_use` is
  * thrown naming its state: an active one's scheduler would record it again at its next pass; a
  * paused one is not marked seen, so whether anything defines it cannot be told, and one that does
  * would record it again unpaused; an `unknown` one may run under a version before migration 0018.
@@ -439,14 +440,36 @@ export async function removeSchedule(
 ): Promise<ScheduleState | null> {
   const { force } = parseConfig('removeSchedule options', removeOptionsSchema, options);
   if (!knownName(name)) return null;
-  const row = (
-    await runSql<ScheduleRow & { removed: boolean }>(db, removeScheduleRow(name, force, ON_TIME_MS))
-  ).rows[0];
-  if (!row) return null;
-  const state = toState(row);
-  if (row.removed) return state;
-  throw new SkiplockError('schedule_in_use', inUse(state));
+  const deadline = Date.now() + REMOVE_HELD_MS;
+  for (let pauseMs = 10; ; pauseMs = Math.min(2 * pauseMs, 100)) {
+    const row = (await runSql<RemovedRow>(db, removeScheduleRow(name, force, ON_TIME_MS))).rows[0]!;
+    if (row.name !== null) {
+      const state = toState(row as ScheduleRow);
+      if (row.removed) return state;
+      throw new SkiplockError('schedule_in_use', inUse(state));
+    }
+    if (!row.held) return null;
+    if (Date.now() >= deadline) {
+      throw new SkiplockError(
+        'schedule_busy',
+        `schedule "${name}" was held by another transaction (a scheduler's pass, a pause or a resume) for ${REMOVE_HELD_MS / 1000} s: is a process stalled in its pass? Nothing was removed; try again`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, pauseMs));
+  }
 }
+
+/**
+ * How long `removeSchedule` tries again while another transaction holds the row. A scheduler's
+ * pass holds it for milliseconds; waiting on the lock instead hung for as long as a pass stalled
+ * before its commit (a dashboard request among them).
+ */
+const REMOVE_HELD_MS = 2_000;
+
+type RemovedRow = { [K in keyof ScheduleRow]: ScheduleRow[K] | null } & {
+  removed: boolean;
+  held: boolean;
+};
 
 /** Why `removeSchedule` without force leaves a schedule (`force` is the caller's to offer). */
 function inUse(s: ScheduleState): string {

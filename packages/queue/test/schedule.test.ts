@@ -13,7 +13,6 @@ import {
   resumeSchedule,
   SkiplockError,
 } from '../src/index.js';
-import { waitFor } from '../../../test/support/wait.js';
 import { quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
@@ -475,17 +474,12 @@ describe('scheduler', () => {
       await pass.query(
         `UPDATE skiplock.schedules SET seen_at = clock_timestamp() WHERE name = 'contended'`,
       );
-      const removal = removeSchedule(db.pool, 'contended').catch((e: unknown) => e);
-      await waitFor(
-        async () =>
-          (
-            await db.pool.query(
-              `SELECT 1 FROM pg_stat_activity
-               WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM skiplock.schedules%'`,
-            )
-          ).rowCount === 1,
-        { what: 'the removal to wait for the pass' },
-      );
+      let settled = false;
+      const removal = removeSchedule(db.pool, 'contended')
+        .catch((e: unknown) => e)
+        .finally(() => (settled = true));
+      await new Promise((r) => setTimeout(r, 300));
+      expect(settled).toBe(false);
       await pass.query('COMMIT');
       expect(await removal).toMatchObject({
         code: 'schedule_in_use',
@@ -493,6 +487,33 @@ describe('scheduler', () => {
       });
     } finally {
       pass.release();
+    }
+    // A pass stalled before its commit: the removal gives up after 2 s instead of hanging with
+    // it (before, it waited on the row lock for as long), and removes nothing.
+    await db.pool.query(`UPDATE skiplock.schedules
+                         SET seen_at = now() - interval '10 minutes',
+                             updated_at = now() - interval '10 minutes'
+                         WHERE name = 'contended'`);
+    const stalled = await db.pool.connect();
+    try {
+      await stalled.query('BEGIN');
+      await stalled.query(`SELECT 1 FROM skiplock.schedules WHERE name = 'contended' FOR UPDATE`);
+      const started = Date.now();
+      const removal = removeSchedule(db.pool, 'contended').catch((e: unknown) => e);
+      const result = await Promise.race([
+        removal,
+        new Promise((r) => setTimeout(() => r('hung'), 6_000)),
+      ]);
+      expect(result).toMatchObject({
+        code: 'schedule_busy',
+        message: expect.stringMatching(
+          /^schedule "contended" was held by another transaction \(a scheduler's pass, a pause or a resume\) for 2 s: /,
+        ),
+      });
+      expect(Date.now() - started).toBeGreaterThanOrEqual(2_000);
+    } finally {
+      await stalled.query('ROLLBACK');
+      stalled.release();
     }
     expect((await listSchedules(db.pool)).map((s) => s.name)).toContain('contended');
   });

@@ -166,9 +166,11 @@ export function selectSchedules() {
 /**
  * Locks a schedule, as `selectSchedules` reads it, and removes it when `force` is set or it is
  * `not_seen` (`scheduleRunState`'s rule: not paused, and no scheduler running the recorded
- * definition seen for twice the row's on-time window, `defaultOnTimeMs` when it has none).
- * Waits for a scheduler's pass holding the row and judges what that pass wrote (read committed
- * re-reads the locked row). `removed` says whether it went.
+ * definition seen for twice the row's on-time window, `defaultOnTimeMs` when it has none). One
+ * row always: the schedule's columns (null when it was not locked), whether it went (`removed`),
+ * and whether it is there but held by another transaction, a scheduler's pass or a pause, and
+ * skipped rather than waited for (`held`): a pass stalled before its commit would hold the
+ * removal as long (see `removeSchedule`, which tries again).
  */
 export function removeScheduleRow(name: string, force: boolean, defaultOnTimeMs: number) {
   return sql`
@@ -176,7 +178,7 @@ export function removeScheduleRow(name: string, force: boolean, defaultOnTimeMs:
       SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
              on_time_ms, ${seenReport}
       FROM skiplock.schedules WHERE name = ${name}
-      FOR UPDATE
+      FOR UPDATE SKIP LOCKED
     ), removed AS (
       DELETE FROM skiplock.schedules s USING target t
       WHERE s.name = t.name
@@ -185,7 +187,9 @@ export function removeScheduleRow(name: string, force: boolean, defaultOnTimeMs:
                  AND t.since_seen_ms > 2 * coalesce(t.on_time_ms, ${defaultOnTimeMs}::int)))
       RETURNING s.name
     )
-    SELECT t.*, EXISTS (SELECT FROM removed) AS removed FROM target t`;
+    SELECT t.*, EXISTS (SELECT FROM removed) AS removed,
+           t.name IS NULL AND EXISTS (SELECT FROM skiplock.schedules WHERE name = ${name}) AS held
+    FROM (SELECT) AS one LEFT JOIN target t ON true`;
 }
 
 /** Pauses or resumes; on resume the schedule's catch-up policy decides about the missed ticks. */
