@@ -452,7 +452,7 @@ export async function removeSchedule(
     if (Date.now() >= deadline) {
       throw new SkiplockError(
         'schedule_busy',
-        `schedule "${name}" was held by another transaction (a scheduler's pass, a pause or a resume) for ${REMOVE_HELD_MS / 1000} s: is a process stalled in its pass? Nothing was removed; try again`,
+        `schedule "${name}" was held by another transaction (a scheduler's pass, a pause, a resume or another removal) for ${REMOVE_HELD_MS / 1000} s; nothing was removed: try again (a long catch-up pass ends; a process stalled in its pass holds it until its connection ends)`,
       );
     }
     await new Promise((resolve) => setTimeout(resolve, pauseMs));

@@ -13,6 +13,7 @@ import {
   resumeSchedule,
   SkiplockError,
 } from '../src/index.js';
+import { waitFor } from '../../../test/support/wait.js';
 import { quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
@@ -353,7 +354,7 @@ describe('scheduler', () => {
     expect(await refusal()).toMatchObject({
       code: 'schedule_in_use',
       message: expect.stringMatching(
-        /^schedule "retired" is active: a scheduler running it was seen, or it was paused or resumed, [56] s ago; a scheduler that runs it would record it again at its next pass\. Stop the processes that define it and wait until it reads not_seen \(twice its on-time window\)$/,
+        /^schedule "retired" is active: a scheduler running it was seen, or it was paused or resumed, \d+ s ago; a scheduler that runs it would record it again at its next pass\. Stop the processes that define it and wait until it reads not_seen \(twice its on-time window\)$/,
       ),
     });
     // Paused: not marked seen while paused, so what defines it cannot be told.
@@ -446,6 +447,60 @@ describe('scheduler', () => {
     }
   });
 
+  it('of two schedulers recording a removed schedule again, the second does not wait for the first', async () => {
+    const j = job('recorders');
+    const define = (name: string) =>
+      defineSchedule({
+        name,
+        cron: '* * * * *',
+        job: j,
+        payload: (t) => ({ at: t.toISOString() }),
+      });
+    // A's commits can be held, as if its process stalled between its insert and its commit.
+    const poolA = db.newPool(2);
+    let holdCommitMs = 0;
+    poolA.on('connect', (client) => {
+      const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
+      (client as { query: unknown }).query = async (...args: unknown[]) => {
+        const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string })?.text;
+        if (text === 'COMMIT' && holdCommitMs > 0) {
+          await new Promise((r) => setTimeout(r, holdCommitMs));
+        }
+        return query(...args);
+      };
+    });
+    const a = createScheduler({ pool: poolA, schedules: [define('rec-1')], logger: quiet });
+    const b = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('rec-1'), define('rec-2')],
+      logger: quiet,
+    });
+    const t0 = at('2026-06-01T00:00:30Z');
+    await a.runOnce({ now: t0 });
+    await b.runOnce({ now: t0 });
+    await removeSchedule(db.pool, 'rec-1', { force: true });
+    holdCommitMs = 3_000;
+    const first = a.runOnce({ now: minutes(t0, 1) });
+    // A has recorded rec-1 again and not committed; B's pass skips it and goes on to rec-2.
+    await waitFor(
+      async () =>
+        (
+          await db.pool.query(
+            `SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction'
+             AND query LIKE '%pg_try_advisory_xact_lock%'`,
+          )
+        ).rowCount === 1,
+      { what: "A's open re-record" },
+    );
+    const started = Date.now();
+    const second = await b.runOnce({ now: minutes(t0, 1) });
+    expect(Date.now() - started).toBeLessThan(2_000);
+    expect(second).toMatchObject({ skipped: ['rec-1'], enqueued: { 'rec-2': 1 } });
+    expect(await first).toMatchObject({ enqueued: { 'rec-1': 0 } });
+    holdCommitMs = 0;
+    expect((await listSchedules(db.pool)).map((s) => s.name)).toContain('rec-1');
+  });
+
   it('removing a schedule judges what a scheduler pass holding it wrote, after it commits', async () => {
     const j = job('contended');
     const scheduler = createScheduler({
@@ -507,7 +562,7 @@ describe('scheduler', () => {
       expect(result).toMatchObject({
         code: 'schedule_busy',
         message: expect.stringMatching(
-          /^schedule "contended" was held by another transaction \(a scheduler's pass, a pause or a resume\) for 2 s: /,
+          /^schedule "contended" was held by another transaction \(a scheduler's pass, a pause, a resume or another removal\) for 2 s; nothing was removed: try again/,
         ),
       });
       expect(Date.now() - started).toBeGreaterThanOrEqual(2_000);

@@ -9,6 +9,8 @@ import { sql } from 'drizzle-orm';
 export const LOCK_NAMESPACE = 0x5c10c;
 export const LockKeys = { migrate: 1, sweep: 2, retention: 3, sagaReconcile: 4 } as const;
 export type LockKey = (typeof LockKeys)[keyof typeof LockKeys];
+/** The class of per-schedule locks, whose second int is the schedule name's `hashtext`. */
+export const SCHEDULE_LOCK_CLASS = LOCK_NAMESPACE + 1;
 
 export function tryTransactionLock(key: LockKey) {
   return sql`SELECT pg_try_advisory_xact_lock(${LOCK_NAMESPACE}, ${key}) AS locked`;

@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import { SCHEDULE_LOCK_CLASS } from './lock.js';
 
 export interface ScheduleRow {
   name: string;
@@ -57,16 +58,20 @@ const recordedValues = (p: RecordedSchedule) => sql`
 /**
  * Records a schedule again whose row is gone (removed by an operator while a scheduler still
  * defines it), as new: from `now`, active. Returns no row when the row is there, paused or held
- * by another scheduler, without waiting for it: the insert is tried only when the statement's
- * snapshot holds no committed row of the name. An insert that meets a row another transaction
- * holds and has written waits for that transaction to end (a plain `ON CONFLICT DO NOTHING`
- * did: a scheduler stalled in its pass held up every other scheduler's passes; found in review).
+ * by another scheduler, or another scheduler is recording it again now, without waiting for
+ * either: the insert is tried only when the statement's snapshot holds no committed row of the
+ * name and this transaction gets the schedule's advisory lock. An insert that meets a row another
+ * transaction has written and not committed waits for that transaction: a plain `ON CONFLICT DO
+ * NOTHING` did so behind a held row, and the snapshot check alone behind another scheduler's
+ * uncommitted re-record (2.8 s for a pass behind one whose commit was held 3 s); every schedule
+ * after it in the pass waited too (both found in review).
  */
 export function insertMissingSchedule(p: RecordedSchedule) {
   return sql`
     ${insertInto}
     SELECT ${recordedValues(p)}
     WHERE NOT EXISTS (SELECT FROM skiplock.schedules WHERE name = ${p.name})
+      AND pg_try_advisory_xact_lock(${SCHEDULE_LOCK_CLASS}, hashtext(${p.name}))
     ON CONFLICT (name) DO NOTHING
     RETURNING last_tick_at`;
 }
