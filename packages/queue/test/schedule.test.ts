@@ -40,6 +40,19 @@ function job(queue: string) {
   });
 }
 
+/** No scheduler seen running `name` for ten minutes, nor the row changed: it reads not_seen. */
+const markUnseen = (name: string) =>
+  db.pool.query(
+    `UPDATE skiplock.schedules
+     SET seen_at = now() - interval '10 minutes', updated_at = now() - interval '10 minutes'
+     WHERE name = $1`,
+    [name],
+  );
+
+/** A schedule of `j` that fires every minute. */
+const everyMinute = (name: string, j: ReturnType<typeof job>) =>
+  defineSchedule({ name, cron: '* * * * *', job: j, payload: (t) => ({ at: t.toISOString() }) });
+
 describe('defineSchedule', () => {
   const j = job('define');
   it.each([
@@ -323,14 +336,7 @@ describe('scheduler', () => {
     const j = job('retired');
     const scheduler = createScheduler({
       pool: db.pool,
-      schedules: [
-        defineSchedule({
-          name: 'retired',
-          cron: '* * * * *',
-          job: j,
-          payload: (t) => ({ at: t.toISOString() }),
-        }),
-      ],
+      schedules: [everyMinute('retired', j)],
       logger: logs.logger,
     });
     const t0 = at('2026-04-01T00:00:30Z');
@@ -340,11 +346,6 @@ describe('scheduler', () => {
       removeSchedule(db.pool, 'retired', force === undefined ? {} : { force }).catch(
         (e: unknown) => e,
       );
-    const unseen = () =>
-      db.pool.query(`UPDATE skiplock.schedules
-                     SET seen_at = now() - interval '10 minutes',
-                         updated_at = now() - interval '10 minutes'
-                     WHERE name = 'retired'`);
 
     // Active by its scheduler's mark (recorded long ago, seen 5 s ago): it would record it again.
     await db.pool.query(`UPDATE skiplock.schedules
@@ -359,7 +360,7 @@ describe('scheduler', () => {
     });
     // Paused: not marked seen while paused, so what defines it cannot be told.
     await pauseSchedule(db.pool, 'retired');
-    await unseen();
+    await markUnseen('retired');
     expect(await refusal()).toMatchObject({
       code: 'schedule_in_use',
       message: expect.stringMatching(/^schedule "retired" is paused: /),
@@ -375,7 +376,7 @@ describe('scheduler', () => {
 
     // Nothing seen running it for ten minutes: removed, and reported as it was.
     await scheduler.runOnce({ now: minutes(t0, 1) });
-    await unseen();
+    await markUnseen('retired');
     const removed = await removeSchedule(db.pool, 'retired');
     expect(removed).toMatchObject({ name: 'retired', cron: '* * * * *', paused: false });
     expect(removed?.sinceSeenMs).toBeGreaterThan(9 * 60_000);
@@ -406,13 +407,7 @@ describe('scheduler', () => {
 
   it('a pass leaves a paused schedule unlocked, and does not wait for one another scheduler holds', async () => {
     const j = job('held');
-    const define = (name: string) =>
-      defineSchedule({
-        name,
-        cron: '* * * * *',
-        job: j,
-        payload: (t) => ({ at: t.toISOString() }),
-      });
+    const define = (name: string) => everyMinute(name, j);
     const scheduler = createScheduler({
       pool: db.newPool(2),
       schedules: [define('held'), define('held-paused'), define('held-other')],
@@ -449,13 +444,7 @@ describe('scheduler', () => {
 
   it('of two schedulers recording a removed schedule again, the second does not wait for the first', async () => {
     const j = job('recorders');
-    const define = (name: string) =>
-      defineSchedule({
-        name,
-        cron: '* * * * *',
-        job: j,
-        payload: (t) => ({ at: t.toISOString() }),
-      });
+    const define = (name: string) => everyMinute(name, j);
     // A's commits can be held, as if its process stalled between its insert and its commit.
     const poolA = db.newPool(2);
     let holdCommitMs = 0;
@@ -505,21 +494,11 @@ describe('scheduler', () => {
     const j = job('contended');
     const scheduler = createScheduler({
       pool: db.pool,
-      schedules: [
-        defineSchedule({
-          name: 'contended',
-          cron: '* * * * *',
-          job: j,
-          payload: (t) => ({ at: t.toISOString() }),
-        }),
-      ],
+      schedules: [everyMinute('contended', j)],
       logger: quiet,
     });
     await scheduler.runOnce({ now: at('2026-04-01T00:00:30Z') });
-    await db.pool.query(`UPDATE skiplock.schedules
-                         SET seen_at = now() - interval '10 minutes',
-                             updated_at = now() - interval '10 minutes'
-                         WHERE name = 'contended'`);
+    await markUnseen('contended');
     // A scheduler's pass holds the row and marks it seen; the removal waits for it, then reads
     // the mark: the schedule is active again, and stays.
     const pass = await db.pool.connect();
@@ -545,10 +524,7 @@ describe('scheduler', () => {
     }
     // A pass stalled before its commit: the removal gives up after 2 s instead of hanging with
     // it (before, it waited on the row lock for as long), and removes nothing.
-    await db.pool.query(`UPDATE skiplock.schedules
-                         SET seen_at = now() - interval '10 minutes',
-                             updated_at = now() - interval '10 minutes'
-                         WHERE name = 'contended'`);
+    await markUnseen('contended');
     const stalled = await db.pool.connect();
     try {
       await stalled.query('BEGIN');
