@@ -9,7 +9,10 @@ import { sql } from 'drizzle-orm';
 export const LOCK_NAMESPACE = 0x5c10c;
 export const LockKeys = { migrate: 1, sweep: 2, retention: 3, sagaReconcile: 4 } as const;
 export type LockKey = (typeof LockKeys)[keyof typeof LockKeys];
-/** The class of per-schedule locks, whose second int is the schedule name's `hashtext`. */
+/**
+ * The class of per-schedule locks, whose second int is the schedule name's `hashtext` (the
+ * outbox's per-key publish locks take the class after it, `LOCK_NAMESPACE + 2`).
+ */
 export const SCHEDULE_LOCK_CLASS = LOCK_NAMESPACE + 1;
 
 export function tryTransactionLock(key: LockKey) {
