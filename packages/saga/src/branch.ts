@@ -1,6 +1,6 @@
 import { NonRetryableError } from '@skiplock/queue';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
-import type { CompensationContext, StepContext, StepOptions, StepOutputs } from './define.js';
+import type { CompensationContext, StepContext, StepOptions, StepOutputs } from './step.js';
 import { issuesAt, validate } from './standard.js';
 
 /**

@@ -15,25 +15,11 @@ import type pg from 'pg';
 import { z } from 'zod';
 import type { BranchInput } from './branch.js';
 import { Completion } from './completion.js';
-import type {
-  AnySagaDefinition,
-  CompensationContext,
-  RetryPolicy,
-  StepContext,
-  StepOutputs,
-  StepSpec,
-} from './define.js';
+import type { AnySagaDefinition, StepSpec } from './define.js';
+import type { CompensationContext, RetryPolicy, StepContext, StepOutputs } from './step.js';
 import { MAX_SLEEP_MS } from './define.js';
-import {
-  compensationKey,
-  handingOff,
-  jobType,
-  SagaSnapshot,
-  sagaIdOfKey,
-  stepKey,
-  type Engine,
-  type SagaEntry,
-} from './engine.js';
+import { handingOff, SagaSnapshot, type Engine, type SagaEntry } from './engine.js';
+import { compensationKey, jobType, sagaIdOfKey, stepKey } from './keys.js';
 import { SagaDeadlineError } from './errors.js';
 import { enterParallel } from './parallel.js';
 import { inSagaTrace, inStepSpan, noteTransition } from './tracing.js';

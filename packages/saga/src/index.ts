@@ -7,10 +7,6 @@ export type {
   Branch,
   BranchMaker,
   BranchOptions,
-  CompensationContext,
-  ErrorClass,
-  NoOutputs,
-  RetryPolicy,
   SagaDefinition,
   SagaInput,
   SagaLock,
@@ -18,11 +14,17 @@ export type {
   SagaOutputs,
   SleepContext,
   SleepDuration,
+  WaitOptions,
+} from './define.js';
+export type {
+  CompensationContext,
+  ErrorClass,
+  NoOutputs,
+  RetryPolicy,
   StepContext,
   StepOptions,
   StepOutputs,
-  WaitOptions,
-} from './define.js';
+} from './step.js';
 // The saga tables' grants under skiplock's least-privilege roles (composed by `skiplock roles`).
 export { sagaGrants } from './roles.js';
 export { createSagaRuntime } from './runtime.js';
@@ -50,7 +52,7 @@ export type {
   StepRecord,
 } from './read.js';
 export type { FaultHook, FaultPoint } from './engine.js';
-export { isSagaJobType, SAGA_JOB_PREFIX, sagaIdOfKey } from './engine.js';
+export { isSagaJobType, SAGA_JOB_PREFIX, sagaIdOfKey } from './keys.js';
 export {
   ChildSagasError,
   SagaDeadlineError,

@@ -6,7 +6,7 @@ import {
   type Queryable,
 } from '@skiplock/queue/engine';
 import type pg from 'pg';
-import { MAX_SAGA_ID_CHARS, SAGA_ID_UNFIT } from './engine.js';
+import { MAX_SAGA_ID_CHARS, SAGA_ID_UNFIT } from './keys.js';
 import { SagaError } from './errors.js';
 import { sagaStatus, type SagaStatus, type SagaStepKind, type SagaStepStatus } from './schema.js';
 import {

@@ -8,7 +8,8 @@ import {
   withTransaction,
   type JobState,
 } from '@skiplock/queue/engine';
-import { entryKey, timeoutKey, type Engine } from './engine.js';
+import { entryKey, type Engine } from './engine.js';
+import { timeoutKey } from './keys.js';
 import { lockSaga, type SagaRow } from './sql/sagas.js';
 import { inSagaTrace } from './tracing.js';
 import {

@@ -1,15 +1,8 @@
 import type { AnyJobDefinition } from '@skiplock/queue';
 import { enqueueHandedOff, runSql, type Queryable } from '@skiplock/queue/engine';
 import type { SQL } from 'drizzle-orm';
-import {
-  compensationKey,
-  entryKey,
-  stepKey,
-  timeoutKey,
-  type Engine,
-  type SagaEntry,
-  type SagaSnapshot,
-} from './engine.js';
+import { entryKey, type Engine, type SagaEntry, type SagaSnapshot } from './engine.js';
+import { compensationKey, stepKey, timeoutKey } from './keys.js';
 import { MAX_SLEEP_MS } from './define.js';
 import { nextCompensation } from './plan.js';
 import { inSagaTrace } from './tracing.js';

@@ -1,5 +1,6 @@
 import { jobStatesByKey, type Queryable } from '@skiplock/queue/engine';
-import { timeoutKey, type SagaEntry } from './engine.js';
+import { type SagaEntry } from './engine.js';
+import { timeoutKey } from './keys.js';
 
 /**
  * Whether the wait at step `index` has already ended by its timeout or the saga's deadline, its
