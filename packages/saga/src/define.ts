@@ -2,20 +2,22 @@ import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { findSchemaJsonProblem, MAX_NAME_LENGTH } from '@skiplock/queue/engine';
 import { z } from 'zod';
 import { branchCode, branchInputSchema, branchSagaName } from './branch.js';
+import { SagaDefinitionError } from './errors.js';
+import { jobType } from './keys.js';
+import { orderProblem, roleOf, type PlannedStep, type StepRole } from './plan.js';
+import { notAStandardSchema, standardSchemaProblem } from './standard.js';
 import type {
   CompensationContext,
-  NoOutputs,
   RetryPolicy,
   StepContext,
   StepOptions,
   StepOutputs,
 } from './step.js';
-import { jobType } from './keys.js';
-import { SagaDefinitionError } from './errors.js';
-import { orderProblem, roleOf, type PlannedStep, type StepRole } from './plan.js';
-import { notAStandardSchema, standardSchemaProblem } from './standard.js';
 
 type Simplify<T> = { [K in keyof T]: T[K] };
+
+/** The outputs of a saga with no steps yet: reading any step is a compile error. */
+export type NoOutputs = Record<never, never>;
 
 /**
  * One branch of a parallel group: a step's options (its own retries, timeout and compensation).

@@ -7,6 +7,7 @@ export type {
   Branch,
   BranchMaker,
   BranchOptions,
+  NoOutputs,
   SagaDefinition,
   SagaInput,
   SagaLock,
@@ -19,7 +20,6 @@ export type {
 export type {
   CompensationContext,
   ErrorClass,
-  NoOutputs,
   RetryPolicy,
   StepContext,
   StepOptions,

@@ -1,8 +1,8 @@
 /**
  * The names a saga's jobs carry: their idempotency keys (`saga:<id>:<step>`, the compensation's
- * and the wait timeout's), their job types, and the rules for the ids in them. Apart from the
- * engine, so that the definition (which names its jobs' types) needs nothing of the runtime.
- */
+ * and the wait timeout's), their job types, and the rules for the saga ids in those keys (which
+ * the runtime and the reads check ids by). Apart from the engine, so that the definition (which
+ * names its jobs' types) needs nothing of the engine.
 
 /**
  * A saga id as it appears in its jobs' idempotency keys. Ordinary characters (printable ASCII

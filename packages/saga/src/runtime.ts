@@ -27,8 +27,8 @@ import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type pg from 'pg';
 import { branchIdOf } from './branch.js';
 import type { AnySagaDefinition, SagaDefinition, StepSpec } from './define.js';
-import type { StepOutputs } from './step.js';
 import { DEADLINE_RULE, isDeadlineMs } from './define.js';
+import type { StepOutputs } from './step.js';
 import { entryKey, SagaSnapshot, type Engine, type FaultHook, type SagaEntry } from './engine.js';
 import { keyId, MAX_KEY_ID_LENGTH, MAX_SAGA_ID_CHARS, SAGA_ID_UNFIT } from './keys.js';
 import {

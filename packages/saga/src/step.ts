@@ -1,17 +1,14 @@
+/**
+ * What a step's code is given and what it declares: the context of a step and of a
+ * compensation, and a step's options (its code, compensation, retry policy, pivot and
+ * retriable). Apart from the definition builder, so that a branch (which wraps a step's code)
+ * needs nothing of it.
+ */
 import type { BackoffOptions, Logger } from '@skiplock/queue';
 import type pg from 'pg';
 
-/*
- * What a step's code is given and what it declares: the context of a step and of a
- * compensation, and a step's options (its code, compensation and retry policy). Apart from the
- * definition builder, so that a branch (which wraps a step's code) needs nothing of it.
- */
-
 /** Outputs of the steps that ran so far, by step name. */
 export type StepOutputs = Record<string, unknown>;
-
-/** The outputs of a saga with no steps yet: reading any step is a compile error. */
-export type NoOutputs = Record<never, never>;
 
 /** Error classes that fail a step (or compensation) for good on the first throw. */
 export type ErrorClass = abstract new (...args: never[]) => Error;

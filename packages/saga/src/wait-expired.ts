@@ -1,5 +1,5 @@
 import { jobStatesByKey, type Queryable } from '@skiplock/queue/engine';
-import { type SagaEntry } from './engine.js';
+import type { SagaEntry } from './engine.js';
 import { timeoutKey } from './keys.js';
 
 /**
