@@ -115,9 +115,10 @@ export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsS
   metrics?: MetricsOption | undefined;
   /**
    * Refreshes the `skiplock_jobs`, `skiplock_oldest_runnable_age_seconds` and `skiplock_schedules`
-   * gauges from bounded reads every 15 s. Off by default: `true` (or options) turns it on, its `queues` defaulting to
-   * the worker's. Each process that turns it on runs the same queries, uncoordinated: turn it on
-   * in one (the one serving /metrics), or run `createJobGauges` once instead.
+   * gauges from bounded reads every 15 s. Off by default: `true` (or options) turns it on, its
+   * `queues` defaulting to the worker's. Each process that turns it on runs the same queries,
+   * uncoordinated: turn it on in one (the one serving /metrics), or run `createJobGauges` once
+   * instead.
    */
   jobGauges?: boolean | JobGaugesOptions | undefined;
   /**

@@ -11,7 +11,7 @@ import { cell, renderTable } from '../format/table.js';
 import { relativeTime } from '../format/time.js';
 import { printJson, type Command } from '../io.js';
 
-const scheduleJson = (s: ScheduleState, state?: ScheduleRunState) => ({
+const scheduleJson = (s: ScheduleState, state: ScheduleRunState) => ({
   name: s.name,
   cron: s.cron,
   timezone: s.timezone,
@@ -25,7 +25,7 @@ const scheduleJson = (s: ScheduleState, state?: ScheduleRunState) => ({
   seenAt: s.seenAt?.toISOString() ?? null,
   // paused, active, not_seen (no scheduler running it seen for twice its on-time window: nothing
   // may be enqueueing its ticks) or unknown (never marked seen): as the dashboard shows it.
-  ...(state ? { state } : {}),
+  state,
 });
 
 export const schedulesListCommand: Command = {
