@@ -159,6 +159,11 @@ export async function enterStep(
   carry?: SagaSnapshot,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
+  // A saga whose first step is retriable starts past its point of no return (see moveOnAfter).
+  if (index === 0 && spec.role === 'retriable') {
+    await e.sql(tx, setSagaFlags(sagaId, { pivoted: true }));
+    if (carry) carry.saga.pivoted = true;
+  }
   const key = stepKey(sagaId, spec.name);
   const at = { id: sagaId, status: 'running' as const, step: spec.name, kind: 'step' as const };
   const jobId = await enqueue(e, tx, entry.runJobs[index]!, sagaId, key, undefined, carry, at);
@@ -223,8 +228,15 @@ export async function moveOnAfter(
     e.logger.warn({ reason: 'cancel_too_late', sagaId: saga.id }, 'cancel ignored after the pivot');
   }
   if (index + 1 < entry.steps.length) {
-    const next = entry.steps[index + 1]!.name;
-    return enterStep(e, tx, entry, saga.id, index + 1, e.onward?.next(next, pivoted));
+    const next = entry.steps[index + 1]!;
+    // Without a pivot, the first retriable step is the point of no return (the README's "Step
+    // kinds and order"): from there on a failure ends the saga failed, a cancel is refused and the
+    // deadline no longer applies, as after a pivot. Before, such a saga compensated (audit).
+    if (!pivoted && next.role === 'retriable') {
+      await e.sql(tx, setSagaFlags(saga.id, { pivoted: true }));
+      pivoted = true;
+    }
+    return enterStep(e, tx, entry, saga.id, index + 1, e.onward?.next(next.name, pivoted));
   }
   await endSaga(e, tx, saga.id, 'completed', null);
   return 'completed';
@@ -314,7 +326,10 @@ export async function failStep(
     settleStep({ sagaId: saga.id, step: spec.name, kind: 'step', status, error, attempt }),
   );
   if (saga.pivoted) {
-    return failSaga(e, tx, saga.id, `step "${spec.name}" failed after the pivot: ${error}`);
+    const past = entry.steps.some((s) => s.role === 'pivot')
+      ? 'after the pivot'
+      : 'past the first retriable step';
+    return failSaga(e, tx, saga.id, `step "${spec.name}" failed ${past}: ${error}`);
   }
   const why = saga.cancel_requested ? 'cancelled' : `step "${spec.name}" failed: ${error}`;
   await e.sql(tx, setSagaFlags(saga.id, { error: why }));

@@ -253,3 +253,90 @@ describe('pivot and retriable steps', () => {
     expect(effects.get('ap')).toBeUndefined();
   });
 });
+
+// Found by an audit: a saga with a retriable step and no pivot compensated on the retriable
+// step's failure, took a cancel after it and let a wait after it time out into compensation,
+// though the definition rules (and the graph) make the first retriable step its point of no
+// return. Each case below compensated `reserve` before the fix.
+describe('a retriable step without a pivot', () => {
+  const reserve = {
+    ...fast,
+    run: () => 1,
+    compensate: (ctx: { sagaId: string }) => note(ctx.sagaId, 'undo'),
+  };
+
+  it('fails the saga, undoes nothing, and retryFailed runs the step again', async () => {
+    let refuse = true;
+    const saga = defineSaga({ name: 'rnp-fail', version: 1, input: z.object({}) })
+      .step('reserve', reserve)
+      .step('ship', {
+        ...fast,
+        retriable: true,
+        run: () => {
+          if (refuse) throw new NonRetryableError('address does not exist');
+          return { shipped: true };
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [saga]);
+    await runtime.start(saga, { id: 'rnp-fail', input: {} });
+    const failed = await settled(runtime, 'rnp-fail');
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toBe(
+      'step "ship" failed past the first retriable step: non_retryable: address does not exist',
+    );
+    expect(effects.get('rnp-fail')).toBeUndefined();
+    refuse = false;
+    expect(await runtime.retryFailed('rnp-fail')).toMatchObject({ retried: true, step: 'ship' });
+    expect((await settled(runtime, 'rnp-fail')).status).toBe('completed');
+    expect(effects.get('rnp-fail')).toBeUndefined();
+  });
+
+  it('refuses a cancel once the saga reached the retriable step', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    const saga = defineSaga({ name: 'rnp-cancel', version: 1, input: z.object({}) })
+      .step('reserve', reserve)
+      .step('ship', {
+        ...fast,
+        retriable: true,
+        run: async () => {
+          started();
+          await gate;
+          return { shipped: true };
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [saga]);
+    await runtime.start(saga, { id: 'rnp-cancel', input: {} });
+    await running;
+    const cancel = await runtime.cancel('rnp-cancel');
+    release();
+    expect(cancel).toMatchObject({ accepted: false, reason: 'pivoted' });
+    expect((await settled(runtime, 'rnp-cancel')).status).toBe('completed');
+    expect(effects.get('rnp-cancel')).toBeUndefined();
+  });
+
+  it('fails the saga when a wait after it times out, and a first retriable step starts past it', async () => {
+    const wait = defineSaga({ name: 'rnp-wait', version: 1, input: z.object({}) })
+      .step('reserve', reserve)
+      .step('ship', { ...fast, retriable: true, run: () => ({ shipped: true }) })
+      .waitFor('delivered', { payload: z.object({}), timeoutMs: 200 });
+    const first = defineSaga({ name: 'rnp-first', version: 1, input: z.object({}) }).step('ship', {
+      ...fast,
+      retriable: true,
+      run: () => {
+        throw new NonRetryableError('address does not exist');
+      },
+    });
+    const { runtime } = await startSagas(db.pool, [wait, first]);
+    await runtime.start(wait, { id: 'rnp-wait', input: {} });
+    await runtime.start(first, { id: 'rnp-first', input: {} });
+    const waited = await settled(runtime, 'rnp-wait');
+    expect(waited.status).toBe('failed');
+    expect(waited.error).toMatch(/^step "delivered" failed past the first retriable step: signal/);
+    expect(effects.get('rnp-wait')).toBeUndefined();
+    // Nothing to undo either way, but it ends failed (retryable), not compensated.
+    expect((await settled(runtime, 'rnp-first')).status).toBe('failed');
+  });
+});
