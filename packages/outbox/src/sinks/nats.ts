@@ -55,6 +55,8 @@ const MAX_ACK_TIMEOUT_MS = 3_600_000;
 const OK: Delivery = { ok: true };
 const ABORTED = Symbol('aborted');
 const abortedDelivery = failed('aborted before the stream acknowledged the message');
+/** Aborted before any publish of the batch started: its attempt is given back (`notSent`). */
+const abortedUnsent = failed('aborted before the message was published', { notSent: true });
 
 /**
  * A sink that publishes to NATS JetStream and counts a message delivered once the stream acked
@@ -126,7 +128,7 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
     async deliver(messages, signal) {
       if (messages.length === 0) return [];
       if (closed) return messages.map(() => failed('the NATS sink is closed'));
-      if (signal.aborted) return messages.map(() => abortedDelivery);
+      if (signal.aborted) return messages.map(() => abortedUnsent);
       // One listener for the batch: one per message would trip Node's listener-leak warning.
       let onAbort = () => {};
       const aborted = new Promise<typeof ABORTED>((resolve) => {
@@ -144,7 +146,10 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
           );
           return messages.map(() => failed(error));
         }
-        if (js === ABORTED) return messages.map(() => abortedDelivery);
+        // Aborted while connecting (a server that accepts the socket and stalls the handshake
+        // outlasts the batch's deadline): nothing was published. Before, each message spent an
+        // attempt and could go dead without ever being sent (audit).
+        if (js === ABORTED) return messages.map(() => abortedUnsent);
         const ready = js;
         // An abort leaves its publishes running (nats.js cannot cancel a request) and drops their
         // acks; a message the stream stored regardless is a duplicate on its retry.
