@@ -21,7 +21,7 @@ import {
   errorMessage,
 } from './errors.js';
 import type { LockLostEvent, SafeEmitter, WorkerEvents } from './events.js';
-import type { LeaseHolder } from './heartbeat.js';
+import { leaseRenewed, type LeaseHolder } from './heartbeat.js';
 import type { Logger } from './logger.js';
 import type { JobOutcome, QueueMetrics } from './metrics.js';
 import type { JobSeriesCache } from './job-series.js';
@@ -451,7 +451,7 @@ function handOffSlot(ctx: RunContext, d: ExecutorDeps, run: RunningJob): HandOff
 async function extendJobLease(
   d: ExecutorDeps,
   job: RunningJob,
-  leaseMs = job.leaseMs,
+  leaseMs = job.renewMs,
 ): Promise<boolean> {
   if (!Number.isSafeInteger(leaseMs) || leaseMs < 1 || leaseMs > MAX_LEASE_MS) {
     throw new ConfigError(
@@ -460,10 +460,10 @@ async function extendJobLease(
   }
   // Completed by completeWith: no lease is left to keep, and none was lost.
   if (job.settledExplicitly) return true;
+  const sentAt = performance.now();
   const { rowCount } = await runSql(d.pool, extendLease(d.workerId, job.token, leaseMs));
   if (rowCount === 1) {
-    job.renewedAt = performance.now();
-    job.leaseMs = Math.max(job.leaseMs, leaseMs);
+    leaseRenewed(job, sentAt, leaseMs);
     return true;
   }
   job.abort(new LockLostError(job.info.id));

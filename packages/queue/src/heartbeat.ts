@@ -21,7 +21,10 @@ export interface HeartbeatResult {
 
 export interface LeaseHolder {
   token: LockToken;
-  /** How long the lease lasts from its last renewal (longer after `ctx.extendLease`). */
+  /**
+   * How long the lease lasts from `renewedAt`: with `renewedAt`, where this worker knows the row's
+   * lease ends (see `leaseRenewed`; longer than `renewMs` while an extension lasts).
+   */
   leaseMs: number;
   /**
    * What a renewal leases the row for (its `lease_ms`): the loop beats at a third of it, since
@@ -33,6 +36,21 @@ export interface LeaseHolder {
   /** Only jobs still running their handler are renewed; settling ones keep their lease. */
   isRunning(): boolean;
   abort(reason: LockLostError): void;
+}
+
+/**
+ * Records a renewal sent at `sentAt` (performance.now()) that leased the row for `ms` from then.
+ * The statements keep the later end (`greatest(lease_expires_at, now() + ms)`), and so does
+ * this: an extension's end stays until a renewal passes it, and after it each renewal holds the
+ * row only `ms`. Before, `leaseMs` kept an extension's length for good, so a worker cut off
+ * after its extension ran out gave its lease up that much later than the database did, and the
+ * job ran on beside its next attempt (found by an audit: 2 s of overlap for a 3 s extension of a
+ * 1 s lease).
+ */
+export function leaseRenewed(holder: LeaseHolder, sentAt: number, ms: number): void {
+  const ends = Math.max(holder.renewedAt + holder.leaseMs, sentAt + ms);
+  holder.renewedAt = sentAt;
+  holder.leaseMs = ends - sentAt;
 }
 
 /**
@@ -129,7 +147,7 @@ export class Heartbeat {
           if (holder.isRunning() && this.lose(holder)) result.lost += 1;
           continue;
         }
-        holder.renewedAt = started;
+        leaseRenewed(holder, started, holder.renewMs);
         if (renewed) {
           result.renewed += 1;
         } else {

@@ -564,6 +564,63 @@ describe('leases, fencing and the sweeper', () => {
     expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
   });
 
+  it('gives up a lease it cannot renew once the last renewal runs out, after an extension ended', async () => {
+    let extendedAt = 0;
+    let abortedAt = 0;
+    let aborted: unknown = null;
+    const extended = defineJob({
+      type: 'extended-then-cut-off',
+      queue: 'extended-then-cut-off',
+      payload: z.object({}),
+      leaseMs: 1_000,
+      handler: async (_p, ctx) => {
+        await ctx.extendLease(3_000);
+        extendedAt = performance.now();
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 15_000);
+          ctx.signal.addEventListener('abort', () => {
+            abortedAt = performance.now();
+            aborted = ctx.signal.reason;
+            clearTimeout(timer);
+            resolve();
+          });
+        });
+      },
+    });
+    const worker = testWorker(db.pool, [extended], {
+      queues: ['extended-then-cut-off'],
+      heartbeatIntervalMs: 100,
+      pollIntervalMs: 20,
+    });
+    await client.enqueue(extended, {});
+    await worker.start();
+    const holder = await db.pool.connect();
+    let lockedAt = 0;
+    try {
+      await waitFor(() => extendedAt > 0, { what: 'the extension' });
+      // Past the extension's end: the beats have renewed the row's own 1 s lease since.
+      await new Promise((resolve) => setTimeout(resolve, 3_300));
+      // Renewals hang on the table lock from here: the database's lease ends about 1 s after
+      // the last one that committed.
+      await holder.query('BEGIN');
+      await holder.query('LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE');
+      lockedAt = performance.now();
+      await waitFor(() => aborted !== null, {
+        what: 'the handler to be aborted',
+        timeoutMs: 6_000,
+      });
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      holder.release();
+      await worker.stop();
+      await db.pool.query(`DELETE FROM skiplock.jobs WHERE job_type = 'extended-then-cut-off'`);
+    }
+    expect(aborted).toBeInstanceOf(LockLostError);
+    // Before (found by an audit): given up the extension's 3 s after the last renewal, about 2 s
+    // after the database's lease had run out and a sweeper could start the job elsewhere.
+    expect(abortedAt - lockedAt).toBeLessThan(1_800);
+  });
+
   it('the sweeper retries expired jobs with backoff, kills exhausted ones, logs lease_expired and counts them', async () => {
     const { def, release, started } = gatedJob('swept', { maxAttempts: 2 });
     const retry = await client.enqueue(def, {});
