@@ -686,7 +686,10 @@ export function createWorker(options: WorkerOptions): Worker {
         continue;
       }
       for (const row of rows) void accept(row);
-      if (state !== 'running') break;
+      if (state !== 'running') {
+        lateHandBack();
+        break;
+      }
       pump();
       if (rows.length === limit || workRequested) continue;
       if (running.size === 0) events.emit('worker:idle');
@@ -770,6 +773,19 @@ export function createWorker(options: WorkerOptions): Worker {
     }
   }
 
+  /** Set as stop() hands back the buffer: jobs a claim adds after that are handed back by it. */
+  let bufferHandedBack = false;
+
+  /**
+   * A claim that answered after stop() handed back the buffer (its grace cut the wait for the
+   * claim short) hands back what it claimed. Before, those jobs stayed in the buffer, leased to a
+   * stopped worker until their leases ran out, each attempt spent, and a `runOnce()` waiting
+   * for them never returned (found by an audit).
+   */
+  function lateHandBack(): void {
+    if (bufferHandedBack) void releaseBuffered();
+  }
+
   async function doStop(stopOptions: StopOptions): Promise<void> {
     const deadlineMs = stopOptions.timeoutMs ?? config.shutdownTimeoutMs;
     const wasRunning = state === 'running';
@@ -790,6 +806,7 @@ export function createWorker(options: WorkerOptions): Worker {
     };
     if (loopDone) await within('claim', loopDone);
     if (onceClaim) await within('claim', onceClaim);
+    bufferHandedBack = true;
     await within('release', releaseBuffered());
     // A start this worker lent a slot to may still commit a job leased to it (handed back as it
     // is adopted, see `adopt`): wait for those transactions and that release (bounded), so the
@@ -979,8 +996,10 @@ export function createWorker(options: WorkerOptions): Worker {
       } finally {
         onceClaim = null;
       }
-      // stop() began during the claim: it waited for this claim and hands its jobs back itself.
+      // stop() began during the claim: it waited for this claim and hands its jobs back itself,
+      // or, past its grace, this hands them back (see `lateHandBack`).
       if (state !== 'idle') {
+        lateHandBack();
         await Promise.all(tasks);
         return 0;
       }

@@ -525,6 +525,51 @@ describe('worker outcomes', () => {
     },
   );
 
+  it.each([
+    ['runOnce()', 'once'],
+    ["the started worker's loop", 'loop'],
+  ])(
+    'a claim that answers after stop() gave up waiting for it hands its jobs back (%s)',
+    async (_what, how) => {
+      let ran = 0;
+      const queue = `late-claim-${how}`;
+      const job = defineJob({
+        type: queue,
+        queue,
+        payload: z.object({}),
+        handler: () => void (ran += 1),
+      });
+      const { id } = await client.enqueue(job, {});
+      // The test's pool, so it outlives stop() and the late claim can land.
+      const pool = db.newPool(4);
+      pool.on('error', () => {});
+      const worker = testWorker(pool, [job], { queues: [queue], pollIntervalMs: 20 });
+      const blocker = await db.pool.connect();
+      let once: Promise<number> | null = null;
+      try {
+        await blocker.query('BEGIN');
+        await blocker.query('LOCK TABLE skiplock.jobs IN SHARE MODE');
+        if (how === 'once') once = worker.runOnce();
+        else await worker.start();
+        await claimWaitingForLock();
+        // The grace runs out while the claim waits: stop() returns, leaving it.
+        await worker.stop({ graceMs: 200 });
+      } finally {
+        await blocker.query('COMMIT');
+        blocker.release();
+      }
+      // The claim commits now, after stop() returned. Before (found by an audit): its job stayed
+      // processing, leased to the stopped worker, and runOnce() never returned.
+      if (once) expect(await once).toBe(0);
+      await waitFor(async () => (await jobRow(db.pool, id)).status === 'pending', {
+        what: 'the late claim to be handed back',
+      });
+      expect(await jobRow(db.pool, id)).toMatchObject({ locked_by: null, attempts: 0 });
+      expect(ran).toBe(0);
+      await pool.end();
+    },
+  );
+
   it('logs stop_timeout, naming the wait, when a claim outlives the grace with no job running', async () => {
     const job = defineJob({
       type: 'stop-grace',
