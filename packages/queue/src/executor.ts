@@ -55,6 +55,8 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
   handlerRunning = false;
   /** How many hand-offs in a row led to this job; 0 for a job the worker claimed. */
   handOffDepth = 0;
+  /** A hand-back of this buffered job failed: it may have committed, so check before starting. */
+  handBackFailed = false;
   /** What the transaction that handed this job off left it (see `HandedOff`); else undefined. */
   carry: unknown = undefined;
   /** When the worker took the row (a claim, an admission's lease, a hand-off). */
@@ -303,7 +305,14 @@ async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
     // off first and then does slow work): the sweeper could take the job back from under this
     // run before the next heartbeat. Renewed first, fenced, when half of the lease is gone; lost
     // already, it does not start. An error leaves it to the heartbeat, as before.
-    if (job.handOffDepth > 0 && performance.now() - job.renewedAt > job.leaseMs / 2) {
+    if (job.handBackFailed) {
+      // Its hand-back failed (see `releaseBuffered`), but may have committed before its answer
+      // was lost: the row is then another worker's to claim. Renewed first, fenced; gone, or not
+      // to be checked, it does not start. Before, it ran beside the worker that claimed it
+      // (found by an audit).
+      const held = await extendJobLease(d, job).catch(() => false);
+      if (!held && !job.abortReason) job.abort(new LockLostError(job.info.id));
+    } else if (job.handOffDepth > 0 && performance.now() - job.renewedAt > job.leaseMs / 2) {
       await extendJobLease(d, job).catch(() => false);
     }
     // Lost or released while it waited in the local buffer: the handler must not start at all.

@@ -756,7 +756,10 @@ export function createWorker(options: WorkerOptions): Worker {
           { reason: 'db_error', err: errorMessage(error), jobs: jobs.length },
           'hand-back of waiting buffered jobs failed; they stay buffered',
         );
-        for (const job of jobs) job.state = 'queued';
+        for (const job of jobs) {
+          job.state = 'queued';
+          job.handBackFailed = true;
+        }
         buffered.unshift(...jobs);
         pump();
         return;

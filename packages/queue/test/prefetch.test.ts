@@ -260,6 +260,89 @@ describe('claiming ahead into the local buffer', () => {
     }
   });
 
+  it('does not start a buffered job whose failed hand-back committed all the same', async () => {
+    /** A pool whose first release of waiting buffered jobs commits, then loses its answer. */
+    class LostAnswer extends pg.Pool {
+      lost = 0;
+      override query(...args: unknown[]): never {
+        const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string })?.text;
+        const sent = (super.query as (...a: unknown[]) => Promise<unknown>)(...args);
+        if (this.lost === 0 && text?.includes('WITH released AS')) {
+          this.lost += 1;
+          return sent.then(() => {
+            throw new Error('connection lost after COMMIT');
+          }) as never;
+        }
+        return sent as never;
+      }
+    }
+    const pool = new LostAnswer({ connectionString: db.url, max: 4 });
+    pool.on('error', () => {});
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const runs = new Map<number, string[]>();
+    const payload = z.object({ n: z.number(), slow: z.boolean() });
+    const ran = (n: number, by: string) => runs.set(n, [...(runs.get(n) ?? []), by]);
+    const onFirst = defineJob({
+      type: 'lost-hand-back',
+      queue: 'lost-hand-back',
+      payload,
+      handler: async ({ n, slow }) => {
+        if (slow) await gate;
+        ran(n, 'first');
+      },
+    });
+    const onSecond = defineJob({
+      type: 'lost-hand-back',
+      queue: 'lost-hand-back',
+      payload,
+      handler: ({ n }) => ran(n, 'second'),
+    });
+    const logs = captureLogs();
+    const first = testWorker(pool, [onFirst], {
+      workerId: 'first',
+      concurrency: 1,
+      pollIntervalMs: 20,
+      maxPrefetchWaitMs: 100,
+      logger: logs.logger,
+    });
+    const second = testWorker(db.pool, [onSecond], { workerId: 'second' });
+    try {
+      // Quick jobs first, so the worker has a handler speed to size its buffer by.
+      await client.enqueueMany(
+        onFirst,
+        Array.from({ length: 20 }, (_, n) => ({ payload: { n: 100 + n, slow: false } })),
+      );
+      await first.start();
+      await waitFor(async () => (await countByStatus(db.pool, 'lost-hand-back')).completed === 20);
+      await client.enqueueMany(
+        onFirst,
+        [true, false, false, false].map((slow, n) => ({ payload: { n, slow } })),
+      );
+      await waitFor(() => pool.lost === 1, { what: 'the hand-back whose answer is lost' });
+      // Back in the database, so another worker claims and runs them; the first one still has
+      // them buffered.
+      expect(await second.runOnce()).toBe(3);
+      release();
+      await waitFor(async () => (await countByStatus(db.pool, 'lost-hand-back')).completed === 24, {
+        what: 'every job completed',
+      });
+      await first.stop();
+      // Before: the first worker started them as its slot freed, and each ran twice.
+      expect(Object.fromEntries([...runs].filter(([n]) => n < 100))).toEqual({
+        0: ['first'],
+        1: ['second'],
+        2: ['second'],
+        3: ['second'],
+      });
+      expect(logs.reasons()).toContain('db_error');
+    } finally {
+      release();
+      await first.stop();
+      await pool.end();
+    }
+  });
+
   it('holds at most maxPrefetchBytes of stored payload in the buffer', async () => {
     const big = (queue: string) =>
       defineJob({
