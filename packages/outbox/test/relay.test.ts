@@ -701,6 +701,44 @@ describe('relay', () => {
     expect((await statusOf([a2!]))[0]?.status).toBe('delivered');
   });
 
+  it('lets the key go on at once when maintenance sends dead a head that waited out a long backoff', async () => {
+    const [b1, b2] = await publishMany(db.pool, [
+      { topic: 'held.test', key: 'held', payload: 'b1' },
+      { topic: 'held.test', key: 'held', payload: 'b2' },
+    ]);
+    const busy: Sink = {
+      name: 'busy',
+      deliver: async (messages) =>
+        messages.map(() => ({ ok: false, error: 'HTTP 503', retryAfterMs: 3_600_000 })),
+      close: async () => {},
+    };
+    const ok: Sink = {
+      name: 'ok',
+      deliver: async (messages) => messages.map(() => ({ ok: true as const })),
+      close: async () => {},
+    };
+    // b1 is told to come back in an hour, and b2 behind it is pushed to the same time.
+    const before = createRelay({
+      pool: db.pool,
+      sink: busy,
+      logger: silent,
+      topics: ['held.test'],
+    });
+    expect(await before.runOnce()).toMatchObject({ claimed: 1, retried: 1 });
+    // Redeployed with maxAttempts 1: maintenance sends b1 dead.
+    const after = createRelay({
+      pool: db.pool,
+      sink: ok,
+      logger: silent,
+      maxAttempts: 1,
+      topics: ['held.test'],
+    });
+    expect(await after.retainOnce()).toMatchObject({ expired: 1 });
+    // Before (found by an audit): b2 kept b1's due time and waited the hour.
+    expect(await after.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
+    expect((await statusOf([b1!, b2!])).map((m) => m.status)).toEqual(['dead', 'delivered']);
+  });
+
   it("leaves other topics' messages out of attempts to their own relays", async () => {
     const [leased] = await publishMany(db.pool, [{ topic: 'theirs.test', key: 'T', payload: 1 }]);
     // A relay of theirs.test (maxAttempts 10) died on its 3rd attempt.

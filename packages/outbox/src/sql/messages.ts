@@ -190,6 +190,7 @@ export function expireLastAttempts(
 ) {
   const topicFilter = topics ? sql`AND topic = ANY(${sql.param(topics)}::text[])` : sql``;
   return sql`
+    WITH expired AS (
     UPDATE skiplock.outbox_messages m
     SET status = 'dead', settled_at = now(), lease_until = NULL, locked_by = NULL,
         last_error = CASE WHEN m.lease_until IS NULL
@@ -204,7 +205,19 @@ export function expireLastAttempts(
       LIMIT ${limit}
       FOR UPDATE SKIP LOCKED) e
     WHERE m.id = e.id
-    RETURNING m.id::text AS id, e.lease_ran_out`;
+    RETURNING m.id, m.key, m.run_after, e.lease_ran_out
+    ),
+    -- A head sent dead while it waited out a backoff had pushed its key's followers to its due
+    -- time (settleMessages' held): they are due now, or the key waited out a backoff no message
+    -- of it still has (found by an audit: an hour, after a 503 with Retry-After 3600).
+    freed AS (
+      UPDATE skiplock.outbox_messages f
+      SET run_after = now()
+      FROM expired x
+      WHERE x.key IS NOT NULL AND f.key = x.key AND f.status = 'pending' AND f.id > x.id
+        AND f.run_after > now() AND f.run_after <= x.run_after
+    )
+    SELECT id::text AS id, lease_ran_out FROM expired`;
 }
 
 /**
