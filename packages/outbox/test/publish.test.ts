@@ -202,6 +202,32 @@ describe('publish', () => {
     );
   });
 
+  it('counts the headers in maxPayloadBytes and refuses more than 8 KiB of them', async () => {
+    // Found by an audit: both went dead at delivery (NATS counts headers in its max_payload;
+    // AMQP encodes at most 64 KiB of them, and HTTP servers accept 8 to 16 KiB in all).
+    const both = await outbox
+      .publish(db.pool, {
+        topic: 'invoice.voided',
+        payload: { invoiceId: 'x'.repeat(1_500) },
+        headers: { trace: 'y'.repeat(800) },
+      })
+      .catch((e: unknown) => e);
+    expect((both as Error).message).toMatch(
+      /message\.payload: is \d+ bytes as JSON and the headers 805, over maxPayloadBytes 2000/,
+    );
+    const headers = Object.fromEntries(
+      Array.from({ length: 3 }, (_, i) => [`h${i}`, 'z'.repeat(4_000)]),
+    );
+    const many = await publish(db.pool, { topic: 't', payload: 1, headers }).catch(
+      (e: unknown) => e,
+    );
+    expect(many).toBeInstanceOf(InvalidMessageError);
+    expect((many as Error).message).toContain(
+      'message.headers: are 12006 bytes (names and values), more than 8192',
+    );
+    expect(await rows(`topic = 't' AND payload = '1'`)).toEqual([]);
+  });
+
   it('stores what the schema outputs', async () => {
     const trimmed = defineOutbox({
       topics: { 'user.renamed': z.object({ name: z.string().trim() }) },

@@ -2,7 +2,15 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createRelay, outboxCounts, publishMany, type Relay, type Sink } from '../src/index.js';
+import {
+  createRelay,
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  outboxCounts,
+  publish,
+  publishMany,
+  type Relay,
+  type Sink,
+} from '../src/index.js';
 import { ensureStream, natsSink, type NatsSink } from '../src/sinks/nats.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
@@ -40,6 +48,36 @@ async function streamMessages(nc: NatsConnection, stream: string) {
 }
 
 describe.skipIf(!available)('relay to NATS JetStream', () => {
+  it('delivers the largest message publish accepts by default: a full payload, 8 KiB of headers, the longest key', async () => {
+    const { stream, prefix } = streamNames();
+    const nc = await connect({ servers: natsUrl });
+    closers.push(() => nc.close());
+    await ensureStream({ connection: nc, name: stream, subjects: [`${prefix}.>`] });
+    closers.push(async () => (await jetstreamManager(nc)).streams.delete(stream));
+    const topic = `${prefix}.big`;
+    // 255 characters of 3 bytes each, and two headers of 4,096 bytes (name and value).
+    const key = '€'.repeat(255);
+    const headers = { a: 'h'.repeat(4_095), b: 'h'.repeat(4_095) };
+    // A JSON string is its characters and two quotes: payload and headers at the limit exactly.
+    const payload = 'x'.repeat(DEFAULT_MAX_PAYLOAD_BYTES - 8_192 - 2);
+    const id = await publish(db.pool, { topic, key, headers, payload });
+    // A byte more is refused at publish (before: published, then dead at delivery, since NATS
+    // counts headers in its max_payload; found by an audit).
+    await expect(publish(db.pool, { topic, key, headers, payload: `${payload}x` })).rejects.toThrow(
+      /is \d+ bytes as JSON and the headers 8192, over maxPayloadBytes/,
+    );
+    const sink = natsSink({ servers: natsUrl });
+    closers.push(() => sink.close());
+    const relay = createRelay({ pool: db.pool, sink, logger: silent, topics: [topic] });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
+    await relay.stop();
+    const { rows } = await db.pool.query(
+      'SELECT status::text FROM skiplock.outbox_messages WHERE id = $1',
+      [id],
+    );
+    expect(rows[0]).toEqual({ status: 'delivered' });
+  });
+
   it('keeps each key in publish order with 4 relays side by side, each message once in the stream', async () => {
     const { stream, prefix } = streamNames();
     const nc = await connect({ servers: natsUrl });
