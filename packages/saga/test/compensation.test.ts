@@ -340,3 +340,68 @@ describe('a retriable step without a pivot', () => {
     expect((await settled(runtime, 'rnp-first')).status).toBe('failed');
   });
 });
+
+// Found by an audit: the compensation's failure replaced why the saga compensated, and a retry
+// cleared it, so the compensations after the retry read `compensating` and a cancelled saga
+// ended with no error.
+describe('retryFailed of a failed compensation', () => {
+  function sagaWith(name: string, last: () => unknown) {
+    const reasons: string[] = [];
+    const broken = { on: true };
+    const saga = defineSaga({ name, version: 1, input: z.object({}) })
+      .step('one', {
+        ...fast,
+        run: () => 1,
+        compensate: (ctx) => void reasons.push(`one:${ctx.reason}`),
+      })
+      .step('two', {
+        ...fast,
+        run: () => 2,
+        compensation: { maxAttempts: 1 },
+        compensate: (ctx) => {
+          reasons.push(`two:${ctx.reason}`);
+          if (broken.on) throw new NonRetryableError('ledger down');
+        },
+      })
+      .step('three', { ...fast, run: last });
+    return { saga, reasons, broken };
+  }
+
+  it('gives the compensations after it the step failure the saga compensates for', async () => {
+    const { saga, reasons, broken } = sagaWith('retry-reason-failure', () => {
+      throw new NonRetryableError('card declined');
+    });
+    const { runtime } = await startSagas(db.pool, [saga]);
+    await runtime.start(saga, { id: 'rr-failure', input: {} });
+    expect((await settled(runtime, 'rr-failure')).status).toBe('failed');
+    broken.on = false;
+    expect(await runtime.retryFailed('rr-failure')).toMatchObject({ retried: true });
+    const done = await settled(runtime, 'rr-failure');
+    const why = 'step "three" failed: non_retryable: card declined';
+    expect(reasons).toEqual([`two:${why}`, `two:${why}`, `one:${why}`]);
+    expect(done).toMatchObject({ status: 'compensated', error: why });
+  });
+
+  it('keeps a cancel the reason, and the cancelled saga its error', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    const { saga, reasons, broken } = sagaWith('retry-reason-cancel', async () => {
+      started();
+      await gate;
+      return 3;
+    });
+    const { runtime } = await startSagas(db.pool, [saga]);
+    await runtime.start(saga, { id: 'rr-cancel', input: {} });
+    await running;
+    expect(await runtime.cancel('rr-cancel')).toMatchObject({ accepted: true });
+    release();
+    expect((await settled(runtime, 'rr-cancel')).status).toBe('failed');
+    broken.on = false;
+    expect(await runtime.retryFailed('rr-cancel')).toMatchObject({ retried: true });
+    const done = await settled(runtime, 'rr-cancel');
+    expect(reasons).toEqual(['two:cancelled', 'two:cancelled', 'one:cancelled']);
+    expect(done).toMatchObject({ status: 'cancelled', error: 'cancelled' });
+  });
+});

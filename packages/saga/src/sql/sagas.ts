@@ -269,11 +269,23 @@ export function finishSaga(id: string, status: SagaStatus, error: string | null 
     RETURNING id, name, error, lock_key, parent_id, parent_step`;
 }
 
+/** Why a saga compensates, as `failStep` wrote it (see `reopenSaga`). */
+const compensationReason = sql`CASE WHEN cancel_requested THEN 'cancelled' ELSE (
+          SELECT format('step "%s" failed: %s', f.step, f.error) FROM skiplock.saga_steps f
+          WHERE f.saga_id = sagas.id AND f.kind = 'step' AND f.status = 'failed'
+          ORDER BY f.finished_at DESC NULLS LAST LIMIT 1) END`;
+
 /**
  * Reopens a `failed` saga at the step or compensation that failed it, for an operator's retry:
  * the history row goes back to `pending` (its error and finish time cleared, its attempts kept)
  * and the saga points at it again, running or compensating, no longer finished. A wait after the
  * pivot whose timeout failed the saga goes back to `waiting` instead.
+ *
+ * A compensation reopened gets back why the saga compensates, as `failStep` wrote it
+ * (`cancelled`, or the step that failed with its error), since the compensation's failure
+ * replaced it: the later compensations' `ctx.reason` and the saga's error at its end. Before,
+ * they read `compensating` and a cancelled saga ended with no error (found by an audit). Other
+ * causes (a parent's reason given to a child) are not kept anywhere and stay NULL.
  */
 export function reopenSaga(p: {
   id: string;
@@ -293,7 +305,8 @@ export function reopenSaga(p: {
     UPDATE skiplock.sagas
     SET status = ${p.status}::skiplock.saga_status, current_step = ${p.step},
         current_kind = ${p.kind}::skiplock.saga_step_kind, current_job_id = ${p.jobId}::bigint,
-        current_since = now(), error = NULL, finished_at = NULL, updated_at = now()
+        current_since = now(), finished_at = NULL, updated_at = now(),
+        error = ${p.kind === 'compensation' ? compensationReason : sql`NULL`}
     WHERE id = ${p.id} AND status = 'failed'`;
 }
 
