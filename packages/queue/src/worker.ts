@@ -778,6 +778,8 @@ export function createWorker(options: WorkerOptions): Worker {
 
   /** Set as stop() hands back the buffer: jobs a claim adds after that are handed back by it. */
   let bufferHandedBack = false;
+  /** The late hand-back, if any: an owned pool ends after it (see doStop). */
+  let lateHandBackDone: Promise<void> = Promise.resolve();
 
   /**
    * A claim that answered after stop() handed back the buffer (its grace cut the wait for the
@@ -786,7 +788,7 @@ export function createWorker(options: WorkerOptions): Worker {
    * for them never returned (found by an audit).
    */
   function lateHandBack(): void {
-    if (bufferHandedBack) void releaseBuffered();
+    if (bufferHandedBack) lateHandBackDone = releaseBuffered();
   }
 
   async function doStop(stopOptions: StopOptions): Promise<void> {
@@ -807,6 +809,7 @@ export function createWorker(options: WorkerOptions): Worker {
     const within = async (what: string, work: Promise<unknown>) => {
       if (!(await settleWithin(graceLeft(), work))) cut.push(what);
     };
+    const claims = [loopDone, onceClaim];
     if (loopDone) await within('claim', loopDone);
     if (onceClaim) await within('claim', onceClaim);
     bufferHandedBack = true;
@@ -870,7 +873,14 @@ export function createWorker(options: WorkerOptions): Worker {
         // their release must land before the pool closes, or they went dead unrun (found in
         // review: the release was sent on an ending pool and never answered).
         await lateRelease;
-        await owned.release();
+        if (!cut.includes('claim')) return owned.release();
+        // A claim the grace cut short may still answer, and its jobs go back on this pool (see
+        // lateHandBack): a pool of the worker's own ends after that, in the background. Ended
+        // here, the hand-back failed and the jobs waited out their leases (found in review).
+        void Promise.allSettled(claims)
+          .then(() => lateHandBackDone)
+          .then(() => owned.release())
+          .catch(() => {});
       })(),
     );
     if (!finished) {
