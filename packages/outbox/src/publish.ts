@@ -27,6 +27,7 @@ export interface OutboxOptions<T extends TopicSchemas> {
   topics: T;
   /** Refuse topics not listed in `topics` (default true): a typo is caught at publish, not downstream. */
   strictTopics?: boolean | undefined;
+  /** Most bytes of payload (as JSON) and headers together (default `DEFAULT_MAX_PAYLOAD_BYTES`). */
   maxPayloadBytes?: number | undefined;
 }
 

@@ -231,8 +231,10 @@ export async function moveOnAfter(
     const next = entry.steps[index + 1]!;
     // Without a pivot, the first retriable step is the point of no return (the README's "Step
     // kinds and order"): from there on a failure ends the saga failed, a cancel is refused and the
-    // deadline no longer applies, as after a pivot. Before, such a saga compensated (audit).
-    if (!pivoted && next.role === 'retriable') {
+    // deadline no longer applies, as after a pivot. Before, such a saga compensated (audit). A
+    // deadline already passed is left to the step's start, which compensates (from review).
+    const overdue = saga.deadline_left_ms !== null && saga.deadline_left_ms <= 0;
+    if (!pivoted && next.role === 'retriable' && !overdue) {
       await e.sql(tx, setSagaFlags(saga.id, { pivoted: true }));
       pivoted = true;
     }

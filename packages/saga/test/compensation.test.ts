@@ -291,6 +291,42 @@ describe('a retriable step without a pivot', () => {
     expect(effects.get('rnp-fail')).toBeUndefined();
   });
 
+  it('still compensates for a deadline that passed before the saga reached the retriable step', async () => {
+    let shipped = false;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    const saga = defineSaga({
+      name: 'rnp-deadline',
+      version: 1,
+      input: z.object({}),
+      deadlineMs: 60_000,
+    })
+      .step('reserve', {
+        ...fast,
+        run: async () => {
+          started();
+          await gate;
+          return 1;
+        },
+        compensate: (ctx: { sagaId: string }) => note(ctx.sagaId, 'undo'),
+      })
+      .step('ship', { ...fast, retriable: true, run: () => void (shipped = true) });
+    const { runtime } = await startSagas(db.pool, [saga]);
+    await runtime.start(saga, { id: 'rnp-deadline', input: {} });
+    await running;
+    // The deadline passes while `reserve` runs (its own timer, set from the minute it had, has
+    // not fired): found in review, the saga set pivoted on its way to `ship` and shipped.
+    await db.pool.query(
+      `UPDATE skiplock.sagas SET deadline = now() - interval '1 second' WHERE id = 'rnp-deadline'`,
+    );
+    release();
+    expect((await settled(runtime, 'rnp-deadline')).status).toBe('compensated');
+    expect(effects.get('rnp-deadline')).toEqual(['undo']);
+    expect(shipped).toBe(false);
+  });
+
   it('refuses a cancel once the saga reached the retriable step', async () => {
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
