@@ -22,6 +22,7 @@ import {
   lockSaga,
   reopenForCompensation,
   reopenSaga,
+  passPointOfNoReturn,
   setSagaFlags,
   setSagaStatus,
   type FinishedRow,
@@ -159,10 +160,11 @@ export async function enterStep(
   carry?: SagaSnapshot,
 ): Promise<Transition> {
   const spec = entry.steps[index]!;
-  // A saga whose first step is retriable starts past its point of no return (see moveOnAfter).
+  // A saga whose first step is retriable starts past its point of no return (see moveOnAfter),
+  // unless its deadline passed while it was queued behind its lock key (found in review).
   if (index === 0 && spec.role === 'retriable') {
-    await e.sql(tx, setSagaFlags(sagaId, { pivoted: true }));
-    if (carry) carry.saga.pivoted = true;
+    const { rows } = await e.sql(tx, passPointOfNoReturn(sagaId));
+    if (carry && rows.length > 0) carry.saga.pivoted = true;
   }
   const key = stepKey(sagaId, spec.name);
   const at = { id: sagaId, status: 'running' as const, step: spec.name, kind: 'step' as const };
@@ -233,10 +235,8 @@ export async function moveOnAfter(
     // kinds and order"): from there on a failure ends the saga failed, a cancel is refused and the
     // deadline no longer applies, as after a pivot. Before, such a saga compensated (audit). A
     // deadline already passed is left to the step's start, which compensates (from review).
-    const overdue = saga.deadline_left_ms !== null && saga.deadline_left_ms <= 0;
-    if (!pivoted && next.role === 'retriable' && !overdue) {
-      await e.sql(tx, setSagaFlags(saga.id, { pivoted: true }));
-      pivoted = true;
+    if (!pivoted && next.role === 'retriable') {
+      pivoted = (await e.sql(tx, passPointOfNoReturn(saga.id))).rows.length > 0;
     }
     return enterStep(e, tx, entry, saga.id, index + 1, e.onward?.next(next.name, pivoted));
   }

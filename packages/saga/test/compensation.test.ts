@@ -5,6 +5,7 @@ import { defineSaga } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { fast, settled, startSagas, timeline } from './fixtures.js';
 import { metricValue } from '../../../test/support/metrics.js';
+import { waitFor } from '../../../test/support/wait.js';
 
 const db = await useTestDatabase();
 
@@ -325,6 +326,40 @@ describe('a retriable step without a pivot', () => {
     expect((await settled(runtime, 'rnp-deadline')).status).toBe('compensated');
     expect(effects.get('rnp-deadline')).toEqual(['undo']);
     expect(shipped).toBe(false);
+  });
+
+  it('does not start a queued saga past its first retriable step once its deadline passed', async () => {
+    const shipped: string[] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const saga = defineSaga({
+      name: 'rnp-queued',
+      version: 1,
+      input: z.object({}),
+      deadlineMs: 60_000,
+      lockKey: () => 'one-at-a-time',
+    }).step('ship', {
+      ...fast,
+      retriable: true,
+      run: async (ctx) => {
+        shipped.push(ctx.sagaId);
+        if (ctx.sagaId === 'rnp-q1') await gate;
+      },
+    });
+    const { runtime } = await startSagas(db.pool, [saga]);
+    await runtime.start(saga, { id: 'rnp-q1', input: {} });
+    await waitFor(() => shipped.length === 1, { what: 'the first saga to ship' });
+    expect(await runtime.start(saga, { id: 'rnp-q2', input: {} })).toMatchObject({
+      status: 'queued',
+    });
+    // Its deadline passes while it waits for the key (found in review: it then shipped).
+    await db.pool.query(
+      `UPDATE skiplock.sagas SET deadline = now() - interval '1 second' WHERE id = 'rnp-q2'`,
+    );
+    release();
+    expect((await settled(runtime, 'rnp-q1')).status).toBe('completed');
+    expect((await settled(runtime, 'rnp-q2')).status).toBe('compensated');
+    expect(shipped).toEqual(['rnp-q1']);
   });
 
   it('refuses a cancel once the saga reached the retriable step', async () => {

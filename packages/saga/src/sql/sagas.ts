@@ -246,6 +246,18 @@ export function setSagaFlags(
 }
 
 /**
+ * Marks a saga without a pivot past its point of no return as it reaches its first retriable
+ * step (see `moveOnAfter`), unless its deadline has passed: the step's start then compensates, as
+ * for any step before that point. Returns a row when it marked the saga.
+ */
+export function passPointOfNoReturn(id: string) {
+  return sql`
+    UPDATE skiplock.sagas SET pivoted = true, updated_at = now()
+    WHERE id = ${id} AND (deadline IS NULL OR deadline > now())
+    RETURNING true AS pivoted`;
+}
+
+/**
  * What a saga's end returns: the lock key it may have held (for the next one's turn), and the
  * parent step a child saga's end moves on.
  */
