@@ -146,7 +146,9 @@ function checkHeaders(headers: unknown, path: string, issues: PublishIssue[]): n
   if (entries.length > MAX_HEADERS) {
     issues.push({ path, message: `has ${entries.length} entries, more than ${MAX_HEADERS}` });
   }
+  let bytes = 0;
   for (const [name, value] of entries) {
+    bytes += Buffer.byteLength(name) + (typeof value === 'string' ? Buffer.byteLength(value) : 0);
     if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,200}$/.test(name)) {
       issues.push({ path: `${path}.${name}`, message: 'is not a valid header name' });
     } else if (
@@ -168,10 +170,6 @@ function checkHeaders(headers: unknown, path: string, issues: PublishIssue[]): n
     } else if (EDGE_SPACE.test(value)) {
       issues.push({ path: `${path}.${name}`, message: 'begins or ends with a space or tab' });
     }
-  }
-  let bytes = 0;
-  for (const [name, value] of entries) {
-    bytes += Buffer.byteLength(name) + (typeof value === 'string' ? Buffer.byteLength(value) : 0);
   }
   if (bytes > MAX_HEADER_BYTES) {
     issues.push({
