@@ -28,6 +28,14 @@ const claimWaitingForLock = () =>
     { what: 'the claim waiting for the lock' },
   );
 
+/** The row's xmin: it changes with every committed write of the row. */
+const rowVersion = async (id: string) =>
+  (
+    await db.pool.query<{ v: string }>('SELECT xmin::text AS v FROM skiplock.jobs WHERE id = $1', [
+      id,
+    ])
+  ).rows[0]!.v;
+
 describe('worker outcomes', () => {
   it('retries a failing job with backoff in the database clock, then dead with every error kept', async () => {
     const attempts: number[] = [];
@@ -542,6 +550,10 @@ describe('worker outcomes', () => {
         handler: () => void (ran += 1),
       });
       const { id } = await client.enqueue(job, {});
+      // The row's version as enqueued: until the late claim commits, a read still sees this
+      // pending row, so the wait below is for a pending row written after it (CI saw the wait
+      // pass on the unclaimed row and the claim commit after it).
+      const enqueued = await rowVersion(id);
       // The test's pool outlives stop(); a pool of the worker's own must too, until the late
       // claim's hand-back (found in review: it was ended, and the hand-back failed).
       const pool = db.newPool(4);
@@ -578,9 +590,11 @@ describe('worker outcomes', () => {
       // The claim commits now, after stop() returned. Before (found by an audit): its job stayed
       // processing, leased to the stopped worker, and runOnce() never returned.
       if (once) expect(await once).toBe(0);
-      await waitFor(async () => (await jobRow(db.pool, id)).status === 'pending', {
-        what: 'the late claim to be handed back',
-      });
+      await waitFor(
+        async () =>
+          (await jobRow(db.pool, id)).status === 'pending' && (await rowVersion(id)) !== enqueued,
+        { what: 'the late claim to be handed back' },
+      );
       expect(await jobRow(db.pool, id)).toMatchObject({ locked_by: null, attempts: 0 });
       expect(ran).toBe(0);
       await pool.end();
