@@ -1,0 +1,2 @@
+DROP INDEX "skiplock"."outbox_messages_pending_key_idx";--> statement-breakpoint
+CREATE INDEX "outbox_messages_pending_key_idx" ON "skiplock"."outbox_messages" USING btree ("key",(run_after = 'infinity'::timestamptz),"id") WHERE status = 'pending' AND key IS NOT NULL;
