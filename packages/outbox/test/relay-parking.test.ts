@@ -72,6 +72,53 @@ describe('relay parking of a key’s backlog', () => {
     expect(await parking(topic)).toEqual({});
   });
 
+  it('parks nothing when a claim fills its batch: it stopped at its limit, not at a backlog', async () => {
+    const topic = 'park.filled';
+    await publishMany(db.pool, [
+      ...range(30).map((i) => ({ topic, key: 'long', payload: i })),
+      ...range(10).map((i) => ({ topic, key: `single-${i}`, payload: i })),
+    ]);
+    const { sink } = recordingSink();
+    const relay = createRelay({
+      pool: db.pool,
+      sink,
+      logger: silent,
+      topics: [topic],
+      batchSize: 5,
+    });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 5 });
+    expect((await parking(topic))['long']).toEqual({ pending: 29, parked: 0 });
+  });
+
+  it('stalls a key whose parked messages have nothing below them, rather than deliver past them, until they are unparked', async () => {
+    // What a relay of an earlier version leaves (found in review): it delivers a key's messages
+    // without unparking the next, so the parked ones are left with no message below them.
+    const topic = 'park.stranded';
+    const ids = await publishMany(
+      db.pool,
+      range(20).map((i) => ({ topic, key: 'K', payload: i })),
+    );
+    const { sink, seen } = recordingSink();
+    const relay = createRelay({ pool: db.pool, sink, logger: silent, topics: [topic] });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1 });
+    await db.pool.query(
+      `UPDATE skiplock.outbox_messages SET status = 'delivered', settled_at = now()
+       WHERE id = ANY($1::bigint[])`,
+      [ids.slice(1, 1 + PARK_WINDOW)],
+    );
+    await publishMany(db.pool, [{ topic, key: 'K', payload: 20 }]);
+    // Message 20 is unparked and due, but parked messages of its key come before it.
+    expect(await relay.runOnce()).toMatchObject({ claimed: 0 });
+    // The README's remedy: unpark them all; the claims park again what they need to.
+    await db.pool.query(
+      `UPDATE skiplock.outbox_messages SET run_after = created_at
+       WHERE status = 'pending' AND run_after = 'infinity'`,
+    );
+    for (let pass = 0; pass < 30 && (await relay.runOnce()).claimed > 0; pass++);
+    expect(seen.get('K')).toEqual([0, ...range(21).slice(1 + PARK_WINDOW)]);
+    expect(await parking(topic)).toEqual({});
+  });
+
   it('lets a parked key go on when its first message goes dead, waits out a failure, or is sent dead by maintenance', async () => {
     const topic = 'park.ends';
     // Payload 12 of each key fails. By then the window (1..8) is delivered and 12 is its key's
