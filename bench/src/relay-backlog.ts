@@ -13,8 +13,10 @@
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { pino } from 'pino';
-import { createRelay, migrate, publishMany, type Sink } from '@skiplock/outbox';
-import { freshDatabase, resolveServer } from './server.js';
+import { createRelay, type Sink } from '@skiplock/outbox';
+import { fillOutbox, outboxDatabase } from './scenarios/relay.js';
+import { resolveServer } from './server.js';
+import { dropTemplates } from './templates.js';
 
 const { values } = parseArgs({
   options: {
@@ -43,23 +45,11 @@ const logger = pino({ level: 'silent' });
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 
 async function drain(adminUrl: string, keys: number) {
-  const db = await freshDatabase(adminUrl);
+  const db = await outboxDatabase(adminUrl);
   const pool = new pg.Pool({ connectionString: db.url, max: 4 });
   pool.on('error', () => {});
   try {
-    await migrate({ connectionString: db.url, logger });
-    for (let from = 0; from < messages; from += 1_000) {
-      const n = Math.min(1_000, messages - from);
-      await publishMany(
-        pool,
-        Array.from({ length: n }, (_, i) => ({
-          topic: 'backlog',
-          key: `k${(from + i) % keys}`,
-          payload: { i: from + i },
-        })),
-      );
-    }
-    await pool.query('ANALYZE skiplock.outbox_messages');
+    await fillOutbox(db.url, messages, keys);
     let outOfOrder = 0;
     const last = new Map<string, number>();
     const sink: Sink = {
@@ -107,5 +97,6 @@ const server = await resolveServer(() => {});
 try {
   for (const keys of keyCounts) console.log(JSON.stringify(await drain(server.adminUrl, keys)));
 } finally {
+  await dropTemplates();
   await server.stop();
 }

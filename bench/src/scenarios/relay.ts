@@ -87,14 +87,14 @@ function within(work: Promise<void>, ms: number): Promise<boolean> {
 }
 
 /** An empty database with the outbox table (cloned from a template migrated once). */
-function outboxDatabase(adminUrl: string) {
+export function outboxDatabase(adminUrl: string) {
   return installedDatabase(adminUrl, 'outbox', (url) =>
     migrate({ connectionString: url, include: [outboxMigrations], logger }).then(() => {}),
   );
 }
 
 /** `count` messages written into the outbox in chunks of 1,000 (one statement each), analyzed. */
-async function fillOutbox(url: string, count: number, keys: number): Promise<void> {
+export async function fillOutbox(url: string, count: number, keys: number): Promise<void> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
