@@ -264,12 +264,15 @@ describe('claiming ahead into the local buffer', () => {
     /** A pool whose first release of waiting buffered jobs commits, then loses its answer. */
     class LostAnswer extends pg.Pool {
       lost = 0;
+      /** Counted when the hand-back's answer arrives (it has committed), not when it is sent. */
+      committed = 0;
       override query(...args: unknown[]): never {
         const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string })?.text;
         const sent = (super.query as (...a: unknown[]) => Promise<unknown>)(...args);
         if (this.lost === 0 && text?.includes('WITH released AS')) {
           this.lost += 1;
           return sent.then(() => {
+            this.committed += 1;
             throw new Error('connection lost after COMMIT');
           }) as never;
         }
@@ -319,7 +322,7 @@ describe('claiming ahead into the local buffer', () => {
         onFirst,
         [true, false, false, false].map((slow, n) => ({ payload: { n, slow } })),
       );
-      await waitFor(() => pool.lost === 1, { what: 'the hand-back whose answer is lost' });
+      await waitFor(() => pool.committed === 1, { what: 'the hand-back whose answer is lost' });
       // Back in the database, so another worker claims and runs them; the first one still has
       // them buffered.
       expect(await second.runOnce()).toBe(3);
