@@ -53,6 +53,9 @@ describe.each(['hang', 'die'] as const)('a worker cut off from the database (%s)
         }),
       ],
       concurrency: 10,
+      // Its late completions must outlast the partition, which lasts until worker B has taken
+      // every lease back: 8 tries (about 8 s of backoff at least) can run out on a loaded machine.
+      settleAttempts: 20,
       heartbeatIntervalMs: 200,
       pollIntervalMs: 50,
       listen: false,

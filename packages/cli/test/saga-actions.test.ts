@@ -22,14 +22,24 @@ async function until(id: string, status: string) {
     what: `saga ${id} to be ${status}`,
   });
 }
-const current = async (id: string) => (await runtime.getSaga(id))?.currentStep;
+/**
+ * At its wait step and parked there: `currentStep` reads `approved` while the wait's job still
+ * runs, before the saga is `waiting`.
+ */
+async function waiting(id: string) {
+  return waitFor(
+    async () => {
+      const saga = await runtime.getSaga(id);
+      return (saga?.currentStep === 'approved' && saga.status === 'waiting') || null;
+    },
+    { what: `saga ${id} to wait` },
+  );
+}
 
 describe('skiplock sagas cancel, retry and signal', () => {
   it('signals a waiting saga on: payload checked by the wait, a repeat ignored', async () => {
     await runtime.start(approval, { id: 'ap-signal', input: { breakUndo: false } });
-    await waitFor(async () => (await current('ap-signal')) === 'approved' || null, {
-      what: 'the saga to wait',
-    });
+    await waiting('ap-signal');
     const bad = await runCli(
       ['sagas', 'signal', 'ap-signal', 'approved', '--module', module, '--payload', '{"by":1}'],
       env,
@@ -89,9 +99,7 @@ describe('skiplock sagas cancel, retry and signal', () => {
 
   it('cancels a waiting saga, which compensates; a second cancel is refused', async () => {
     await runtime.start(approval, { id: 'ap-cancel', input: { breakUndo: false } });
-    await waitFor(async () => (await current('ap-cancel')) === 'approved' || null, {
-      what: 'the saga to wait',
-    });
+    await waiting('ap-cancel');
     const cancel = await runCli(['sagas', 'cancel', 'ap-cancel', '--module', module], env);
     expect(cancel.stderr).toBe('');
     expect(cancel.code).toBe(0);
@@ -120,9 +128,7 @@ describe('skiplock sagas cancel, retry and signal', () => {
   it('retries the failed compensation of a saga once its cause is mended', async () => {
     controls.undoBroken = true;
     await runtime.start(approval, { id: 'ap-retry', input: { breakUndo: true } });
-    await waitFor(async () => (await current('ap-retry')) === 'approved' || null, {
-      what: 'the saga to wait',
-    });
+    await waiting('ap-retry');
     await runtime.cancel('ap-retry');
     await until('ap-retry', 'failed');
 

@@ -467,11 +467,14 @@ describe('concurrency keys', () => {
     await worker.start();
     try {
       // Its LISTEN connection up first: coming up, it admits every key once, and that admission
-      // must not be the one that follows job 0's timeout (a slow machine made it so).
+      // must not be the one that follows job 0's timeout (a slow machine made it so). Done with
+      // its first claim, not merely connected: the wake that claims there is sent with the one
+      // that admits, after LISTEN; the connection shows before either.
       await waitFor(async () => {
         const { rows } = await db.pool.query(
           `SELECT 1 FROM pg_stat_activity
-           WHERE application_name = 'skiplock-listener' AND datname = current_database()`,
+           WHERE application_name = 'skiplock-listener' AND datname = current_database()
+             AND state = 'idle' AND query LIKE '%FOR UPDATE SKIP LOCKED%'`,
         );
         return rows.length > 0;
       });
@@ -556,7 +559,8 @@ describe('concurrency keys', () => {
       await completed;
       await waitFor(async () => {
         const { rows } = await db.pool.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
+          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
         );
         return rows[0]!.n === 1;
       });

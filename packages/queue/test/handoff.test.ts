@@ -450,7 +450,8 @@ describe('the lease of a handed-off job', () => {
     await waitFor(async () => {
       const { rows } = await db.pool.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND mode = 'ExclusiveLock'
-           AND relation = 'skiplock.jobs'::regclass`,
+           AND relation = 'skiplock.jobs'::regclass
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
       );
       return rows[0]!.n === 1;
     });

@@ -138,6 +138,8 @@ describe('claiming ahead into the local buffer', () => {
       logger: logs.logger,
     });
     const b = testWorker(db.pool, [mixed], { concurrency: 5 });
+    const claimedByA = new Set<string>();
+    a.on('job:claimed', (e) => claimedByA.add(e.jobId));
     try {
       // Teach worker A its handlers are quick, so that it claims ahead.
       await client.enqueueMany(
@@ -162,7 +164,9 @@ describe('claiming ahead into the local buffer', () => {
         tx.release();
       }
       const quickIds = jobs.slice(1).map((j) => j.id);
-      await waitFor(async () => (await countByStatus(db.pool, 'buffer-wait')).processing === 6, {
+      // Counted as A claims them, not read from the rows: they read `processing` only until A's
+      // hand-back, 200 ms later, which a loaded machine's poll can miss.
+      await waitFor(() => jobs.every((j) => claimedByA.has(j.id)), {
         what: 'worker A claiming all six',
       });
       // Before: they stayed leased in A's buffer behind the slow job, and B found nothing.

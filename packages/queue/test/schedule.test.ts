@@ -476,7 +476,7 @@ describe('scheduler', () => {
         (
           await db.pool.query(
             `SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction'
-             AND query LIKE '%pg_try_advisory_xact_lock%'`,
+             AND datname = current_database() AND query LIKE '%pg_try_advisory_xact_lock%'`,
           )
         ).rowCount === 1,
       { what: "A's open re-record" },

@@ -454,22 +454,26 @@ describe('worker outcomes', () => {
 
   it('stop() past its deadline aborts handlers and releases jobs without spending an attempt', async () => {
     let sawShutdown = false;
+    let started = false;
     const endless = defineJob({
       type: 'endless',
       payload: z.object({}),
       handler: (_p, ctx) =>
-        new Promise<void>((_resolve, reject) =>
+        new Promise<void>((_resolve, reject) => {
+          started = true;
           ctx.signal.addEventListener('abort', () => {
             sawShutdown = (ctx.signal.reason as Error).name === 'ShutdownError';
             reject(ctx.signal.reason as Error);
-          }),
-        ),
+          });
+        }),
     });
     const { id } = await client.enqueue(endless, {});
     const logs = captureLogs();
     const worker = testWorker(db.pool, [endless], { pollIntervalMs: 20, logger: logs.logger });
     await worker.start();
-    await waitFor(async () => (await jobRow(db.pool, id)).status === 'processing');
+    // The handler running, not the row reading `processing`: the claim's commit is visible before
+    // its answer reaches the worker, and a stop() in between hands the job back unstarted.
+    await waitFor(() => started);
     await worker.stop({ timeoutMs: 50 });
     const row = await jobRow(db.pool, id);
     expect(sawShutdown).toBe(true);

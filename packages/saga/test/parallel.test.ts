@@ -576,7 +576,10 @@ describe('parallel branches', () => {
     try {
       const ids = Array.from({ length: 40 }, (_, i) => `w${i}`);
       await Promise.all(ids.map((id, n) => runtime.start(wide, { id, input: { n } })));
-      const sagas = await Promise.all(ids.map((id) => settled(runtime, id)));
+      // One at a time: 40 pollers at once, each reading a saga every 25 ms, held the pool the
+      // workers share and slowed the sagas past their wait on a loaded machine.
+      const sagas = [];
+      for (const id of ids) sagas.push(await settled(runtime, id));
       sagas.forEach((saga, n) => {
         expect(saga.status).toBe('completed');
         expect(saga.history.find((h) => h.step === 'sum')?.output).toBe(4 * n + 10);

@@ -84,7 +84,9 @@ describe('durable sleep', () => {
     await runtime.start(cooling, { id: 'nap-1', input: { ms: 0 } });
     const sleeping = await settled(runtime, 'nap-1', ['waiting']);
     expect(timeline(sleeping)).toEqual(['open:completed', 'cooldown:waiting']);
-    expect(worker.inFlight).toBe(0);
+    // Waited for, not read at once: the step's commit is visible before its answer frees the
+    // slot. Well under the 2.5 s sleep, so a sleep that holds its slot still fails.
+    await waitFor(() => worker.inFlight === 0, { what: 'the slot freed', timeoutMs: 1_500 });
     const wake = await wakeJob('nap-1', 'cooldown');
     expect(wake?.status).toBe('pending');
     expect(wake!.due_in_ms).toBeGreaterThan(100);
