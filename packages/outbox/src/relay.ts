@@ -24,6 +24,8 @@ import {
   OUTBOX_CHANNEL,
   settleDelivered,
   settleMessages,
+  UNSTALL_PAGE,
+  unparkStalledKeys,
   type ClaimedRow,
 } from './sql/messages.js';
 
@@ -91,6 +93,11 @@ export interface RetentionResult {
    * attempt's lease ran out (their relay died), or `maxAttempts` was lowered below their count.
    */
   expired: number;
+  /**
+   * Keys whose parked messages had nothing before them, their next message made due again (see
+   * "Long backlogs on a few keys" in the README: a relay of an earlier version leaves keys so).
+   */
+  unstalled: number;
 }
 
 export interface Relay {
@@ -105,7 +112,10 @@ export interface Relay {
   stop(options?: { timeoutMs?: number }): Promise<void>;
   /** One claim, delivery and settle, as one turn of `start()`'s loop; for tests and scripts. */
   runOnce(): Promise<RelayPassResult>;
-  /** One bounded maintenance pass: retention, and this relay's messages out of attempts. */
+  /**
+   * One bounded maintenance pass: retention, this relay's messages out of attempts, and one page
+   * of parked messages looked over for stalled keys.
+   */
   retainOnce(): Promise<RetentionResult>;
 }
 
@@ -338,6 +348,8 @@ export function createRelay(options: RelayOptions): Relay {
     }
   }
 
+  /** Where the next look for stalled keys starts: the last parked id the previous one read. */
+  let unstallAfter = '0';
   const retention = new IntervalService<RetentionResult>(
     'outbox-retention',
     maintenanceMs,
@@ -359,6 +371,21 @@ export function createRelay(options: RelayOptions): Relay {
           );
         }
       }
+      const { rows: swept } = await runSql<{
+        last: string | null;
+        read: number;
+        unstalled: number;
+      }>(pool, unparkStalledKeys(unstallAfter, UNSTALL_PAGE));
+      const page = swept[0];
+      // The next pass reads the next page; after a short one it starts over.
+      unstallAfter = page && page.read === UNSTALL_PAGE && page.last ? page.last : '0';
+      const unstalled = page?.unstalled ?? 0;
+      if (unstalled > 0) {
+        logger.warn(
+          { reason: 'outbox_key_unstalled', keys: unstalled },
+          'keys held back behind parked messages with nothing before them; their next message is due again',
+        );
+      }
       let deleted = 0;
       for (let round = 0; round < RETENTION_ROUNDS && !stopping.signal.aborted; round++) {
         const { rowCount } = await runSql(pool, deleteDelivered(retainMs, RETENTION_BATCH));
@@ -368,7 +395,7 @@ export function createRelay(options: RelayOptions): Relay {
       if (deleted > 0) {
         logger.info({ reason: 'outbox_retention', deleted }, 'deleted delivered messages');
       }
-      return { deleted, expired: expiredRows.length };
+      return { deleted, expired: expiredRows.length, unstalled };
     },
     logger,
   );

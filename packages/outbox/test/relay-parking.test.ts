@@ -9,7 +9,8 @@ import {
   type OutboxMessage,
   type Sink,
 } from '../src/index.js';
-import { PARK_WINDOW } from '../src/sql/messages.js';
+import { runSql } from '@skiplock/queue/engine';
+import { PARK_WINDOW, unparkStalledKeys } from '../src/sql/messages.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 
@@ -47,6 +48,15 @@ function recordingSink(answer: (m: OutboxMessage) => Delivery = () => ({ ok: tru
 }
 
 const range = (n: number) => Array.from({ length: n }, (_, i) => i);
+
+/** One page of maintenance's look for stalled keys, with a page size a test can reach. */
+async function unstall(after: string, limit: number) {
+  const { rows } = await runSql<{ last: string | null; read: number; unstalled: number }>(
+    db.pool,
+    unparkStalledKeys(after, limit),
+  );
+  return rows[0]!;
+}
 
 describe('relay parking of a key’s backlog', () => {
   it('parks the backlog past the window behind the key’s first message and lets it go one by one, in order', async () => {
@@ -117,6 +127,56 @@ describe('relay parking of a key’s backlog', () => {
     for (let pass = 0; pass < 30 && (await relay.runOnce()).claimed > 0; pass++);
     expect(seen.get('K')).toEqual([0, ...range(21).slice(1 + PARK_WINDOW)]);
     expect(await parking(topic)).toEqual({});
+  });
+
+  it('has maintenance unpark a stalled key, page by page, and leave a key with a message before its parked ones alone', async () => {
+    const topic = 'park.unstall';
+    const ids = await publishMany(db.pool, [
+      ...range(20).map((i) => ({ topic, key: 'K', payload: i })),
+      ...range(20).map((i) => ({ topic, key: 'L', payload: i })),
+    ]);
+    const { sink, seen } = recordingSink();
+    const logs: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'warn' }, { write: (l: string) => void logs.push(JSON.parse(l)) });
+    const relay = createRelay({ pool: db.pool, sink, logger, topics: [topic] });
+    // Both keys' first messages go; each key then has its window unparked and 11 parked.
+    expect(await relay.runOnce()).toMatchObject({ claimed: 2 });
+    // K's window delivered as a relay of an earlier version would: nothing unparks K's next.
+    await db.pool.query(
+      `UPDATE skiplock.outbox_messages SET status = 'delivered', settled_at = now()
+       WHERE id = ANY($1::bigint[])`,
+      [ids.slice(1, 1 + PARK_WINDOW)],
+    );
+    await publishMany(db.pool, [{ topic, key: 'K', payload: 20 }]);
+    const parkedBehind = 20 - 1 - PARK_WINDOW;
+    expect(await parking(topic)).toEqual({
+      K: { pending: parkedBehind + 1, parked: parkedBehind },
+      L: { pending: 19, parked: parkedBehind },
+    });
+    // The page reads parked messages in id order: one of 4 ends at K's fourth, and unparks K's
+    // first; the next starts after it and finds K unparked before the rest, so unparks nothing.
+    const first = await unstall('0', 4);
+    expect(first).toEqual({ last: ids[1 + PARK_WINDOW + 3], read: 4, unstalled: 1 });
+    expect(await unstall(first.last!, 4)).toMatchObject({ read: 4, unstalled: 0 });
+    expect(await parking(topic)).toEqual({
+      K: { pending: parkedBehind + 1, parked: parkedBehind - 1 },
+      L: { pending: 19, parked: parkedBehind },
+    });
+    // Stalled again as an earlier relay would leave it: the relay's maintenance frees it.
+    await db.pool.query(
+      `UPDATE skiplock.outbox_messages SET status = 'delivered', settled_at = now() WHERE id = $1`,
+      [ids[1 + PARK_WINDOW]],
+    );
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1 }); // L's, K is held back
+    expect(await relay.retainOnce()).toMatchObject({ unstalled: 1 });
+    expect(logs.filter((l) => l['reason'] === 'outbox_key_unstalled')).toEqual([
+      expect.objectContaining({ keys: 1 }),
+    ]);
+    for (let pass = 0; pass < 60 && (await relay.runOnce()).claimed > 0; pass++);
+    expect(seen.get('K')).toEqual([0, ...range(21).slice(2 + PARK_WINDOW)]);
+    expect(seen.get('L')).toEqual(range(20));
+    expect(await parking(topic)).toEqual({});
+    expect(await relay.retainOnce()).toMatchObject({ unstalled: 0 });
   });
 
   it('lets a parked key go on when its first message goes dead, waits out a failure, or is sent dead by maintenance', async () => {

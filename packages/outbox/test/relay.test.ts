@@ -348,7 +348,7 @@ describe('relay', () => {
       [ids, ids[9]],
     );
     const before = await outboxCounts(db.pool);
-    expect(await relay.retainOnce()).toEqual({ deleted: 10, expired: 0 });
+    expect(await relay.retainOnce()).toEqual({ deleted: 10, expired: 0, unstalled: 0 });
     expect((await statusOf(ids)).map((r) => r.id)).toEqual(ids.slice(10));
     expect((await outboxCounts(db.pool)).delivered).toBe(before.delivered - 10);
   });

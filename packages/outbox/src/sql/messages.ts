@@ -379,6 +379,50 @@ export function expireLastAttempts(
     SELECT id::text AS id, lease_ran_out FROM expired`;
 }
 
+/** Parked messages one maintenance pass reads when it looks for stalled keys. */
+export const UNSTALL_PAGE = 10_000;
+
+/**
+ * Unparks the first parked message of every key that has parked messages and no unparked pending
+ * one before them: nothing of the key is in flight or waiting, so no settle will ever unpark it,
+ * and the claim, which looks at both halves, holds the key back for good. A relay of an earlier
+ * version leaves a key so when it delivers the key's first message (it neither unparks nor sees
+ * parked messages), as does a rollback; this version's own statements never do. Reads one page of
+ * the parked messages, in id order after `after` (the claim's index: parked ones lie at its
+ * end), and looks at each key of the page once, two probes of the per-key index. Unparking too
+ * much costs only parking again: the claim, not parking, keeps a key's order. The update finds
+ * its rows by id and checks they are still parked with `isfinite`, which no index answers:
+ * written `run_after = 'infinity'`, the planner read every parked row of the claim's index
+ * instead (10,000 for 6 heads, 4.6 ms of the statement's 13.6).
+ */
+export function unparkStalledKeys(after: string, limit: number) {
+  return sql`
+    WITH page AS (
+      SELECT p.id, p.key FROM skiplock.outbox_messages p
+      WHERE p.status = 'pending' AND p.run_after = 'infinity'::timestamptz
+        AND p.id > ${after}::bigint
+      ORDER BY p.run_after, p.id
+      LIMIT ${literal(limit)}
+    ),
+    heads AS (
+      SELECT f.id FROM (SELECT DISTINCT key FROM page WHERE key IS NOT NULL) k
+      CROSS JOIN LATERAL (
+        SELECT n.id FROM skiplock.outbox_messages n
+        WHERE ${ofKey('n', 'k', 'parked', {})} ${inIndexOrder('n')} LIMIT 1) f
+      WHERE ${noneOfKey('k', 'unparked', { before: 'f.id' })}
+    ),
+    unstalled AS (
+      UPDATE skiplock.outbox_messages u
+      SET run_after = u.created_at
+      WHERE u.id = ANY(ARRAY(SELECT id FROM heads))
+        AND u.status = 'pending' AND NOT isfinite(u.run_after)
+      RETURNING u.id
+    )
+    SELECT (SELECT max(id) FROM page)::text AS last,
+           (SELECT count(*) FROM page)::int AS read,
+           (SELECT count(*) FROM unstalled)::int AS unstalled`;
+}
+
 /**
  * Deletes up to `limit` delivered messages settled before the cut-off, oldest first, whatever
  * their topic: relays sharing the table share its retention, the shortest `retainDeliveredMs`
