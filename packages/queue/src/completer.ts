@@ -61,19 +61,23 @@ export class Completer {
     try {
       while (this.waiting.length > 0) {
         const batch = this.waiting.splice(0, this.maxBatch);
-        const statement = namedStatement(
-          'skiplock_complete_batch',
-          completeBatch(
-            this.workerId,
-            batch.map((w) => w.token),
-            !this.asyncCommit,
-          ),
-        );
-        await this.write(batch, statement, 1);
+        await this.write(batch, this.statement(batch, false), 1);
       }
     } finally {
       this.flushing = null;
     }
+  }
+
+  private statement(batch: Waiting[], again: boolean): Statement {
+    return namedStatement(
+      again ? 'skiplock_complete_batch_again' : 'skiplock_complete_batch',
+      completeBatch(
+        this.workerId,
+        batch.map((w) => w.token),
+        !this.asyncCommit,
+        again,
+      ),
+    );
   }
 
   /**
@@ -94,9 +98,9 @@ export class Completer {
         { reason: 'db_error', attempt, jobs: batch.length, err: errorMessage(error) },
         'settle write failed; retrying',
       );
-      const retry = sleep(retryDelayMs(attempt)).then(() =>
-        this.write(batch, statement, attempt + 1),
-      );
+      // Written again as a retry: the failed write may have committed and lost its answer.
+      const again = attempt === 1 ? this.statement(batch, true) : statement;
+      const retry = sleep(retryDelayMs(attempt)).then(() => this.write(batch, again, attempt + 1));
       this.retrying.add(retry);
       void retry.then(() => this.retrying.delete(retry));
       return;

@@ -2,7 +2,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, defineJob } from '../src/index.js';
-import { runSql } from '../src/db.js';
+import { runSql, type Queryable, type Statement } from '../src/db.js';
 import { Completer } from '../src/completer.js';
 import type { StatementRunner } from '../src/prepared.js';
 import { claimJobs, type ClaimedRow } from '../src/sql/claim.js';
@@ -123,6 +123,37 @@ describe('batched completions', () => {
       await pool.end();
       await proxy.close();
     }
+  });
+
+  it('counts as completed the jobs of a write that committed and lost its answer, when it tries again', async () => {
+    const rows = await claimThree('completer-lost-answer', 'w1');
+    // The second job was swept and completed by another worker meanwhile: not w1's to count.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET locked_by = 'w2', attempts = attempts + 1 WHERE id = $1`,
+      [rows[1]!.id],
+    );
+    const sent: string[] = [];
+    const runner = countingRunner(sent);
+    // The first write commits, then its answer is lost, as on a connection dropped after COMMIT.
+    const losing: StatementRunner = async <T>(target: Queryable, statement: Statement) => {
+      const result = await runner<T>(target, statement);
+      if (sent.length === 1) throw new Error('Connection terminated unexpectedly');
+      return result;
+    };
+    const logs = captureLogs();
+    const completer = new Completer(db.pool, 'w1', false, losing, 3, logs.logger);
+    // w2 finished its attempt of the second job: completed, with w2's name on it.
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'completed' WHERE id = $1`, [
+      rows[1]!.id,
+    ]);
+    const owned = await Promise.all(
+      rows.map((r) => completer.complete({ id: r.id, attempt: r.attempts })),
+    );
+    // Before: [false, false, false], each reported lost to another worker though w1 finished it.
+    expect(owned).toEqual([true, false, true]);
+    expect(sent).toHaveLength(2);
+    expect(logs.reasons()).toEqual(['db_error']);
+    for (const r of rows) expect((await jobRow(db.pool, r.id)).status).toBe('completed');
   });
 
   it('writes other batches while one waits to be tried again', async () => {

@@ -7,8 +7,8 @@ export interface LockToken {
 }
 
 /** The fence every write of a claimed job passes: still processing, still locked by this worker. */
-export const fenced = (workerId: string) =>
-  sql`j.locked_by = ${workerId} AND j.status = 'processing'`;
+export const fenced = (workerId: string, status: 'processing' | 'completed' = 'processing') =>
+  sql`j.locked_by = ${workerId} AND j.status = ${sql.raw(`'${status}'`)}`;
 
 /** The fence for one job: its id, the attempt it was claimed for, and `fenced`. */
 export const ownsToken = (workerId: string, token: LockToken) =>
@@ -21,10 +21,14 @@ export const ownsToken = (workerId: string, token: LockToken) =>
  * tokens once per row (100 × 100 comparisons per batch of 100), and on a table with stale
  * statistics drive the update from another index.
  */
-export const ownsTokens = (workerId: string, tokens: readonly LockToken[]) =>
+export const ownsTokens = (
+  workerId: string,
+  tokens: readonly LockToken[],
+  status: 'processing' | 'completed' = 'processing',
+) =>
   sql`j.id = ANY(${arrayLiteral(tokens.map((t) => t.id))}::bigint[])
       AND (j.id::text || ':' || j.attempts::text) = ANY(${arrayLiteral(tokens.map((t) => `${t.id}:${t.attempt}`))}::text[])
-      AND ${fenced(workerId)}`;
+      AND ${fenced(workerId, status)}`;
 
 /**
  * An array parameter in PostgreSQL's literal form, for elements that need no quoting: a token's id

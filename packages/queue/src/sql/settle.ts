@@ -32,13 +32,30 @@ export function completeJobs(
  * completed and, only when that is not all of them, their ids. The usual answer, every job, is one
  * row instead of one per job (parsing 500 rows per batch was about 9 % of the bytes a drain
  * allocates).
+ *
+ * `again`: the batch's earlier write failed, and may have committed before its answer was lost.
+ * Its jobs that are `completed` at their token's attempt with this worker's `locked_by` were
+ * completed by it (another worker's completion, after the sweeper, carries its own name, and no
+ * other write of this worker completes an attempt the completer holds), and count as completed.
+ * Before, the second write found them not processing and reported each lost to another worker
+ * (`lock_lost`, in logs, events and metrics) though it had finished them. Read in the statement's
+ * snapshot, before `done`'s own updates, so no job counts twice.
  */
-export function completeBatch(workerId: string, tokens: readonly LockToken[], durable: boolean) {
+export function completeBatch(
+  workerId: string,
+  tokens: readonly LockToken[],
+  durable: boolean,
+  again = false,
+) {
+  const finished = again
+    ? sql`UNION ALL SELECT j.id::text AS id FROM skiplock.jobs j
+          WHERE ${ownsTokens(workerId, tokens, 'completed')}`
+    : sql``;
   return sql`
     WITH done AS (${completeJobs(workerId, tokens, { durable })})
     SELECT count(*)::int AS completed,
            CASE WHEN count(*) < ${tokens.length}::int THEN array_agg(id) END AS ids
-    FROM done`;
+    FROM (SELECT id FROM done ${finished}) d`;
 }
 
 /** The row `completeBatch` answers with: `ids` only when some of the batch were not completed. */
