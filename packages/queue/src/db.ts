@@ -175,6 +175,13 @@ export interface TransactionOptions {
    * shutdown ends it.
    */
   abort?: TransactionAbort | undefined;
+  /**
+   * Told `true` as COMMIT is sent and `false` should it fail. Between the server's commit and its
+   * answer the transaction's writes are visible to others while `work`'s caller cannot know they
+   * committed: a job's completing transaction uses it to keep its heartbeat from reading the
+   * completed row as a lease lost.
+   */
+  committing?: ((inFlight: boolean) => void) | undefined;
 }
 
 /**
@@ -204,7 +211,7 @@ async function inTransaction<T>(
   pool: pg.Pool,
   begin: string,
   work: (client: pg.PoolClient, opening: Opening | undefined) => Promise<T>,
-  { opening: deferBegin = false, abort }: TransactionOptions = {},
+  { opening: deferBegin = false, abort, committing }: TransactionOptions = {},
 ): Promise<T> {
   if (abort?.abortReason) throw abort.abortReason;
   const client = await pool.connect();
@@ -233,7 +240,15 @@ async function inTransaction<T>(
         .query('SELECT pg_cancel_backend($1)', [(client as { processID?: number }).processID])
         .catch(() => {});
     });
-    if (!opening || opening.sent) await client.query('COMMIT');
+    if (!opening || opening.sent) {
+      committing?.(true);
+      try {
+        await client.query('COMMIT');
+      } catch (error) {
+        committing?.(false);
+        throw error;
+      }
+    }
     return value;
   } catch (error) {
     try {

@@ -49,6 +49,13 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
   /** queued: claimed, waiting in the worker's local buffer; running: handler executing. */
   state: 'queued' | 'running' | 'settling' | 'done' = 'queued';
   settledExplicitly = false;
+  /**
+   * Its `completeWith` COMMIT is in flight: the row may read completed before the answer comes.
+   * A heartbeat that found it so took its lease for lost (`lock_lost`, the handler aborted) though
+   * the job completed; the heartbeat leaves it alone meanwhile, as it leaves a row the
+   * transaction holds locked. Should COMMIT fail, the job is renewed again.
+   */
+  committing = false;
   /** Settles when the handler has returned or thrown (at once for a handler never started). */
   handlerSettled: Promise<void> = Promise.resolve();
   /** True from an async handler's start until it has returned or thrown. */
@@ -109,7 +116,11 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
    * absence for a lost lease and aborted the handler's work after the commit).
    */
   isRunning(): boolean {
-    return !this.settledExplicitly && (this.state === 'queued' || this.state === 'running');
+    return (
+      !this.settledExplicitly &&
+      !this.committing &&
+      (this.state === 'queued' || this.state === 'running')
+    );
   }
 
   abort(reason: Error): void {
@@ -549,7 +560,13 @@ function completingTransaction<T>(
     // row lock since the fence, so a `work` that never returned kept the settle, heartbeat and
     // sweeper off the job for good (found in review: a saga step's ctx.transaction callback
     // awaiting a call without a timeout, stuck past its 300 ms timeout and its lease).
-    { opening: true, abort: job },
+    {
+      opening: true,
+      abort: job,
+      committing: (inFlight) => {
+        job.committing = inFlight;
+      },
+    },
   );
 }
 

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -416,6 +417,58 @@ describe('leases, fencing and the sweeper', () => {
     // Before: the next beat found the row completed, aborted the handler and logged lock_lost.
     expect(aborted).toBe(false);
     expect(extendedAfter).toBe(true);
+    expect(logs.lines.filter((l) => l.reason === 'lock_lost')).toEqual([]);
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
+  });
+
+  it('does not take a job for lost when a heartbeat reads its row between the completeWith commit and its answer', async () => {
+    const logs = captureLogs();
+    const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+    pool.on('error', () => {});
+    // Runs once, after the server committed a transaction and before its caller hears so.
+    let betweenCommitAndAnswer: (() => Promise<void>) | null = null;
+    pool.on('connect', (c) => {
+      const query = c.query.bind(c) as (...args: unknown[]) => unknown;
+      (c as { query: unknown }).query = (...args: unknown[]) => {
+        const sent = query(...args);
+        const hook = betweenCommitAndAnswer;
+        if (args[0] !== 'COMMIT' || !hook) return sent;
+        betweenCommitAndAnswer = null;
+        return (sent as Promise<unknown>).then(async (result) => {
+          await hook();
+          return result;
+        });
+      };
+    });
+    let aborted: boolean | null = null;
+    const job = defineJob({
+      type: 'commit-answer-late',
+      payload: z.object({}),
+      handler: async (_p, ctx) => {
+        await ctx.completeWith(async () => {});
+        aborted = ctx.signal.aborted;
+      },
+    });
+    const { id } = await client.enqueue(job, {});
+    const worker = testWorker(pool, [job], {
+      logger: logs.logger,
+      heartbeatIntervalMs: 25_000,
+      pollIntervalMs: 20,
+    });
+    let beat: unknown = null;
+    betweenCommitAndAnswer = async () => {
+      beat = await worker.heartbeat();
+    };
+    try {
+      await worker.start();
+      await waitFor(() => aborted !== null, { what: 'the handler to end' });
+    } finally {
+      await worker.stop();
+      await pool.end();
+    }
+    // Before: the beat found the row completed, took the lease for lost and aborted the handler.
+    expect(beat).toEqual({ renewed: 0, lost: 0, locked: 0 });
+    expect(aborted).toBe(false);
     expect(logs.lines.filter((l) => l.reason === 'lock_lost')).toEqual([]);
     expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
   });
