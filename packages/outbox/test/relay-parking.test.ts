@@ -147,17 +147,25 @@ describe('relay parking of a key’s backlog', () => {
        WHERE id = ANY($1::bigint[])`,
       [ids.slice(1, 1 + PARK_WINDOW)],
     );
-    await publishMany(db.pool, [{ topic, key: 'K', payload: 20 }]);
+    const [late] = await publishMany(db.pool, [{ topic, key: 'K', payload: 20 }]);
     const parkedBehind = 20 - 1 - PARK_WINDOW;
     expect(await parking(topic)).toEqual({
       K: { pending: parkedBehind + 1, parked: parkedBehind },
       L: { pending: 19, parked: parkedBehind },
     });
-    // The page reads parked messages in id order: one of 4 ends at K's fourth, and unparks K's
-    // first; the next starts after it and finds K unparked before the rest, so unparks nothing.
-    const first = await unstall('0', 4);
-    expect(first).toEqual({ last: ids[1 + PARK_WINDOW + 3], read: 4, unstalled: 1 });
-    expect(await unstall(first.last!, 4)).toMatchObject({ read: 4, unstalled: 0 });
+    // A page reads parked messages in id order. One that starts past K's first parked message
+    // (K's 13th to 16th) still unparks that one, the key's first, not the page's.
+    const firstParked = ids[1 + PARK_WINDOW]!;
+    expect(await unstall(ids[12]!, 4)).toEqual({ last: ids[16], read: 4, unstalled: 1 });
+    const { rows: unparked } = await db.pool.query<{ id: string }>(
+      `SELECT id::text FROM skiplock.outbox_messages
+       WHERE topic = $1 AND status = 'pending' AND key = 'K' AND run_after <> 'infinity'`,
+      [topic],
+    );
+    expect(unparked.map((r) => r.id)).toEqual([firstParked, late]);
+    // Now K has a message before its parked ones, and L its window: every page unparks nothing.
+    expect(await unstall('0', 4)).toEqual({ last: ids[13], read: 4, unstalled: 0 });
+    expect(await unstall('0', 100)).toMatchObject({ read: 2 * parkedBehind - 1, unstalled: 0 });
     expect(await parking(topic)).toEqual({
       K: { pending: parkedBehind + 1, parked: parkedBehind - 1 },
       L: { pending: 19, parked: parkedBehind },
@@ -165,7 +173,7 @@ describe('relay parking of a key’s backlog', () => {
     // Stalled again as an earlier relay would leave it: the relay's maintenance frees it.
     await db.pool.query(
       `UPDATE skiplock.outbox_messages SET status = 'delivered', settled_at = now() WHERE id = $1`,
-      [ids[1 + PARK_WINDOW]],
+      [firstParked],
     );
     expect(await relay.runOnce()).toMatchObject({ claimed: 1 }); // L's, K is held back
     expect(await relay.retainOnce()).toMatchObject({ unstalled: 1 });
