@@ -125,36 +125,79 @@ describe('batched completions', () => {
     }
   });
 
-  it('counts as completed the jobs of a write that committed and lost its answer, when it tries again', async () => {
-    const rows = await claimThree('completer-lost-answer', 'w1');
-    // The second job was swept and completed by another worker meanwhile: not w1's to count.
-    await db.pool.query(
-      `UPDATE skiplock.jobs SET locked_by = 'w2', attempts = attempts + 1 WHERE id = $1`,
-      [rows[1]!.id],
-    );
-    const sent: string[] = [];
-    const runner = countingRunner(sent);
-    // The first write commits, then its answer is lost, as on a connection dropped after COMMIT.
-    const losing: StatementRunner = async <T>(target: Queryable, statement: Statement) => {
-      const result = await runner<T>(target, statement);
-      if (sent.length === 1) throw new Error('Connection terminated unexpectedly');
-      return result;
-    };
-    const logs = captureLogs();
-    const completer = new Completer(db.pool, 'w1', false, losing, 3, logs.logger);
-    // w2 finished its attempt of the second job: completed, with w2's name on it.
-    await db.pool.query(`UPDATE skiplock.jobs SET status = 'completed' WHERE id = $1`, [
-      rows[1]!.id,
-    ]);
-    const owned = await Promise.all(
-      rows.map((r) => completer.complete({ id: r.id, attempt: r.attempts })),
-    );
-    // Before: [false, false, false], each reported lost to another worker though w1 finished it.
-    expect(owned).toEqual([true, false, true]);
-    expect(sent).toHaveLength(2);
-    expect(logs.reasons()).toEqual(['db_error']);
-    for (const r of rows) expect((await jobRow(db.pool, r.id)).status).toBe('completed');
-  });
+  for (const asyncCommit of [false, true]) {
+    it(`counts as completed the jobs of a write that committed and lost its answer, when it tries again (asyncCommit ${asyncCommit})`, async () => {
+      const rows = await claimThree(`completer-lost-answer-${asyncCommit}`, 'w1');
+      // The second job was swept, claimed again and completed by another worker: not w1's.
+      await db.pool.query(
+        `UPDATE skiplock.jobs SET locked_by = 'w2', attempts = attempts + 1, status = 'completed'
+         WHERE id = $1`,
+        [rows[1]!.id],
+      );
+      const sent: string[] = [];
+      const runner = countingRunner(sent);
+      // The first write commits, then its answer is lost, as on a connection dropped after COMMIT.
+      const losing: StatementRunner = async <T>(target: Queryable, statement: Statement) => {
+        const result = await runner<T>(target, statement);
+        if (sent.length === 1) throw new Error('Connection terminated unexpectedly');
+        return result;
+      };
+      const logs = captureLogs();
+      const completer = new Completer(db.pool, 'w1', asyncCommit, losing, 3, logs.logger);
+      const owned = await Promise.all(
+        rows.map((r) => completer.complete({ id: r.id, attempt: r.attempts })),
+      );
+      // Before: [false, false, false], each reported lost to another worker though w1 finished it.
+      expect(owned).toEqual([true, false, true]);
+      expect(sent).toHaveLength(2);
+      expect(logs.reasons()).toEqual(['db_error']);
+      for (const r of rows) expect((await jobRow(db.pool, r.id)).status).toBe('completed');
+    });
+
+    it(`counts the jobs of a failed write still running on the server when it tries again (asyncCommit ${asyncCommit})`, async () => {
+      const rows = await claimThree(`completer-in-flight-${asyncCommit}`, 'w1');
+      const sent: string[] = [];
+      const runner = countingRunner(sent);
+      // The first write runs in a transaction the client gave up on, still open on the server
+      // when the retry comes; it commits while the retry waits for its rows.
+      const stray = await db.pool.connect();
+      let strayOpen = false;
+      const losing: StatementRunner = async <T>(target: Queryable, statement: Statement) => {
+        if (sent.length > 0) return runner<T>(target, statement);
+        sent.push(statement.text);
+        await stray.query('BEGIN');
+        strayOpen = true;
+        await stray.query(statement.text, statement.values);
+        throw new Error('Connection terminated unexpectedly');
+      };
+      const logs = captureLogs();
+      const completer = new Completer(db.pool, 'w1', asyncCommit, losing, 3, logs.logger);
+      try {
+        const owned = Promise.all(
+          rows.map((r) => completer.complete({ id: r.id, attempt: r.attempts })),
+        );
+        await waitFor(
+          async () => {
+            const { rows: waiting } = await db.pool.query<{ n: number }>(
+              `SELECT count(*)::int AS n FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND datname = current_database()`,
+            );
+            return waiting[0]!.n > 0;
+          },
+          { what: 'the retry waiting for the first write' },
+        );
+        await stray.query('COMMIT');
+        strayOpen = false;
+        // Before (the rows read in the retry's snapshot): [false, false, false].
+        expect(await owned).toEqual([true, true, true]);
+        expect(sent).toHaveLength(2);
+        for (const r of rows) expect((await jobRow(db.pool, r.id)).status).toBe('completed');
+      } finally {
+        if (strayOpen) await stray.query('ROLLBACK');
+        stray.release();
+      }
+    });
+  }
 
   it('writes other batches while one waits to be tried again', async () => {
     // A short lock timeout: a batch whose row another transaction holds fails, and is tried again.

@@ -7,8 +7,8 @@ export interface LockToken {
 }
 
 /** The fence every write of a claimed job passes: still processing, still locked by this worker. */
-export const fenced = (workerId: string, status: 'processing' | 'completed' = 'processing') =>
-  sql`j.locked_by = ${workerId} AND j.status = ${sql.raw(`'${status}'`)}`;
+export const fenced = (workerId: string, settled: 'processing' | 'or completed' = 'processing') =>
+  sql`j.locked_by = ${workerId} AND j.status ${sql.raw(settled === 'processing' ? "= 'processing'" : "IN ('processing', 'completed')")}`;
 
 /** The fence for one job: its id, the attempt it was claimed for, and `fenced`. */
 export const ownsToken = (workerId: string, token: LockToken) =>
@@ -24,7 +24,7 @@ export const ownsToken = (workerId: string, token: LockToken) =>
 export const ownsTokens = (
   workerId: string,
   tokens: readonly LockToken[],
-  status: 'processing' | 'completed' = 'processing',
+  status: 'processing' | 'or completed' = 'processing',
 ) =>
   sql`j.id = ANY(${arrayLiteral(tokens.map((t) => t.id))}::bigint[])
       AND (j.id::text || ':' || j.attempts::text) = ANY(${arrayLiteral(tokens.map((t) => `${t.id}:${t.attempt}`))}::text[])

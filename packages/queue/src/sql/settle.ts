@@ -31,15 +31,7 @@ export function completeJobs(
  * The worker's batched completion: `completeJobs` for a batch, answered with one row, how many it
  * completed and, only when that is not all of them, their ids. The usual answer, every job, is one
  * row instead of one per job (parsing 500 rows per batch was about 9 % of the bytes a drain
- * allocates).
- *
- * `again`: the batch's earlier write failed, and may have committed before its answer was lost.
- * Its jobs that are `completed` at their token's attempt with this worker's `locked_by` were
- * completed by it (another worker's completion, after the sweeper, carries its own name, and no
- * other write of this worker completes an attempt the completer holds), and count as completed.
- * Before, the second write found them not processing and reported each lost to another worker
- * (`lock_lost`, in logs, events and metrics) though it had finished them. Read in the statement's
- * snapshot, before `done`'s own updates, so no job counts twice.
+ * allocates). `again`: see `completeBatchAgain`.
  */
 export function completeBatch(
   workerId: string,
@@ -47,15 +39,48 @@ export function completeBatch(
   durable: boolean,
   again = false,
 ) {
-  const finished = again
-    ? sql`UNION ALL SELECT j.id::text AS id FROM skiplock.jobs j
-          WHERE ${ownsTokens(workerId, tokens, 'completed')}`
-    : sql``;
+  if (again) return completeBatchAgain(workerId, tokens, durable);
   return sql`
     WITH done AS (${completeJobs(workerId, tokens, { durable })})
     SELECT count(*)::int AS completed,
            CASE WHEN count(*) < ${tokens.length}::int THEN array_agg(id) END AS ids
-    FROM (SELECT id FROM done ${finished}) d`;
+    FROM done`;
+}
+
+/**
+ * The batch written again after a failed write, which may have committed before its answer was
+ * lost, or may still be running on the server (a connection the client gave up on while the
+ * write waited for a row lock). Its jobs that are `completed` at their token's attempt under this
+ * worker's name were completed by that write, and count as completed: another worker's
+ * completion, after the sweeper, carries its own name and a later attempt, and no other write of
+ * this worker completes an attempt the completer holds. Before, the second write found them not
+ * processing and reported each lost to another worker (`lock_lost`, in logs, events and metrics)
+ * though the worker had finished them. The rows are read `FOR UPDATE`, which waits for a write
+ * still running and then reads what it left; read in the statement's snapshot they still looked
+ * `processing` and were counted neither way (found in review). The update is driven from those
+ * rows, so a job counts once. Left open: an operator's retry resets `attempts`, so a job swept,
+ * retried by hand and completed by this same worker at the same attempt number inside the
+ * batch's retry window (seconds) would count for the old attempt too.
+ */
+function completeBatchAgain(workerId: string, tokens: readonly LockToken[], durable: boolean) {
+  return sql`
+    WITH latest AS MATERIALIZED (
+      SELECT j.id, j.status FROM skiplock.jobs j
+      WHERE ${ownsTokens(workerId, tokens, 'or completed')}
+      ORDER BY j.id
+      FOR UPDATE
+    ),
+    done AS (
+      UPDATE skiplock.jobs j
+      SET status = 'completed', completed_at = now(), lease_expires_at = NULL, updated_at = now()
+      FROM latest l ${durable ? sql`` : sql`, ${commitItem(true)}`}
+      WHERE j.id = l.id AND l.status = 'processing'
+      RETURNING j.id::text AS id
+    )
+    SELECT count(*)::int AS completed,
+           CASE WHEN count(*) < ${tokens.length}::int THEN array_agg(id) END AS ids
+    FROM (SELECT id FROM done
+          UNION ALL SELECT id::text FROM latest WHERE status = 'completed') d`;
 }
 
 /** The row `completeBatch` answers with: `ids` only when some of the batch were not completed. */
