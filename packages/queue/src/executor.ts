@@ -52,8 +52,10 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
   /**
    * Its `completeWith` COMMIT is in flight: the row may read completed before the answer comes.
    * A heartbeat that found it so took its lease for lost (`lock_lost`, the handler aborted) though
-   * the job completed; the heartbeat leaves it alone meanwhile, as it leaves a row the
-   * transaction holds locked. Should COMMIT fail, the job is renewed again.
+   * the job completed; now a renewal that misses the row does not (see `Heartbeat.beat`). The
+   * job is still given up once not renewed for a whole lease: a COMMIT hung in a partition, whose
+   * transaction the server ended, must not keep a job running that another worker took back
+   * (found in review). Should COMMIT fail, the flag is cleared.
    */
   committing = false;
   /** Settles when the handler has returned or thrown (at once for a handler never started). */
@@ -116,11 +118,7 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
    * absence for a lost lease and aborted the handler's work after the commit).
    */
   isRunning(): boolean {
-    return (
-      !this.settledExplicitly &&
-      !this.committing &&
-      (this.state === 'queued' || this.state === 'running')
-    );
+    return !this.settledExplicitly && (this.state === 'queued' || this.state === 'running');
   }
 
   abort(reason: Error): void {

@@ -35,6 +35,12 @@ export interface LeaseHolder {
   renewedAt: number;
   /** Only jobs still running their handler are renewed; settling ones keep their lease. */
   isRunning(): boolean;
+  /**
+   * Its completing transaction's COMMIT is in flight: a renewal that misses its row (read after
+   * the server committed) has not lost it. Not renewed for a whole lease, it is given up all the
+   * same.
+   */
+  readonly committing?: boolean;
   abort(reason: LockLostError): void;
 }
 
@@ -144,7 +150,7 @@ export class Heartbeat {
       for (const holder of running) {
         const renewed = ours.get(holder.token.id);
         if (renewed === undefined) {
-          if (holder.isRunning() && this.lose(holder)) result.lost += 1;
+          if (holder.isRunning() && !holder.committing && this.lose(holder)) result.lost += 1;
           continue;
         }
         leaseRenewed(holder, started, holder.renewMs);
