@@ -6,9 +6,14 @@ export interface LockToken {
   attempt: number;
 }
 
-/** The fence every write of a claimed job passes: still processing, still locked by this worker. */
-export const fenced = (workerId: string, settled: 'processing' | 'or completed' = 'processing') =>
-  sql`j.locked_by = ${workerId} AND j.status ${sql.raw(settled === 'processing' ? "= 'processing'" : "IN ('processing', 'completed')")}`;
+/**
+ * The fence every write of a claimed job passes: still processing, still locked by this worker.
+ * `'or completed'`: or completed already under this worker's name (see `completeBatchAgain`).
+ */
+export const fenced = (workerId: string, statuses: FencedStatuses = 'processing') =>
+  sql`j.locked_by = ${workerId} AND j.status ${sql.raw(statuses === 'processing' ? "= 'processing'" : "IN ('processing', 'completed')")}`;
+
+type FencedStatuses = 'processing' | 'or completed';
 
 /** The fence for one job: its id, the attempt it was claimed for, and `fenced`. */
 export const ownsToken = (workerId: string, token: LockToken) =>
@@ -24,11 +29,11 @@ export const ownsToken = (workerId: string, token: LockToken) =>
 export const ownsTokens = (
   workerId: string,
   tokens: readonly LockToken[],
-  status: 'processing' | 'or completed' = 'processing',
+  statuses: FencedStatuses = 'processing',
 ) =>
   sql`j.id = ANY(${arrayLiteral(tokens.map((t) => t.id))}::bigint[])
       AND (j.id::text || ':' || j.attempts::text) = ANY(${arrayLiteral(tokens.map((t) => `${t.id}:${t.attempt}`))}::text[])
-      AND ${fenced(workerId, status)}`;
+      AND ${fenced(workerId, statuses)}`;
 
 /**
  * An array parameter in PostgreSQL's literal form, for elements that need no quoting: a token's id

@@ -9,6 +9,11 @@ export const MAX_ERROR_LENGTH = 2_000;
 /** Newest entries kept in a job's error history. */
 export const MAX_ERROR_HISTORY = 25;
 
+/** What a completion writes: the row stays as history, leased no more. */
+const completedSet = sql.raw(
+  "status = 'completed', completed_at = now(), lease_expires_at = NULL, updated_at = now()",
+);
+
 /**
  * Completes many jobs in one statement; returns the ids that were still ours. `durable: false`
  * (the batched completer, unless the worker's `asyncCommit` is off) skips the commit's WAL flush
@@ -21,7 +26,7 @@ export function completeJobs(
 ) {
   return sql`
     UPDATE skiplock.jobs j
-    SET status = 'completed', completed_at = now(), lease_expires_at = NULL, updated_at = now()
+    SET ${completedSet}
     ${durable ? sql`` : sql`FROM ${commitItem(true)}`}
     WHERE ${ownsTokens(workerId, tokens)}
     RETURNING j.id::text AS id`;
@@ -72,7 +77,7 @@ function completeBatchAgain(workerId: string, tokens: readonly LockToken[], dura
     ),
     done AS (
       UPDATE skiplock.jobs j
-      SET status = 'completed', completed_at = now(), lease_expires_at = NULL, updated_at = now()
+      SET ${completedSet}
       FROM latest l ${durable ? sql`` : sql`, ${commitItem(true)}`}
       WHERE j.id = l.id AND l.status = 'processing'
       RETURNING j.id::text AS id
