@@ -820,6 +820,15 @@ export function createClient(options: ClientOptions = {}): Client {
     async enqueueMany(definition, items, opts = {}) {
       if (!Array.isArray(items)) throw new TypeError('enqueueMany: items must be an array');
       if (items.length === 0) return [];
+      // Named here: a null item failed further on with "Cannot convert undefined or null to
+      // object", which said neither which item nor what an item is (found by an audit).
+      const notItem = items.findIndex((item) => typeof item !== 'object' || item === null);
+      if (notItem !== -1) {
+        const item: unknown = items[notItem];
+        throw new TypeError(
+          `enqueueMany: items[${notItem}] must be an object { payload, ...options }, not ${item === null ? 'null' : typeof item}`,
+        );
+      }
       if (items.length > maxBulkSize) {
         throw new SkiplockError(
           'bulk_too_large',

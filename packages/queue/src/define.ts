@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { jobOptionsSchema, parseConfig, queueName, DEFAULT_LEASE_MS } from './config.js';
 import { ConfigError, InvalidPayloadError } from './errors.js';
 import type { Logger } from './logger.js';
-import { defaultBackoff, type BackoffOptions } from './retry/backoff.js';
+import { backoffWith, type BackoffOptions } from './retry/backoff.js';
 import type { DeadReason, ErrorClass } from './retry/policy.js';
 import { findSchemaJsonProblem } from './schema-json.js';
 import { issuesAt, runValidation, standardSchemaProblem } from './standard.js';
@@ -39,7 +39,8 @@ export interface JobContext {
   idempotencyKey: string;
   /**
    * Renews this job's lease to now + `leaseMs` (default the job's own; 1 ms to a day), never to
-   * less than it has left; false if the lock is lost.
+   * less than it has left; false if the lock is lost. Inside `completeWith`'s work it writes
+   * nothing and returns true: the completing transaction holds the job's row until it ends.
    */
   extendLease(leaseMs?: number): Promise<boolean>;
   /**
@@ -198,6 +199,27 @@ export function defineJob<S extends StandardSchemaV1>(
   if (typeof input.handler !== 'function') {
     throw new TypeError(`job type "${type}": handler must be a function`);
   }
+  // Checked here, not at the first failure: a non-class in nonRetryable made the failure's
+  // decision throw (`instanceof`), so the attempt was never settled and its slot never freed, and
+  // an onDead that is no function rolled back every kill of the job, which then stayed processing
+  // (found by an audit).
+  const nonRetryable: unknown = input.nonRetryable ?? [];
+  if (!Array.isArray(nonRetryable)) {
+    throw new TypeError(
+      `job type "${type}": nonRetryable must be an array of error classes, not ${kindOf(nonRetryable)}`,
+    );
+  }
+  const notClass = nonRetryable.findIndex((cls) => typeof cls !== 'function');
+  if (notClass !== -1) {
+    throw new TypeError(
+      `job type "${type}": nonRetryable[${notClass}] must be an error class, not ${kindOf(nonRetryable[notClass])}`,
+    );
+  }
+  if (input.onDead != null && typeof input.onDead !== 'function') {
+    throw new TypeError(
+      `job type "${type}": onDead must be a function (tx, job) => Promise<void>, not ${kindOf(input.onDead)}`,
+    );
+  }
   if (input.singletonKey != null && typeof input.singletonKey !== 'function') {
     throw new TypeError(
       `job type "${type}": singletonKey must be a function of the payload returning a string`,
@@ -228,10 +250,10 @@ export function defineJob<S extends StandardSchemaV1>(
     queue: options.queue ?? 'default',
     priority: options.priority ?? 0,
     maxAttempts: options.maxAttempts ?? 5,
-    backoff: { ...defaultBackoff, ...options.backoff },
+    backoff: backoffWith(options.backoff),
     timeoutMs: options.timeoutMs ?? null,
     leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
-    nonRetryable: input.nonRetryable ?? [],
+    nonRetryable: [...(input.nonRetryable ?? [])],
     onDead: input.onDead,
     // A rate-limited type is admitted by its rate key: the concurrency key it shares.
     concurrencyKey:
@@ -247,6 +269,14 @@ export function defineJob<S extends StandardSchemaV1>(
     trace: options.trace ?? 'link',
   });
 }
+
+/** What a value that should have been a function or an array was, for an error message. */
+const kindOf = (value: unknown): string =>
+  value === null
+    ? 'null'
+    : typeof value === 'string'
+      ? `the string "${value}"`
+      : `a ${typeof value}`;
 
 /**
  * Validates a payload against its definition and resolves to the schema's output; rejects with an

@@ -58,6 +58,16 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
    * (found in review). Should COMMIT fail, the flag is cleared.
    */
   committing = false;
+  /**
+   * How many of its `completeWith` transactions are open (two overlap when a saga step's deadline
+   * ends the step while its rolled-back transaction closes). The fence holds the row locked until
+   * the transaction ends, so a lease renewal on another connection would wait for that lock while
+   * the transaction waits for the handler (found by an audit: `ctx.extendLease` inside
+   * `completeWith`'s work hung the job for good, the heartbeat reading the row locked and the
+   * sweeper skipping it). The lock keeps the sweeper off the job meanwhile, so `extendLease` then
+   * returns true without writing; should the fence not get the lock, nothing commits.
+   */
+  completing = 0;
   /** Settles when the handler has returned or thrown (at once for a handler never started). */
   handlerSettled: Promise<void> = Promise.resolve();
   /** True from an async handler's start until it has returned or thrown. */
@@ -476,8 +486,9 @@ async function extendJobLease(
       `extendLease: leaseMs must be an integer from 1 to ${MAX_LEASE_MS} (a day), not ${leaseMs}`,
     );
   }
-  // Completed by completeWith: no lease is left to keep, and none was lost.
-  if (job.settledExplicitly) return true;
+  // Completed by completeWith: no lease is left to keep, and none was lost. Held by its open
+  // completing transaction: the row lock keeps the sweeper off it (see `completing`).
+  if (job.settledExplicitly || job.completing > 0) return true;
   const sentAt = performance.now();
   const { rowCount } = await runSql(d.pool, extendLease(d.workerId, job.token, leaseMs));
   if (rowCount === 1) {
@@ -503,6 +514,7 @@ async function completeJobWith<T>(
     slot.pending = [];
     handOff!.opened(slot);
   }
+  job.completing += 1;
   try {
     const value = await completingTransaction(d, job, slot, work, follow);
     job.settledExplicitly = true;
@@ -516,6 +528,7 @@ async function completeJobWith<T>(
     if (slot) await releaseUnadopted(d, slot.pending);
     throw error;
   } finally {
+    job.completing -= 1;
     if (slot) {
       handOff!.closed(slot);
       slot.open = false;

@@ -7,7 +7,7 @@ import { createDefaultLogger, type Logger } from './logger.js';
 import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import { failureRecord, markDead } from './dead.js';
 import { errorMessage } from './errors.js';
-import { defaultBackoff } from './retry/backoff.js';
+import { backoffWith } from './retry/backoff.js';
 import { decideFailure, type FailureDecision } from './retry/policy.js';
 import { IntervalService } from './service.js';
 import { LockKeys, tryTransactionLock } from './sql/lock.js';
@@ -78,7 +78,7 @@ export function createSweeper(
   const { pool, logger = createDefaultLogger(), metrics: given, jobs = [], ...rest } = options;
   const metrics = resolveMetrics(given);
   const config = parseConfig('sweeper options', sweeperOptionsSchema, rest);
-  const backoff = { ...defaultBackoff, ...config.backoff };
+  const backoff = backoffWith(config.backoff);
   const definitions = new Map(jobs.map((d) => [d.type, d]));
 
   interface Swept {

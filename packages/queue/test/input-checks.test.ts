@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ConfigError, createClient, defineJob, InvalidPayloadError } from '../src/index.js';
+import {
+  ConfigError,
+  createClient,
+  defaultBackoff,
+  defineJob,
+  InvalidPayloadError,
+} from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { quiet, testWorker } from './fixtures.js';
@@ -56,6 +62,64 @@ describe('enqueue options', () => {
       client.enqueueMany(ping, [{ payload: { n: 1 }, runAt, delayMs: 5 }]),
     ).rejects.toThrow(/runAt and delayMs/);
     expect(await count()).toBe(0);
+  });
+});
+
+describe('bulk items', () => {
+  it('refuses an item that is no object by its index, and enqueues none of the bulk', async () => {
+    for (const [bad, what] of [
+      [null, 'null'],
+      [undefined, 'undefined'],
+      [7, 'number'],
+      ['x', 'string'],
+    ] as const) {
+      // Before: null and undefined failed with "Cannot convert undefined or null to object".
+      await expect(
+        client.enqueueMany(ping, [{ payload: { n: 1 } }, bad as never, { payload: { n: 3 } }]),
+      ).rejects.toThrow(
+        `enqueueMany: items[1] must be an object { payload, ...options }, not ${what}`,
+      );
+    }
+    expect(await count()).toBe(0);
+  });
+});
+
+describe('job definitions', () => {
+  const base = { type: 'input-checks-define', payload: z.object({}), handler: async () => {} };
+
+  it('refuses a nonRetryable that is not an array of classes, naming the entry', () => {
+    class Refused extends Error {}
+    expect(() => defineJob({ ...base, nonRetryable: ['ValidationError'] as never })).toThrow(
+      'job type "input-checks-define": nonRetryable[0] must be an error class, not the string "ValidationError"',
+    );
+    expect(() => defineJob({ ...base, nonRetryable: [Refused, {}] as never })).toThrow(
+      'nonRetryable[1] must be an error class, not a object',
+    );
+    expect(() => defineJob({ ...base, nonRetryable: [Refused, null] as never })).toThrow(
+      'nonRetryable[1] must be an error class, not null',
+    );
+    expect(() => defineJob({ ...base, nonRetryable: Refused as never })).toThrow(
+      'nonRetryable must be an array of error classes, not a function',
+    );
+    const kept = [Refused];
+    const def = defineJob({ ...base, nonRetryable: kept });
+    // A copy: an entry pushed later is not taken unchecked.
+    kept.push({} as never);
+    expect(def.nonRetryable).toEqual([Refused]);
+  });
+
+  it('refuses an onDead that is not a function', () => {
+    expect(() => defineJob({ ...base, onDead: 'notify-ops' as never })).toThrow(
+      'job type "input-checks-define": onDead must be a function (tx, job) => Promise<void>, not the string "notify-ops"',
+    );
+    expect(defineJob({ ...base, onDead: undefined }).onDead).toBeUndefined();
+  });
+
+  it('keeps the default of a backoff field given as undefined', () => {
+    // Before: { maxMs: undefined } replaced the default, every delay was NaN, and the settle of a
+    // failed attempt and the sweeper's pass failed on an interval out of range.
+    const def = defineJob({ ...base, backoff: { baseMs: 500, maxMs: undefined } });
+    expect(def.backoff).toEqual({ ...defaultBackoff, baseMs: 500 });
   });
 });
 

@@ -421,6 +421,36 @@ describe('leases, fencing and the sweeper', () => {
     expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
   });
 
+  it("lets completeWith's work extend the lease without waiting on its own transaction's row lock", async () => {
+    const logs = captureLogs();
+    let extended: boolean | null = null;
+    let finished = false;
+    const long = defineJob({
+      type: 'extends-in-complete-with',
+      payload: z.object({}),
+      leaseMs: 1_000,
+      handler: async (_p, ctx) => {
+        await ctx.completeWith(async (tx) => {
+          await tx.query('SELECT 1');
+          // A long write keeping its lease alive. Before, this waited on another connection for
+          // the row lock its own fence holds, for good: the heartbeat read the row locked and the
+          // sweeper skipped it, so the job stayed processing until the worker stopped.
+          extended = await ctx.extendLease(5_000);
+          await tx.query('SELECT 2');
+        });
+        finished = true;
+      },
+    });
+    const { id } = await client.enqueue(long, {});
+    const worker = testWorker(db.pool, [long], { logger: logs.logger, pollIntervalMs: 20 });
+    await worker.start();
+    await waitFor(() => finished, { what: 'the handler to finish', timeoutMs: 5_000 });
+    await worker.stop();
+    expect(extended).toBe(true);
+    expect(logs.lines.filter((l) => l.reason === 'lock_lost')).toEqual([]);
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
+  });
+
   it('does not take a job for lost when a heartbeat reads its row between the completeWith commit and its answer', async () => {
     const logs = captureLogs();
     const pool = new pg.Pool({ connectionString: db.url, max: 4 });

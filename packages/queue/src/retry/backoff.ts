@@ -21,6 +21,20 @@ export const defaultBackoff: BackoffOptions = {
 };
 
 /**
+ * `given` over the defaults, field by field. A field given as `undefined` (a value read from an
+ * unset environment variable, say) keeps its default: spread over them, it replaced the default
+ * with `undefined`, every delay came out NaN, and a failed attempt's settle and the sweeper's
+ * whole pass failed on an interval out of range (found by an audit).
+ */
+export function backoffWith(given: Partial<BackoffOptions> | undefined): BackoffOptions {
+  const merged = { ...defaultBackoff };
+  for (const [field, value] of Object.entries(given ?? {})) {
+    if (value !== undefined) merged[field as keyof BackoffOptions] = value;
+  }
+  return merged;
+}
+
+/**
  * Delay before retrying after failed attempt number `attempt` (1-based): the capped exponential
  * delay `d`, of which `(1 - jitter)` is kept and the rest drawn at random, so that many jobs failing
  * together do not retry together. The result lies in `[d * (1 - jitter), d]`.
