@@ -1,4 +1,5 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
+import { ConfigError } from '@skiplock/queue';
 import { runSql, type Queryable } from '@skiplock/queue/engine';
 import { InvalidMessageError, type PublishIssue } from './errors.js';
 import { insertMessages } from './sql/messages.js';
@@ -44,15 +45,13 @@ export interface Outbox<T extends TopicSchemas> {
  * pool also works and then commits the message on its own.
  */
 export function defineOutbox<const T extends TopicSchemas>(options: OutboxOptions<T>): Outbox<T> {
-  const strict = options.strictTopics ?? true;
-  const maxBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+  const { topics, strict, maxBytes } = checkOptions(options);
   const schemaOf = (topic: unknown, path: string, issues: PublishIssue[]) => {
-    if (typeof topic === 'string' && Object.hasOwn(options.topics, topic))
-      return options.topics[topic];
+    if (typeof topic === 'string' && Object.hasOwn(topics, topic)) return topics[topic];
     if (strict && typeof topic === 'string') {
       issues.push({
         path: `${path}.topic`,
-        message: `"${topic}" is not a topic of this outbox (${Object.keys(options.topics).join(', ')})`,
+        message: `"${topic}" is not a topic of this outbox (${Object.keys(topics).join(', ')})`,
       });
     }
     return undefined;
@@ -62,6 +61,34 @@ export function defineOutbox<const T extends TopicSchemas>(options: OutboxOption
       (await write(tx, [message], maxBytes, schemaOf, 'message'))[0] as string,
     publishMany: (tx, messages) => write(tx, messages, maxBytes, schemaOf, 'messages'),
   };
+}
+
+/**
+ * The options, checked when the outbox is defined: a `maxPayloadBytes` of NaN compared false with
+ * every size, so payloads over any broker's limit were written and went dead at delivery, and a
+ * missing `topics` or a schema without `~standard` failed only at `publish` with a TypeError that
+ * named neither (found by an audit). The topics are copied: one added later is not unchecked.
+ */
+function checkOptions<T extends TopicSchemas>(options: OutboxOptions<T>) {
+  const bad = (what: string) => new ConfigError(`defineOutbox: ${what}`);
+  const given: unknown = options?.topics;
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) {
+    throw bad('topics must be an object of a Standard Schema per topic name ({} for none)');
+  }
+  for (const [topic, schema] of Object.entries(given)) {
+    if (
+      typeof (schema as Partial<StandardSchemaV1> | null)?.['~standard']?.validate !== 'function'
+    ) {
+      throw bad(`topics["${topic}"] must be a Standard Schema (a zod, valibot or arktype schema)`);
+    }
+  }
+  const maxBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) {
+    throw bad(`maxPayloadBytes must be a whole number of bytes above 0, got ${String(maxBytes)}`);
+  }
+  const strict = options.strictTopics ?? true;
+  if (typeof strict !== 'boolean') throw bad('strictTopics must be true or false');
+  return { topics: { ...(given as T) }, strict, maxBytes };
 }
 
 /** Writes one message with no schema; see {@link defineOutbox}. */

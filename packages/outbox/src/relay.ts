@@ -143,7 +143,7 @@ export function createRelay(options: RelayOptions): Relay {
   const logger = options.logger ?? createDefaultLogger('skiplock-outbox');
   const owned = resolvePool(options, logger, 'outbox-relay');
   const pool = owned.pool;
-  const sink = options.sink;
+  const sink = checkSink(options.sink);
   const batchSize = positive('batchSize', options.batchSize ?? 100, 10_000);
   const lanes = positive('concurrency', options.concurrency ?? 2, 64);
   const leaseMs = positive('leaseMs', options.leaseMs ?? 30_000, 86_400_000);
@@ -522,6 +522,27 @@ function toMessage(row: ClaimedRow): OutboxMessage {
 function wholeMs(value: number | undefined): number {
   if (value === undefined || !Number.isFinite(value) || value <= 0) return 0;
   return Math.min(MAX_DELAY_MS, Math.round(value));
+}
+
+/**
+ * Checked before any claim: a sink without `deliver` (a sink factory's options given in its
+ * place, say) failed every batch it was handed, and each failure spent an attempt of every
+ * message in it, until they went dead (found by an audit).
+ */
+function checkSink(sink: Sink): Sink {
+  const given = sink as Partial<Sink> | null | undefined;
+  if (
+    typeof given !== 'object' ||
+    given === null ||
+    typeof given.name !== 'string' ||
+    typeof given.deliver !== 'function'
+  ) {
+    throw new TypeError(
+      'createRelay: sink must be a sink object with a name and deliver(messages, signal), ' +
+        'such as natsSink(...), rabbitmqSink(...) or webhookSink(...)',
+    );
+  }
+  return sink;
 }
 
 function checkBackoff(backoff: BackoffOptions): BackoffOptions {

@@ -3,6 +3,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { ConfigError } from '@skiplock/queue';
 import { withTransaction } from '@skiplock/queue/engine';
 import {
   defineOutbox,
@@ -200,6 +201,47 @@ describe('publish', () => {
     expect((error as Error).message).toMatch(
       /message\.payload: is \d+ bytes as JSON, over maxPayloadBytes 2000/,
     );
+  });
+
+  it('refuses bad options when the outbox is defined, naming each', () => {
+    const topics = { 'invoice.voided': z.object({ invoiceId: z.string() }) };
+    const refused: [Record<string, unknown>, string][] = [
+      // Before: NaN compared false with every size, so no payload was too big to write.
+      [
+        { topics, maxPayloadBytes: NaN },
+        'maxPayloadBytes must be a whole number of bytes above 0, got NaN',
+      ],
+      [
+        { topics, maxPayloadBytes: 0 },
+        'maxPayloadBytes must be a whole number of bytes above 0, got 0',
+      ],
+      [
+        { topics, maxPayloadBytes: 1.5 },
+        'maxPayloadBytes must be a whole number of bytes above 0, got 1.5',
+      ],
+      // Before: these failed only at publish, with "Cannot read properties of undefined".
+      [{}, 'topics must be an object of a Standard Schema per topic name'],
+      [{ topics: [] }, 'topics must be an object'],
+      [{ topics: { 'a.b': { parse: () => 1 } } }, 'topics["a.b"] must be a Standard Schema'],
+      [{ topics: { 'a.b': null } }, 'topics["a.b"] must be a Standard Schema'],
+      [{ topics, strictTopics: 'no' }, 'strictTopics must be true or false'],
+    ];
+    for (const [options, what] of refused) {
+      const make = () => defineOutbox(options as never);
+      expect(make).toThrow(ConfigError);
+      expect(make).toThrow(`defineOutbox: ${what}`);
+    }
+  });
+
+  it('keeps the topics it was defined with', async () => {
+    const topics: Record<string, z.ZodType> = { 'kept.a': z.object({ n: z.number() }) };
+    const kept = defineOutbox({ topics });
+    topics['kept.b'] = z.object({});
+    const error = await kept
+      .publish(db.pool, { topic: 'kept.b', payload: {} } as never)
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidMessageError);
+    expect(await rows(`topic LIKE 'kept.%'`)).toEqual([]);
   });
 
   it('counts the headers in maxPayloadBytes and refuses more than 8 KiB of them', async () => {

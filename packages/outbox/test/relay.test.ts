@@ -779,4 +779,14 @@ describe('relay', () => {
       'retentionIntervalMs',
     );
   });
+
+  it('refuses a sink that cannot deliver', () => {
+    // Before: accepted; each batch failed on "sink.deliver is not a function" and spent an
+    // attempt of every message, until they went dead.
+    for (const sink of [{}, { name: 'x' }, { deliver: async () => [] }, null, undefined, 'nats']) {
+      expect(() => createRelay({ pool: db.pool, sink: sink as never })).toThrow(
+        'createRelay: sink must be a sink object with a name and deliver(messages, signal)',
+      );
+    }
+  });
 });

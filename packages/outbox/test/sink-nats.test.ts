@@ -346,6 +346,20 @@ describe('natsSink without a broker', () => {
     expect(natsSink({ servers: natsUrl, ackTimeoutMs: 3_600_000 }).name).toBe('nats');
   });
 
+  it('refuses a subject that is no function and a msgIdPrefix a header cannot carry', () => {
+    // Before: accepted; every publish failed on "subject is not a function" until the messages
+    // went dead.
+    expect(() => natsSink({ servers: natsUrl, subject: 'orders' as never })).toThrow(
+      'natsSink options: subject must be a function of the message returning its subject',
+    );
+    for (const msgIdPrefix of [7, 'a\r\nb', 'tab\t']) {
+      expect(() => natsSink({ servers: natsUrl, msgIdPrefix: msgIdPrefix as never })).toThrow(
+        'natsSink options: msgIdPrefix must be a string without control characters',
+      );
+    }
+    expect(natsSink({ servers: natsUrl, msgIdPrefix: 'billing-' }).name).toBe('nats');
+  });
+
   it('fails every message when it cannot connect, and connects again on the next batch', async () => {
     const url = `nats://127.0.0.1:${await freePort()}`;
     const sink = natsSink({ servers: url });

@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { promisify } from 'node:util';
 import { connect, type Channel, type ChannelModel, type ConsumeMessage } from 'amqplib';
 import { pino } from 'pino';
+import { ConfigError } from '@skiplock/queue';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Delivery, OutboxMessage } from '../src/sink.js';
 import {
@@ -315,6 +316,26 @@ describe.skipIf(!available)('rabbitmqSink', () => {
 });
 
 describe('rabbitmqSink without a broker', () => {
+  it('refuses options it would misroute or fail every publish with, naming each', () => {
+    const url = 'amqp://guest:guest@127.0.0.1:5672';
+    const refused: [Record<string, unknown>, string][] = [
+      // Before: published, confirmed, to the default exchange (queues named after the topics).
+      [{ url }, "exchange must be a string (give '' explicitly for the default exchange)"],
+      // Before: the channel closed at every batch, until the messages went dead.
+      [{ url, exchange: 'x', exchangeType: 'bogus' }, 'exchangeType must be one of topic, direct'],
+      [{ url, exchange: 'x', routingKey: 'orders' }, 'routingKey must be a function'],
+      [{ url: 'http://127.0.0.1:5672', exchange: 'x' }, 'url must be an amqp:// or amqps:// URL'],
+      [{ url, exchange: 'x', messageIdPrefix: 3 }, 'messageIdPrefix must be a string'],
+      [{ url, exchange: 'x', mandatory: 'yes' }, 'mandatory must be true or false'],
+    ];
+    for (const [options, what] of refused) {
+      const make = () => rabbitmqSink(options as never);
+      expect(make).toThrow(ConfigError);
+      expect(make).toThrow(`rabbitmqSink options: ${what}`);
+    }
+    expect(rabbitmqSink({ url, exchange: '' }).name).toBe('rabbitmq');
+  });
+
   it('fails every message of the batch, without throwing, when it cannot connect', async () => {
     const sink = rabbitmqSink({ url: 'amqp://guest:guest@127.0.0.1:1', exchange: 'any' });
     try {

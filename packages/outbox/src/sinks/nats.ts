@@ -77,6 +77,20 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
     throw new ConfigError(
       `natsSink options: ackTimeoutMs must be an integer from 1 to ${MAX_ACK_TIMEOUT_MS}, got ${String(ackTimeoutMs)}`,
     );
+  // Checked here too, for the same reason: a subject that is no function failed every publish,
+  // and each failure spent an attempt until the messages went dead (found by an audit).
+  if (typeof subject !== 'function') {
+    throw new ConfigError(
+      'natsSink options: subject must be a function of the message returning its subject',
+    );
+  }
+  // The prefix goes out in a header line: a control character would end or corrupt it.
+  // eslint-disable-next-line no-control-regex -- control characters are exactly what it looks for
+  if (typeof msgIdPrefix !== 'string' || /[\u0000-\u001f\u007f]/.test(msgIdPrefix)) {
+    throw new ConfigError(
+      'natsSink options: msgIdPrefix must be a string without control characters',
+    );
+  }
   let client: Promise<{ nc: NatsConnection; js: JetStreamClient }> | undefined;
   let closed = false;
 

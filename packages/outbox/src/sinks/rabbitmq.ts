@@ -1,5 +1,6 @@
 import { connect, type ChannelModel, type ConfirmChannel, type Message } from 'amqplib';
 import type { Logger } from 'pino';
+import { ConfigError } from '@skiplock/queue';
 import {
   encodePayload,
   failed,
@@ -62,6 +63,35 @@ function lostReason(link: Link): string {
   return link.error ?? link.connection.lost ?? 'channel closed';
 }
 
+const exchangeTypes = new Set(['topic', 'direct', 'fanout', 'headers']);
+
+/**
+ * Checked before any connection: amqplib took a missing `exchange` for the default exchange, so
+ * messages went, confirmed, to queues named after their topics; an unknown `exchangeType`
+ * closed the channel at every batch; a `routingKey` that is no function failed every publish.
+ * Each such failure spent an attempt until the messages went dead (found by an audit).
+ */
+function checkOptions(url: string, options: RabbitMqSinkOptions, routingKey: unknown): void {
+  const bad = (what: string) => new ConfigError(`rabbitmqSink options: ${what}`);
+  if (!/^amqps?:\/\//.test(url)) throw bad('url must be an amqp:// or amqps:// URL');
+  if (typeof options.exchange !== 'string') {
+    throw bad("exchange must be a string (give '' explicitly for the default exchange)");
+  }
+  if (options.exchangeType !== undefined && !exchangeTypes.has(options.exchangeType)) {
+    throw bad(`exchangeType must be one of ${[...exchangeTypes].join(', ')}, or left out`);
+  }
+  if (typeof routingKey !== 'function') {
+    throw bad('routingKey must be a function of the message returning its routing key');
+  }
+  for (const name of ['messageIdPrefix', 'connectionName'] as const) {
+    const value = options[name];
+    if (value !== undefined && typeof value !== 'string') throw bad(`${name} must be a string`);
+  }
+  if (options.mandatory !== undefined && typeof options.mandatory !== 'boolean') {
+    throw bad('mandatory must be true or false');
+  }
+}
+
 /**
  * A sink that publishes to a RabbitMQ exchange through a confirm channel: a delivery is ok only
  * once the broker has confirmed that message, so a crash or a lost connection never counts an
@@ -75,6 +105,7 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
   const prefix = options.messageIdPrefix ?? '';
   const mandatory = options.mandatory ?? true;
   const connectionName = options.connectionName ?? 'skiplock-outbox';
+  checkOptions(url, options, routingKey);
   const log = { sink: 'rabbitmq', url: redactUrl(url), exchange, connectionName };
 
   let connection: Connection | undefined;

@@ -12,8 +12,9 @@ export const PUBLISH_LOCK_CLASS = 377102;
  * notifies the relays once per statement; PostgreSQL delivers the notification only if the
  * transaction commits, and folds identical ones of one transaction into one.
  *
- * First it takes a transaction advisory lock per key (in lock-id order, so two publishers never
- * deadlock), held to commit. Ids come from a sequence at insert, not at commit: without the lock,
+ * First it takes a transaction advisory lock per key (in lock-id order, so two statements never
+ * deadlock each other; two transactions publishing keys in opposite orders over several
+ * statements can, as the README says), held to commit. Ids come from a sequence at insert, not at commit: without the lock,
  * a transaction that inserted a key's message first but committed second would make that message
  * visible after a relay had already taken the key's later one, and the key would have two in
  * flight, out of order. With it, a key's ids rise in commit order. The locks sit in a
