@@ -91,9 +91,19 @@ describe.skipIf(!available)('outbox relay processes killed with SIGKILL', () => 
     // Each kill lands right after a relay's batch was acknowledged by the stream and before its
     // settle: those messages are published but still leased to the dead relay.
     const started: Promise<unknown>[] = [];
+    // Victims are taken in turn from the relays that are ready, the next one after each wait
+    // that saw no batch: waiting on the same relay again, one still starting or one the others
+    // left no batch to, let a loaded run end with 2 kills (CI-like load, 1 run in 4).
+    let turn = 0;
     while (publishing && kills < KILLS) {
-      const alive = relays.filter((r) => !r.hasExited && !killed.has(r));
-      const victim = alive[kills % alive.length]!;
+      const ready = relays.filter(
+        (r) => !r.hasExited && !killed.has(r) && r.lines.some((l) => l.reason === 'relay_ready'),
+      );
+      if (ready.length === 0) {
+        await delay(50);
+        continue;
+      }
+      const victim = ready[turn++ % ready.length]!;
       const seen = victim.lines.length;
       const acked = await victim
         .waitForLine((l) => l.reason === 'test_delivered' && victim.lines.indexOf(l) >= seen, 5_000)
