@@ -17,11 +17,22 @@ type OptionsConfig = NonNullable<ParseArgsConfig['options']>;
 
 /** Strict option parsing shared by commands: unknown flags are errors that name the flag. */
 export function parseOptions<const O extends OptionsConfig>(args: string[], options: O) {
+  let parsed;
   try {
-    return parseArgs({ args, options, strict: true, allowPositionals: true });
+    parsed = parseArgs({ args, options, strict: true, allowPositionals: true });
   } catch (error) {
     throw new UsageError(parseErrorMessage(error));
   }
+  // No option takes an empty value. Passed on, an empty filter was taken for none: `jobs list
+  // --queue ''` listed the jobs of every queue as if filtered (found by an audit).
+  for (const [name, value] of Object.entries(parsed.values)) {
+    for (const one of Array.isArray(value) ? value : [value]) {
+      if (typeof one === 'string' && one.trim() === '') {
+        throw new UsageError(`--${name} must not be empty`);
+      }
+    }
+  }
+  return parsed;
 }
 
 function parseErrorMessage(error: unknown): string {

@@ -120,6 +120,12 @@ describe('command line', () => {
       [['sagas', 'show', 'has space'], '<id> must be 1-200 printable characters'],
       [['stats', '--json=yes'], '--json'],
       [['migrate', 'now'], 'unexpected argument "now"'],
+      // Before: an empty filter was taken for none, and every queue's jobs were listed.
+      [['jobs', 'list', '--queue', ''], '--queue must not be empty'],
+      [['jobs', 'list', '--type', ' '], '--type must not be empty'],
+      [['jobs', 'list', '--worker='], '--worker must not be empty'],
+      [['jobs', 'list', '--status', 'failed', '--status', ''], '--status must not be empty'],
+      [['sagas', 'list', '--name', ''], '--name must not be empty'],
     ];
     for (const [args, message] of cases) {
       const r = await runInProcess(args, env);

@@ -1,26 +1,39 @@
 import { pino } from 'pino';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient, createWorker } from '@skiplock/queue';
-import { createSagaRuntime, readSaga } from '@skiplock/saga';
+import { z } from 'zod';
+import { createSagaRuntime, defineSaga, readSaga } from '@skiplock/saga';
 import { createDashboard } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { order } from './fixtures.js';
 import { serve } from './support.js';
 
+const CARD = '4111-1111-1111-1111';
+const pay = defineSaga({ name: 'pay', version: 1, input: z.object({ card: z.string() }) })
+  .step('quote', { run: () => ({ secretQuote: 'QUOTE-SECRET-42' }) })
+  .parallel('prep', (branch) => ({
+    a: branch({ run: () => ({ code: 'BRANCH-SECRET-A' }) }),
+    b: branch({ run: () => ({ code: 'shown-b' }) }),
+  }));
+
 const quiet = pino({ level: 'silent' });
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
-const sagas = createSagaRuntime({ pool: db.pool, client, sagas: [order], logger: quiet });
+const sagas = createSagaRuntime({ pool: db.pool, client, sagas: [order, pay], logger: quiet });
 const worker = createWorker({ pool: db.pool, jobs: sagas.jobs, logger: quiet, pollIntervalMs: 50 });
 const asked: string[] = [];
 const dashboard = createDashboard({
   pool: db.pool,
-  sagas: [order],
+  sagas: [order, pay],
   logger: quiet,
-  // Who approved an order is personal data: signal payloads never reach the page.
+  // Who approved an order is personal data: signal payloads never reach the page. So are pay's
+  // card number (its input), its quote (a step's output) and branch a's part of the group's output.
   redact: (what, value) => {
     asked.push(what);
+    if (what === 'saga:pay:input') return { card: 'hidden' };
+    if (what === 'saga:pay:quote:output') return { hidden: true };
+    if (what === 'saga:pay:prep:output') return { ...(value as object), a: 'hidden' };
     return what.startsWith('saga:order:signal:') ? { by: 'hidden' } : value;
   },
 });
@@ -34,8 +47,9 @@ afterAll(async () => {
 });
 
 describe('dashboard redaction of sagas', () => {
+  beforeAll(() => worker.start());
+
   it('a signal payload redacted as a signal is not shown as its wait step output', async () => {
-    await worker.start();
     await sagas.start(order, { id: 'o1', input: { orderId: 'o1' } });
     const status = async () => (await readSaga(db.pool, 'o1'))?.status;
     await waitFor(async () => (await status()) === 'waiting', { what: 'o1 waiting' });
@@ -67,5 +81,30 @@ describe('dashboard redaction of sagas', () => {
       await blindServed.close();
       await blind.close();
     }
+  }, 60_000);
+
+  it("a parallel branch's page hides what its parent's redaction hides", async () => {
+    await sagas.start(pay, { id: 'p1', input: { card: CARD } });
+    await waitFor(async () => (await readSaga(db.pool, 'p1'))?.status === 'completed', {
+      what: 'p1 completed',
+    });
+    const parent = await (await fetch(`${served.url}/sagas/p1`)).text();
+    const secrets = [CARD, 'QUOTE-SECRET-42', 'BRANCH-SECRET-A'];
+    expect(secrets.filter((s) => parent.includes(s))).toEqual([]);
+    expect(parent).toContain('shown-b');
+    const children = (await readSaga(db.pool, 'p1'))!.children.map((c) => c.id);
+    expect(children).toEqual(['p1/prep/a', 'p1/prep/b']);
+    const pages = await Promise.all(
+      children.map(async (id) => {
+        const res = await fetch(`${served.url}/sagas/${encodeURIComponent(id)}`);
+        expect(res.status).toBe(200);
+        return res.text();
+      }),
+    );
+    // Before: each branch's page showed the card and the quote (its stored input carries the
+    // parent's input and outputs), and branch a's its own output, asked as pay.prep.a's only.
+    for (const page of pages) expect(secrets.filter((s) => page.includes(s))).toEqual([]);
+    expect(pages[1]).toContain('shown-b');
+    expect(asked).toContain('saga:pay.prep.a:input');
   }, 60_000);
 });

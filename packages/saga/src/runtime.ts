@@ -439,6 +439,14 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
 
     async start(definition, startOptions) {
       const id = checkSagaId(startOptions?.id);
+      // Refused for new sagas only (one already stored stays readable): a URL path resolves these
+      // segments away, so no page or link could address such a saga (the dashboard's link to
+      // `..` opened its overview; found by an audit).
+      if (id === '.' || id === '..') {
+        throw new SagaValidationError('invalid_id', 'saga id', [
+          { path: 'id', message: `must not be "." or "..", which no URL path can hold` },
+        ]);
+      }
       const entry = entryOf(definition.name, definition.version);
       checkChildIds(entry.def, id);
       if (entry.def !== (definition as AnySagaDefinition)) {

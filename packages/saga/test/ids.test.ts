@@ -92,6 +92,9 @@ describe('saga ids in job keys', () => {
     expect(await refused('has space')).toMatch(/whitespace or control characters/);
     expect(await refused('nul\u0000')).toMatch(/whitespace or control characters/);
     expect(await refused('\ud800')).toMatch(/whitespace or control characters/);
+    for (const dots of ['.', '..']) {
+      expect(await refused(dots)).toMatch(/must not be "\." or "\.\.", which no URL path can hold/);
+    }
     await expect(async () => runtime.getSaga('')).rejects.toBeInstanceOf(SagaValidationError);
     const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM skiplock.sagas
       WHERE id = '' OR length(id) >= 1000 OR id LIKE '::::%'`);

@@ -81,7 +81,13 @@ export const sagasListCommand: Command = {
       return 0;
     }
     if (list.sagas.length === 0) {
-      io.stdout('no sagas match\n');
+      // An empty page with a cursor stopped at the scan's window, not at the last saga: older
+      // ones may match. Said as "no sagas match", it hid them (found by an audit).
+      io.stdout(
+        list.nextCursor
+          ? `no match among the sagas searched so far; search older: skiplock sagas list --cursor ${list.nextCursor} ...\n`
+          : 'no sagas match\n',
+      );
       return 0;
     }
     io.stdout(

@@ -7,6 +7,7 @@ import type {
   StepRecord,
 } from '@skiplock/saga';
 import { sagaShape } from '@skiplock/saga';
+import { showForBranch } from '../branch-redact.js';
 import { sagaDiagram, type DiagramState } from '../diagram.js';
 import { badge, clip, count, formatDuration, prettyJson, when } from '../format.js';
 import { html, raw, type Html } from '../html.js';
@@ -232,7 +233,8 @@ export interface SagaPageOptions {
 const LIVE: readonly SagaStatus[] = ['queued', 'running', 'waiting', 'compensating'];
 
 export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOptions) {
-  const { def, canRun, show } = options;
+  const { def, canRun } = options;
+  const show = options.show && showForBranch(options.show, saga);
   const rows = timelineRows(saga, def);
   const from = saga.createdAt.getTime();
   const to = (saga.finishedAt ?? new Date(ctx.now)).getTime();
