@@ -34,9 +34,13 @@ export interface AdmitterLease {
   workerId: string;
   queues: readonly string[];
   types: readonly string[];
-  /** How many more jobs the worker can hold now (0 while it stops). */
+  /**
+   * How many more jobs the worker can hold now (0 while it stops), promised to this admission
+   * until `release` gives them back (with what it leased adopted by then).
+   */
   room(): number;
   adopt(rows: ClaimedRow[]): void;
+  release?(promised: number): void;
 }
 
 export interface AdmitResult {
@@ -101,24 +105,28 @@ export function createAdmitter(
 
   async function admit(keys: readonly string[] | null, wait: boolean): Promise<AdmitRow> {
     const room = lease ? lease.room() : 0;
-    const row = (
-      await runSql<AdmitRow>(
-        pool,
-        admitKeys({
-          keys,
-          wait,
-          maxKeys: config.maxKeys,
-          afterKey: keys ? null : cursor,
-          lease: lease && room > 0 ? { ...lease, max: room } : null,
-        }),
-      )
-    ).rows[0]!;
-    if (row.admitted > 0) metrics.admitted.inc(row.admitted);
-    if (row.leased.length > 0) {
-      metrics.admittedLeased.inc(row.leased.length);
-      lease!.adopt(row.leased);
+    try {
+      const row = (
+        await runSql<AdmitRow>(
+          pool,
+          admitKeys({
+            keys,
+            wait,
+            maxKeys: config.maxKeys,
+            afterKey: keys ? null : cursor,
+            lease: lease && room > 0 ? { ...lease, max: room } : null,
+          }),
+        )
+      ).rows[0]!;
+      if (row.admitted > 0) metrics.admitted.inc(row.admitted);
+      if (row.leased.length > 0) {
+        metrics.admittedLeased.inc(row.leased.length);
+        lease!.adopt(row.leased);
+      }
+      return row;
+    } finally {
+      if (room > 0) lease!.release?.(room);
     }
-    return row;
   }
 
   async function admitEach(keys: readonly string[], wait: boolean): Promise<number> {

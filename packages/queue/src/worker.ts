@@ -318,6 +318,14 @@ export function createWorker(options: WorkerOptions): Worker {
    * worker's handlers finishes, it claims for its free slots only.
    */
   let slotsStuck = false;
+  /**
+   * Slots promised to statements in flight, which take them when they answer: the loop's claim,
+   * and an admission leasing to this worker. Each counts the other's, so neither fills a slot
+   * the other is about to. Kept by workers that run rate-limited types only, whose admissions
+   * lease into slots free to run at once (a start is logged as it is leased); elsewhere a job
+   * leased beside a claim waits its turn in the buffer, as claimed ones do.
+   */
+  let promised = 0;
   let averageDurationMs: number | null = null;
   /** Running average of the payload JSON size of claimed jobs, for `maxPrefetchBytes`. */
   let averagePayloadBytes = 0;
@@ -339,7 +347,22 @@ export function createWorker(options: WorkerOptions): Worker {
             // buffer behind a long job started later, with the next interval's, all at once
             // (found in review: 6 starts in one second under a limit of 2). A worker that runs
             // such types leases admissions only into slots free to run them now.
-            room: () => (state === 'running' ? room(rateLimited ? 0 : undefined) : 0),
+            // The slots it leases into are promised to it until it answers, so that the claim
+            // loop does not fill them meanwhile (found by an audit: a claim took the slot while
+            // an admission waited for its key's lock; the leased job, its start logged, waited
+            // behind the claimed one and started 178 ms before the next window's under 1/s).
+            room: () => {
+              if (state !== 'running') return 0;
+              if (!rateLimited) return room();
+              const free = room(0);
+              promised += free;
+              return free;
+            },
+            release: (free) => {
+              if (!rateLimited) return;
+              promised -= free;
+              wake('slot');
+            },
             adopt: (rows) => {
               for (const row of rows) void accept(row);
               // Stopping began while the admission ran: hand them back with the rest, before
@@ -581,7 +604,11 @@ export function createWorker(options: WorkerOptions): Worker {
     const target = config.concurrency + prefetch;
     return Math.max(
       0,
-      Math.min(target - buffered.length - active, 2 * target - running.size, batchSize),
+      Math.min(
+        target - buffered.length - active - promised,
+        2 * target - running.size - promised,
+        batchSize,
+      ),
     );
   }
 
@@ -669,6 +696,9 @@ export function createWorker(options: WorkerOptions): Worker {
       }
       workRequested = false;
       let rows: ClaimedRow[];
+      // Promised to the claim while it runs, so that an admission does not lease into them.
+      const promise = rateLimited ? limit : 0;
+      promised += promise;
       try {
         rows = await claim(limit);
         failures = 0;
@@ -684,6 +714,8 @@ export function createWorker(options: WorkerOptions): Worker {
         events.emit('worker:error', { reason: 'claim_failed', error });
         await nap('work', retryDelayMs(failures));
         continue;
+      } finally {
+        promised -= promise;
       }
       for (const row of rows) void accept(row);
       if (state !== 'running') {
