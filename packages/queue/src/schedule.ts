@@ -87,7 +87,7 @@ export function defineSchedule<P>(input: ScheduleInput<P>): ScheduleDefinition<P
   let cron: Cron;
   let next: Date | null;
   try {
-    cron = new Cron(input.cron, { timezone, paused: true });
+    cron = new Cron(input.cron, cronOptions(timezone));
     // croner checks the time zone only when it computes a time.
     next = cron.nextRun(new Date());
   } catch (error) {
@@ -152,6 +152,16 @@ export function defineSchedule<P>(input: ScheduleInput<P>): ScheduleDefinition<P
 }
 
 /**
+ * croner's options for a schedule. `no-wildcard`: a pattern whose minute and hour fields hold no
+ * `*` and no step is a fixed time, lists and ranges too (as Vixie cron has it), so a time of it a
+ * spring-forward night skips runs at the first valid time after the gap, and one that repeats
+ * runs once. With croner's default only single values were, and `15,45 2 * * *` did not run at
+ * all that night (found by an audit).
+ */
+const cronOptions = (timezone: string) =>
+  ({ timezone, paused: true, fixedTimeRule: 'no-wildcard' }) as const;
+
+/**
  * Whether a recorded cron (another process's definition) had a tick after `after` and at or
  * before `until`; null when this process's croner cannot read it.
  */
@@ -162,7 +172,7 @@ export function hasTickBetween(
   until: Date,
 ): boolean | null {
   try {
-    const next = new Cron(cron, { timezone, paused: true }).nextRun(after);
+    const next = new Cron(cron, cronOptions(timezone)).nextRun(after);
     return next !== null && next.getTime() <= until.getTime();
   } catch {
     return null;

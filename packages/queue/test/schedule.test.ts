@@ -281,6 +281,42 @@ describe('scheduler', () => {
     ]);
   });
 
+  it('follows daylight saving for lists and ranges as for one time, and skips what an interval cannot hit', async () => {
+    const define = (name: string, cron: string) =>
+      defineSchedule({
+        name,
+        cron,
+        timezone: 'Europe/Berlin',
+        job: job(name),
+        payload: (tick) => ({ at: tick.toISOString() }),
+        catchUp: { withinMs: 2 * 3_600_000 },
+      });
+    const scheduler = createScheduler({
+      pool: db.pool,
+      schedules: [define('berlin-list', '15,45 2 * * *'), define('berlin-step', '*/30 2 * * *')],
+      logger: quiet,
+    });
+    for (const from of ['2026-03-28T12:00:00Z', '2026-10-24T12:00:00Z']) {
+      const start = at(from);
+      for (let hour = 0; hour <= 24; hour++) {
+        await scheduler.runOnce({ now: minutes(start, hour * 60) });
+      }
+    }
+    expect(await ticksOf('berlin-list')).toEqual([
+      // 02:15 and 02:45 do not exist: one run at 03:00 CEST. Before: none that night.
+      '2026-03-29T01:00:00.000Z',
+      '2026-10-25T00:15:00.000Z', // 02:15 and 02:45 CEST; their repeats (CET) do not run
+      '2026-10-25T00:45:00.000Z',
+    ]);
+    expect(await ticksOf('berlin-step')).toEqual([
+      // An interval: its times that do not exist are skipped, its repeated ones run twice.
+      '2026-10-25T00:00:00.000Z',
+      '2026-10-25T00:30:00.000Z',
+      '2026-10-25T01:00:00.000Z',
+      '2026-10-25T01:30:00.000Z',
+    ]);
+  });
+
   it('pauses and resumes, lists schedules, and keeps the operator’s pause when redefined', async () => {
     const j = job('pausable');
     const define = (cron: string) =>
