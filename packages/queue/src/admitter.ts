@@ -36,7 +36,7 @@ export interface AdmitterLease {
   types: readonly string[];
   /**
    * How many more jobs the worker can hold now (0 while it stops), promised to this admission
-   * until `release` gives them back (with what it leased adopted by then).
+   * until `release` gives them back, just before what it leased is adopted.
    */
   room(): number;
   adopt(rows: ClaimedRow[]): void;
@@ -105,8 +105,9 @@ export function createAdmitter(
 
   async function admit(keys: readonly string[] | null, wait: boolean): Promise<AdmitRow> {
     const room = lease ? lease.room() : 0;
+    let row: AdmitRow;
     try {
-      const row = (
+      row = (
         await runSql<AdmitRow>(
           pool,
           admitKeys({
@@ -118,15 +119,16 @@ export function createAdmitter(
           }),
         )
       ).rows[0]!;
-      if (row.admitted > 0) metrics.admitted.inc(row.admitted);
-      if (row.leased.length > 0) {
-        metrics.admittedLeased.inc(row.leased.length);
-        lease!.adopt(row.leased);
-      }
-      return row;
     } finally {
+      // Given back before what it leased is adopted, in the same turn: adopted, those take it.
       if (room > 0) lease!.release?.(room);
     }
+    if (row.admitted > 0) metrics.admitted.inc(row.admitted);
+    if (row.leased.length > 0) {
+      metrics.admittedLeased.inc(row.leased.length);
+      lease!.adopt(row.leased);
+    }
+    return row;
   }
 
   async function admitEach(keys: readonly string[], wait: boolean): Promise<number> {

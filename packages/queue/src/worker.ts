@@ -319,13 +319,14 @@ export function createWorker(options: WorkerOptions): Worker {
    */
   let slotsStuck = false;
   /**
-   * Slots promised to statements in flight, which take them when they answer: the loop's claim,
-   * and an admission leasing to this worker. Each counts the other's, so neither fills a slot
-   * the other is about to. Kept by workers that run rate-limited types only, whose admissions
-   * lease into slots free to run at once (a start is logged as it is leased); elsewhere a job
-   * leased beside a claim waits its turn in the buffer, as claimed ones do.
+   * Slots promised to admissions in flight that lease rate-limited jobs to this worker: a start
+   * is logged as it is leased, so such a job must run at once. Claims count them out of their
+   * room, and `pump` does not start buffered jobs in them, so that a claim answering meanwhile
+   * cannot fill them (found by an audit: the leased job, its start logged, waited behind the
+   * claimed one and started 178 ms before the next window's under 1/s). Kept by workers that run
+   * rate-limited types only.
    */
-  let promised = 0;
+  let admitting = 0;
   let averageDurationMs: number | null = null;
   /** Running average of the payload JSON size of claimed jobs, for `maxPrefetchBytes`. */
   let averagePayloadBytes = 0;
@@ -347,24 +348,23 @@ export function createWorker(options: WorkerOptions): Worker {
             // buffer behind a long job started later, with the next interval's, all at once
             // (found in review: 6 starts in one second under a limit of 2). A worker that runs
             // such types leases admissions only into slots free to run them now.
-            // The slots it leases into are promised to it until it answers, so that the claim
-            // loop does not fill them meanwhile (found by an audit: a claim took the slot while
-            // an admission waited for its key's lock; the leased job, its start logged, waited
-            // behind the claimed one and started 178 ms before the next window's under 1/s).
             room: () => {
               if (state !== 'running') return 0;
               if (!rateLimited) return room();
               const free = room(0);
-              promised += free;
+              admitting += free;
               return free;
             },
+            // Called before `adopt`, in the same turn: the jobs it leased take the slots first.
             release: (free) => {
               if (!rateLimited) return;
-              promised -= free;
+              admitting -= free;
               wake('slot');
+              queueMicrotask(pump);
             },
             adopt: (rows) => {
-              for (const row of rows) void accept(row);
+              // At the front, as hand-offs: leased to run now, they start before claimed ones.
+              for (const row of rows) void accept(row, 0, undefined, undefined, rateLimited);
               // Stopping began while the admission ran: hand them back with the rest, before
               // stop() returns (it awaits `lateRelease` after the admitter's stop).
               if (state !== 'running') {
@@ -605,8 +605,8 @@ export function createWorker(options: WorkerOptions): Worker {
     return Math.max(
       0,
       Math.min(
-        target - buffered.length - active - promised,
-        2 * target - running.size - promised,
+        target - buffered.length - active - admitting,
+        2 * target - running.size - admitting,
         batchSize,
       ),
     );
@@ -621,6 +621,7 @@ export function createWorker(options: WorkerOptions): Worker {
     handOffDepth = 0,
     carry?: unknown,
     leasedAt?: number,
+    front = handOffDepth > 0,
   ): Promise<void> {
     const job = new RunningJob(row);
     job.handOffDepth = handOffDepth;
@@ -669,7 +670,7 @@ export function createWorker(options: WorkerOptions): Worker {
       done.then(() => settled(), settled);
     };
     inflight.add(task);
-    if (handOffDepth > 0) buffered.unshift(job);
+    if (front) buffered.unshift(job);
     else buffered.push(job);
     return task;
   }
@@ -678,7 +679,7 @@ export function createWorker(options: WorkerOptions): Worker {
   function pump(): void {
     // Once stop() has begun, buffered jobs are handed back, never started.
     if (state === 'stopping' || state === 'stopped') return;
-    while (active < config.concurrency && buffered.length > 0) {
+    while (active + admitting < config.concurrency && buffered.length > 0) {
       const job = buffered.shift()!;
       active += 1;
       job.turn!(true);
@@ -696,9 +697,6 @@ export function createWorker(options: WorkerOptions): Worker {
       }
       workRequested = false;
       let rows: ClaimedRow[];
-      // Promised to the claim while it runs, so that an admission does not lease into them.
-      const promise = rateLimited ? limit : 0;
-      promised += promise;
       try {
         rows = await claim(limit);
         failures = 0;
@@ -714,8 +712,6 @@ export function createWorker(options: WorkerOptions): Worker {
         events.emit('worker:error', { reason: 'claim_failed', error });
         await nap('work', retryDelayMs(failures));
         continue;
-      } finally {
-        promised -= promise;
       }
       for (const row of rows) void accept(row);
       if (state !== 'running') {

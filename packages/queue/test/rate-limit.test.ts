@@ -146,66 +146,76 @@ describe('rate limits', () => {
     expect(most).toBeLessThanOrEqual(2);
   });
 
-  it('keeps the slot an admission leases into from a claim that comes while it runs', async () => {
-    const started: string[] = [];
-    const other = defineJob({
-      type: 'rl.other',
-      queue: 'rl-race',
-      payload,
-      handler: () => void started.push('other'),
-    });
-    const rated = defineJob({
-      type: 'rl.race',
-      queue: 'rl-race',
-      payload,
-      rateLimit: { limit: 1, intervalMs: 60_000 },
-      handler: () => void started.push('rated'),
-    });
-    const pool = db.newPool(6);
-    pool.on('error', () => {});
-    // Woken by notifications only, so that no claim of its own is running as the admission
-    // starts (one then keeps the admission from leasing at all, as it should).
-    const worker = testWorker(pool, [other, rated], {
-      concurrency: 1,
-      maxPrefetch: 0,
-      pollIntervalMs: 60_000,
-      listen: true,
-      admitter: { intervalMs: 3_600_000 },
-    });
-    await worker.start();
-    const holder = await db.pool.connect();
-    try {
-      // The key's lock, held elsewhere, keeps the worker's admission waiting.
-      await holder.query('BEGIN');
-      await holder.query(`SELECT pg_advisory_xact_lock(377101, hashtext('rate:rl.race'))`);
-      await client.enqueue(rated, { n: 0 });
-      // Past the worker's own admission its notification starts (it skips the locked key), and
-      // its first claim: either, running, would promise the slot away from this admission.
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      const admitting = worker.admitter!.runOnce({ keys: ['rate:rl.race'] });
-      await waitFor(async () => {
-        const { rows } = await db.pool.query(
-          `SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-           WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()`,
-        );
-        return rows.length === 1;
+  it.each([
+    ['with no prefetch', 0],
+    ['with a prefetch buffer', 1_000],
+  ])(
+    'keeps the slot an admission leases into from a claim that answers while it runs, %s',
+    async (_, maxPrefetch) => {
+      const started: string[] = [];
+      const other = defineJob({
+        type: 'rl.other',
+        queue: 'rl-race',
+        payload,
+        handler: () => void started.push('other'),
       });
-      // A job the loop could claim into the slot the admission will lease into.
-      const { id } = await client.enqueue(other, { n: 1 });
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      // Before: claimed and run at once; the admission then leased the rated job (its start
-      // logged) behind it, into a buffer, where it started late.
-      expect((await client.getJob(id))?.status).toBe('pending');
-      await holder.query('COMMIT');
-      await admitting;
-      await waitFor(() => started.length === 2, { what: 'both jobs to start' });
-      expect(started).toEqual(['rated', 'other']);
-    } finally {
-      holder.release();
-      await worker.stop();
-      await pool.end();
-    }
-  });
+      const rated = defineJob({
+        type: 'rl.race',
+        queue: 'rl-race',
+        payload,
+        rateLimit: { limit: 1, intervalMs: 60_000 },
+        handler: () => void started.push('rated'),
+      });
+      const pool = db.newPool(6);
+      pool.on('error', () => {});
+      // Woken by notifications only, so that no claim of its own is running as the admission
+      // starts (then the buffer takes the claim's rows, and the slot is the admission's).
+      const worker = testWorker(pool, [other, rated], {
+        concurrency: 1,
+        maxPrefetch,
+        pollIntervalMs: 60_000,
+        listen: true,
+        admitter: { intervalMs: 3_600_000 },
+      });
+      await worker.start();
+      const holder = await db.pool.connect();
+      try {
+        // One job first, so that the worker has a duration to size its prefetch buffer by.
+        await client.enqueue(other, { n: 0 });
+        await waitFor(() => started.length === 1, { what: 'the first job to run' });
+        started.length = 0;
+        // The key's lock, held elsewhere, keeps the worker's admission waiting.
+        await holder.query('BEGIN');
+        await holder.query(`SELECT pg_advisory_xact_lock(377101, hashtext('rate:rl.race'))`);
+        await client.enqueue(rated, { n: 1 });
+        // Past the worker's own admission its notification starts (it skips the locked key):
+        // running, it would promise the slot away from this one.
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        const admitting = worker.admitter!.runOnce({ keys: ['rate:rl.race'] });
+        await waitFor(async () => {
+          const { rows } = await db.pool.query(
+            `SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+             WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()`,
+          );
+          return rows.length === 1;
+        });
+        // A job the loop claims meanwhile: into the buffer at most, never into the slot.
+        await client.enqueue(other, { n: 2 });
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        // Before: it ran at once; the admission then leased the rated job (its start logged)
+        // behind it, into the buffer, where it started late.
+        expect(started).toEqual([]);
+        await holder.query('COMMIT');
+        await admitting;
+        await waitFor(() => started.length === 2, { what: 'both jobs to start' });
+        expect(started).toEqual(['rated', 'other']);
+      } finally {
+        holder.release();
+        await worker.stop();
+        await pool.end();
+      }
+    },
+  );
 
   it('keys the limit by payload, each key with its own budget', async () => {
     const perTenant = defineJob({
