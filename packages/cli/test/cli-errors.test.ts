@@ -127,6 +127,9 @@ describe('command line', () => {
       [['jobs', 'list', '--status', 'failed', '--status', ''], '--status must not be empty'],
       [['sagas', 'list', '--name', ''], '--name must not be empty'],
     ];
+    // An empty cursor is the first page, as a paging loop's first call passes it.
+    const first = await runInProcess(['sagas', 'list', '--cursor', '', '--json'], env);
+    expect(first.code, first.stderr).toBe(0);
     for (const [args, message] of cases) {
       const r = await runInProcess(args, env);
       expect(r.code, args.join(' ')).toBe(2);

@@ -13,31 +13,55 @@ export type Show = (what: string, value: unknown) => unknown;
 export function showForBranch(
   show: Show,
   saga: { name: string; parent: { step: string } | null },
+  parentDef: ParentSteps | null,
 ): Show {
   const parts = saga.name.split('.');
   if (parts.length !== 3 || saga.parent === null || saga.parent.step !== parts[1]) return show;
   const [parent, group, branch] = parts as [string, string, string];
   return (what, value) => {
     const own = show(what, value);
-    if (what === `saga:${saga.name}:input`) return asParentInput(show, parent, own);
+    if (what === `saga:${saga.name}:input`) return asParentInput(show, parent, parentDef, own);
     if (what === `saga:${saga.name}:${branch}:output`) {
-      const shown = show(`saga:${parent}:${group}:output`, { [branch]: own });
-      return isRecord(shown) && Object.hasOwn(shown, branch) ? shown[branch] : shown;
+      // Only this branch's part of the group's output is at hand: a redact that reads another
+      // branch's part of it may throw, and then shows nothing of it.
+      try {
+        const shown = show(`saga:${parent}:${group}:output`, { [branch]: own });
+        return isRecord(shown) && Object.hasOwn(shown, branch) ? shown[branch] : shown;
+      } catch {
+        return HIDDEN;
+      }
     }
     return own;
   };
 }
 
-function asParentInput(show: Show, parent: string, value: unknown): unknown {
+/** The parent definition's steps, to tell its waits (whose output is the signal they took). */
+export type ParentSteps = { steps: readonly { name: string; wait: { signal: string } | null }[] };
+
+const HIDDEN = '(hidden: redact failed)';
+
+function asParentInput(
+  show: Show,
+  parent: string,
+  parentDef: ParentSteps | null,
+  value: unknown,
+): unknown {
   if (!isRecord(value)) return value;
   const shown: Record<string, unknown> = { ...value };
   if (Object.hasOwn(value, 'input')) shown.input = show(`saga:${parent}:input`, value.input);
   if (isRecord(value.steps)) {
     shown.steps = Object.fromEntries(
-      Object.entries(value.steps).map(([step, output]) => [
-        step,
-        show(`saga:${parent}:${step}:output`, output),
-      ]),
+      Object.entries(value.steps).map(([step, output]) => {
+        // A wait's output is the signal it took, asked as that signal first, as on the parent's
+        // page. Without the parent's definition any step may have been a wait on a signal of its
+        // name (a wait's signal unless given): asked as that, at worst it hides too much.
+        const signal = parentDef
+          ? parentDef.steps.find((s) => s.name === step)?.wait?.signal
+          : step;
+        const asSignal =
+          signal === undefined ? output : show(`saga:${parent}:signal:${signal}`, output);
+        return [step, show(`saga:${parent}:${step}:output`, asSignal)];
+      }),
     );
   }
   return shown;

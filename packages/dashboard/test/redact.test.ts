@@ -12,6 +12,7 @@ import { serve } from './support.js';
 const CARD = '4111-1111-1111-1111';
 const pay = defineSaga({ name: 'pay', version: 1, input: z.object({ card: z.string() }) })
   .step('quote', { run: () => ({ secretQuote: 'QUOTE-SECRET-42' }) })
+  .waitFor('approved', { payload: z.object({ by: z.string() }), timeoutMs: 3_600_000 })
   .parallel('prep', (branch) => ({
     a: branch({ run: () => ({ code: 'BRANCH-SECRET-A' }) }),
     b: branch({ run: () => ({ code: 'shown-b' }) }),
@@ -34,6 +35,7 @@ const dashboard = createDashboard({
     if (what === 'saga:pay:input') return { card: 'hidden' };
     if (what === 'saga:pay:quote:output') return { hidden: true };
     if (what === 'saga:pay:prep:output') return { ...(value as object), a: 'hidden' };
+    if (what === 'saga:pay:signal:approved') return { by: 'hidden' };
     return what.startsWith('saga:order:signal:') ? { by: 'hidden' } : value;
   },
 });
@@ -85,11 +87,15 @@ describe('dashboard redaction of sagas', () => {
 
   it("a parallel branch's page hides what its parent's redaction hides", async () => {
     await sagas.start(pay, { id: 'p1', input: { card: CARD } });
+    await waitFor(async () => (await readSaga(db.pool, 'p1'))?.status === 'waiting', {
+      what: 'p1 waiting',
+    });
+    await sagas.signal('p1', 'approved', { by: 'APPROVER-SECRET' });
     await waitFor(async () => (await readSaga(db.pool, 'p1'))?.status === 'completed', {
       what: 'p1 completed',
     });
     const parent = await (await fetch(`${served.url}/sagas/p1`)).text();
-    const secrets = [CARD, 'QUOTE-SECRET-42', 'BRANCH-SECRET-A'];
+    const secrets = [CARD, 'QUOTE-SECRET-42', 'BRANCH-SECRET-A', 'APPROVER-SECRET'];
     expect(secrets.filter((s) => parent.includes(s))).toEqual([]);
     expect(parent).toContain('shown-b');
     const children = (await readSaga(db.pool, 'p1'))!.children.map((c) => c.id);
@@ -104,6 +110,21 @@ describe('dashboard redaction of sagas', () => {
     // Before: each branch's page showed the card and the quote (its stored input carries the
     // parent's input and outputs), and branch a's its own output, asked as pay.prep.a's only.
     for (const page of pages) expect(secrets.filter((s) => page.includes(s))).toEqual([]);
+    // Without the parent's definition a step's output is asked as a signal of its name too.
+    const blind = createDashboard({
+      pool: db.pool,
+      logger: quiet,
+      redact: (what, value) => (what === 'saga:pay:signal:approved' ? 'hidden' : value),
+    });
+    const blindServed = await serve(blind);
+    try {
+      const page = await (await fetch(`${blindServed.url}/sagas/p1%2Fprep%2Fb`)).text();
+      expect(page).toContain('shown-b');
+      expect(page).not.toContain('APPROVER-SECRET');
+    } finally {
+      await blindServed.close();
+      await blind.close();
+    }
     expect(pages[1]).toContain('shown-b');
     expect(asked).toContain('saga:pay.prep.a:input');
   }, 60_000);

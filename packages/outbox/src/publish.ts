@@ -76,6 +76,8 @@ function checkOptions<T extends TopicSchemas>(options: OutboxOptions<T>) {
     throw bad('topics must be an object of a Standard Schema per topic name ({} for none)');
   }
   for (const [topic, schema] of Object.entries(given)) {
+    // Undefined: a topic of the outbox whose payloads are not checked.
+    if (schema === undefined) continue;
     if (
       typeof (schema as Partial<StandardSchemaV1> | null)?.['~standard']?.validate !== 'function'
     ) {
@@ -83,8 +85,10 @@ function checkOptions<T extends TopicSchemas>(options: OutboxOptions<T>) {
     }
   }
   const maxBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
-  if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) {
-    throw bad(`maxPayloadBytes must be a whole number of bytes above 0, got ${String(maxBytes)}`);
+  if (maxBytes !== Infinity && (!Number.isSafeInteger(maxBytes) || maxBytes < 1)) {
+    throw bad(
+      `maxPayloadBytes must be a whole number of bytes above 0 (or Infinity), got ${String(maxBytes)}`,
+    );
   }
   const strict = options.strictTopics ?? true;
   if (typeof strict !== 'boolean') throw bad('strictTopics must be true or false');

@@ -209,15 +209,15 @@ describe('publish', () => {
       // Before: NaN compared false with every size, so no payload was too big to write.
       [
         { topics, maxPayloadBytes: NaN },
-        'maxPayloadBytes must be a whole number of bytes above 0, got NaN',
+        'maxPayloadBytes must be a whole number of bytes above 0 (or Infinity), got NaN',
       ],
       [
         { topics, maxPayloadBytes: 0 },
-        'maxPayloadBytes must be a whole number of bytes above 0, got 0',
+        'maxPayloadBytes must be a whole number of bytes above 0 (or Infinity), got 0',
       ],
       [
         { topics, maxPayloadBytes: 1.5 },
-        'maxPayloadBytes must be a whole number of bytes above 0, got 1.5',
+        'maxPayloadBytes must be a whole number of bytes above 0 (or Infinity), got 1.5',
       ],
       // Before: these failed only at publish, with "Cannot read properties of undefined".
       [{}, 'topics must be an object of a Standard Schema per topic name'],
@@ -231,6 +231,9 @@ describe('publish', () => {
       expect(make).toThrow(ConfigError);
       expect(make).toThrow(`defineOutbox: ${what}`);
     }
+    // No limit, and a topic listed without a schema (its payloads unchecked), stay allowed.
+    expect(() => defineOutbox({ topics, maxPayloadBytes: Infinity })).not.toThrow();
+    expect(() => defineOutbox({ topics: { 'a.b': undefined } } as never)).not.toThrow();
   });
 
   it('keeps the topics it was defined with', async () => {

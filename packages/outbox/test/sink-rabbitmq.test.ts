@@ -334,6 +334,10 @@ describe('rabbitmqSink without a broker', () => {
       expect(make).toThrow(`rabbitmqSink options: ${what}`);
     }
     expect(rabbitmqSink({ url, exchange: '' }).name).toBe('rabbitmq');
+    // As amqplib reads a URL: the scheme in any case, spaces around it.
+    expect(rabbitmqSink({ url: ' AMQP://guest:guest@127.0.0.1:5672 ', exchange: 'x' }).name).toBe(
+      'rabbitmq',
+    );
   });
 
   it('fails every message of the batch, without throwing, when it cannot connect', async () => {

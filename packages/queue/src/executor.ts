@@ -486,9 +486,11 @@ async function extendJobLease(
       `extendLease: leaseMs must be an integer from 1 to ${MAX_LEASE_MS} (a day), not ${leaseMs}`,
     );
   }
-  // Completed by completeWith: no lease is left to keep, and none was lost. Held by its open
-  // completing transaction: the row lock keeps the sweeper off it (see `completing`).
-  if (job.settledExplicitly || job.completing > 0) return true;
+  // Completed by completeWith: no lease is left to keep, and none was lost.
+  if (job.settledExplicitly) return true;
+  // Held by its open completing transaction: the row lock keeps the sweeper off it (see
+  // `completing`), unless the attempt was ended meanwhile (its lease lost, its timeout).
+  if (job.completing > 0) return job.abortReason === null;
   const sentAt = performance.now();
   const { rowCount } = await runSql(d.pool, extendLease(d.workerId, job.token, leaseMs));
   if (rowCount === 1) {

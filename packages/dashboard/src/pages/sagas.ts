@@ -226,6 +226,8 @@ export interface SagaPageOptions {
   canRun: boolean;
   /** How to show the input, outputs and signal payloads: null hides them. */
   show: ((what: string, value: unknown) => unknown) | null;
+  /** A parallel branch's: its parent's definition, when the dashboard was given it. */
+  parentDef?: AnySagaDefinition | null;
   error?: string | undefined;
 }
 
@@ -234,7 +236,7 @@ const LIVE: readonly SagaStatus[] = ['queued', 'running', 'waiting', 'compensati
 
 export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOptions) {
   const { def, canRun } = options;
-  const show = options.show && showForBranch(options.show, saga);
+  const show = options.show && showForBranch(options.show, saga, options.parentDef ?? null);
   const rows = timelineRows(saga, def);
   const from = saga.createdAt.getTime();
   const to = (saga.finishedAt ?? new Date(ctx.now)).getTime();

@@ -73,7 +73,10 @@ const exchangeTypes = new Set(['topic', 'direct', 'fanout', 'headers']);
  */
 function checkOptions(url: string, options: RabbitMqSinkOptions, routingKey: unknown): void {
   const bad = (what: string) => new ConfigError(`rabbitmqSink options: ${what}`);
-  if (!/^amqps?:\/\//.test(url)) throw bad('url must be an amqp:// or amqps:// URL');
+  // As amqplib reads it (WHATWG URL): spaces around it trimmed, the scheme in any case.
+  if (typeof url !== 'string' || !/^\s*amqps?:\/\//i.test(url)) {
+    throw bad('url must be an amqp:// or amqps:// URL');
+  }
   if (typeof options.exchange !== 'string') {
     throw bad("exchange must be a string (give '' explicitly for the default exchange)");
   }
@@ -99,7 +102,8 @@ function checkOptions(url: string, options: RabbitMqSinkOptions, routingKey: unk
  * consumers drop the duplicates that retrying after a lost confirm can produce.
  */
 export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
-  const url = options.url ?? process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+  // An empty AMQP_URL is taken for an unset one (amqplib read it as amqp://localhost).
+  const url = options.url ?? (process.env.AMQP_URL || 'amqp://guest:guest@127.0.0.1:5672');
   const { exchange, exchangeType, logger } = options;
   const routingKey = options.routingKey ?? ((message: OutboxMessage) => message.topic);
   const prefix = options.messageIdPrefix ?? '';
