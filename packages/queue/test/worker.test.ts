@@ -594,9 +594,16 @@ describe('worker outcomes', () => {
       // The claim commits now, after stop() returned. Before (found by an audit): its job stayed
       // processing, leased to the stopped worker, and runOnce() never returned.
       if (once) expect(await once).toBe(0);
+      // Status and version in one read: read apart, the claim could commit between them, and a
+      // pending status read before it passed with the claim's version (seen under load).
       await waitFor(
-        async () =>
-          (await jobRow(db.pool, id)).status === 'pending' && (await rowVersion(id)) !== enqueued,
+        async () => {
+          const { rows } = await db.pool.query<{ status: string; v: string }>(
+            'SELECT status::text, xmin::text AS v FROM skiplock.jobs WHERE id = $1',
+            [id],
+          );
+          return rows[0]!.status === 'pending' && rows[0]!.v !== enqueued;
+        },
         { what: 'the late claim to be handed back' },
       );
       expect(await jobRow(db.pool, id)).toMatchObject({ locked_by: null, attempts: 0 });
