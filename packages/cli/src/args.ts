@@ -16,8 +16,8 @@ export class CliError extends Error {
 type OptionsConfig = NonNullable<ParseArgsConfig['options']>;
 
 /** Strict option parsing shared by commands: unknown flags are errors that name the flag. */
-/** Options whose empty value means their default: scripts pass them so (a paging loop's cursor). */
-const EMPTY_IS_DEFAULT = new Set(['cursor', 'module', 'host']);
+/** Options whose empty value means their default: a paging loop's first call passes it so. */
+const EMPTY_IS_DEFAULT = new Set(['cursor']);
 
 export function parseOptions<const O extends OptionsConfig>(args: string[], options: O) {
   let parsed;
@@ -26,9 +26,9 @@ export function parseOptions<const O extends OptionsConfig>(args: string[], opti
   } catch (error) {
     throw new UsageError(parseErrorMessage(error));
   }
-  // No option takes an empty value but those where it means the default (the first page, no
-  // module, every address). Passed on, an empty filter was taken for none: `jobs list --queue ''`
-  // listed the jobs of every queue as if filtered (found by an audit).
+  // No option takes an empty value but `--cursor`, where it means the first page. Passed on, an
+  // empty filter was taken for none (`jobs list --queue ''` listed the jobs of every queue as if
+  // filtered; found by an audit), and `--host ''` listened on every address.
   for (const [name, value] of Object.entries(parsed.values)) {
     if (EMPTY_IS_DEFAULT.has(name)) continue;
     for (const one of Array.isArray(value) ? value : [value]) {

@@ -126,6 +126,8 @@ describe('command line', () => {
       [['jobs', 'list', '--worker='], '--worker must not be empty'],
       [['jobs', 'list', '--status', 'failed', '--status', ''], '--status must not be empty'],
       [['sagas', 'list', '--name', ''], '--name must not be empty'],
+      // Passed on, an empty host listened on every address.
+      [['dashboard', '--host', ''], '--host must not be empty'],
     ];
     // An empty cursor is the first page, as a paging loop's first call passes it.
     const first = await runInProcess(['sagas', 'list', '--cursor', '', '--json'], env);

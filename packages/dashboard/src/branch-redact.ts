@@ -54,13 +54,19 @@ function asParentInput(
       Object.entries(value.steps).map(([step, output]) => {
         // A wait's output is the signal it took, asked as that signal first, as on the parent's
         // page. Without the parent's definition any step may have been a wait on a signal of its
-        // name (a wait's signal unless given): asked as that, at worst it hides too much.
+        // name (a wait's signal unless given), as that page takes it too: a wait on a signal of
+        // another name is then asked as a step only.
         const signal = parentDef
           ? parentDef.steps.find((s) => s.name === step)?.wait?.signal
           : step;
-        const asSignal =
-          signal === undefined ? output : show(`saga:${parent}:signal:${signal}`, output);
-        return [step, show(`saga:${parent}:${step}:output`, asSignal)];
+        try {
+          const asSignal =
+            signal === undefined ? output : show(`saga:${parent}:signal:${signal}`, output);
+          return [step, show(`saga:${parent}:${step}:output`, asSignal)];
+        } catch {
+          // A redact that cannot read a value asked as another kind (a signal) hides it.
+          return [step, HIDDEN];
+        }
       }),
     );
   }

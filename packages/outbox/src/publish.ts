@@ -76,8 +76,8 @@ function checkOptions<T extends TopicSchemas>(options: OutboxOptions<T>) {
     throw bad('topics must be an object of a Standard Schema per topic name ({} for none)');
   }
   for (const [topic, schema] of Object.entries(given)) {
-    // Undefined: a topic of the outbox whose payloads are not checked.
-    if (schema === undefined) continue;
+    // None: a topic of the outbox whose payloads are not checked.
+    if (schema === undefined || schema === null) continue;
     if (
       typeof (schema as Partial<StandardSchemaV1> | null)?.['~standard']?.validate !== 'function'
     ) {

@@ -325,6 +325,9 @@ describe('rabbitmqSink without a broker', () => {
       [{ url, exchange: 'x', exchangeType: 'bogus' }, 'exchangeType must be one of topic, direct'],
       [{ url, exchange: 'x', routingKey: 'orders' }, 'routingKey must be a function'],
       [{ url: 'http://127.0.0.1:5672', exchange: 'x' }, 'url must be an amqp:// or amqps:// URL'],
+      // Not URLs as amqplib reads them: a byte-order mark before it, a port out of range.
+      [{ url: '\uFEFFamqp://127.0.0.1', exchange: 'x' }, 'url must be an amqp:// or amqps:// URL'],
+      [{ url: 'amqp://127.0.0.1:99999', exchange: 'x' }, 'url must be an amqp:// or amqps:// URL'],
       [{ url, exchange: 'x', messageIdPrefix: 3 }, 'messageIdPrefix must be a string'],
       [{ url, exchange: 'x', mandatory: 'yes' }, 'mandatory must be true or false'],
     ];

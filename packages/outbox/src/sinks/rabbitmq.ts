@@ -73,8 +73,14 @@ const exchangeTypes = new Set(['topic', 'direct', 'fanout', 'headers']);
  */
 function checkOptions(url: string, options: RabbitMqSinkOptions, routingKey: unknown): void {
   const bad = (what: string) => new ConfigError(`rabbitmqSink options: ${what}`);
-  // As amqplib reads it (WHATWG URL): spaces around it trimmed, the scheme in any case.
-  if (typeof url !== 'string' || !/^\s*amqps?:\/\//i.test(url)) {
+  // Read as amqplib reads it (WHATWG URL: spaces around it trimmed, the scheme in any case).
+  let protocol: string | null = null;
+  try {
+    protocol = new URL(url).protocol;
+  } catch {
+    // Not a URL at all: refused below.
+  }
+  if (protocol !== 'amqp:' && protocol !== 'amqps:') {
     throw bad('url must be an amqp:// or amqps:// URL');
   }
   if (typeof options.exchange !== 'string') {
