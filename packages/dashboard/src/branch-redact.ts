@@ -12,12 +12,12 @@ export type Show = (what: string, value: unknown) => unknown;
  */
 export function showForBranch(
   show: Show,
-  saga: { name: string; parent: { step: string } | null },
+  saga: BranchCandidate,
   parentDef: ParentSteps | null,
 ): Show {
-  const parts = saga.name.split('.');
-  if (parts.length !== 3 || saga.parent === null || saga.parent.step !== parts[1]) return show;
-  const [parent, group, branch] = parts as [string, string, string];
+  const parts = branchParts(saga);
+  if (parts === null) return show;
+  const [parent, group, branch] = parts;
   return (what, value) => {
     const own = show(what, value);
     if (what === `saga:${saga.name}:input`) return asParentInput(show, parent, parentDef, own);
@@ -34,6 +34,19 @@ export function showForBranch(
     return own;
   };
 }
+
+/** `[parent, group, branch]` of a branch saga's name; null for any other saga. */
+function branchParts(saga: BranchCandidate): [string, string, string] | null {
+  const parts = saga.name.split('.');
+  if (parts.length !== 3 || saga.parent === null || saga.parent.step !== parts[1]) return null;
+  return parts as [string, string, string];
+}
+
+/** The name of a branch saga's parent (whose version it has), for its definition; else null. */
+export const branchParentName = (saga: BranchCandidate): string | null =>
+  branchParts(saga)?.[0] ?? null;
+
+type BranchCandidate = { name: string; parent: { step: string } | null };
 
 /** The parent definition's steps, to tell its waits (whose output is the signal they took). */
 export type ParentSteps = { steps: readonly { name: string; wait: { signal: string } | null }[] };

@@ -36,6 +36,7 @@ import {
   type SagaRuntime,
 } from '@skiplock/saga';
 import type pg from 'pg';
+import { branchParentName } from './branch-redact.js';
 import { html, type Html } from './html.js';
 import { jobPage, jobsPage, jobStatuses, type JobFilters } from './pages/jobs.js';
 import type { PageContext } from './pages/layout.js';
@@ -711,13 +712,13 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     const saga = await sagaRead(readSaga(pool, id), 404);
     if (!saga) throw new HttpError(404, `Saga ${id} does not exist.`);
     const def = definitions.get(`${saga.name}@${saga.version}`) ?? null;
-    // A branch (`<parent>.<group>.<branch>`) has its parent's version.
-    const parentName = saga.parent ? saga.name.split('.')[0] : undefined;
+    const parentName = branchParentName(saga);
     const result = sagaPage(r.ctx, saga, {
       def,
       canRun: runtime !== null && def !== null,
       show,
-      parentDef: definitions.get(`${parentName}@${saga.version}`) ?? null,
+      parentDef:
+        parentName === null ? null : (definitions.get(`${parentName}@${saga.version}`) ?? null),
       error,
     });
     page(r, { ...result, status });

@@ -45,7 +45,7 @@ const BAD_TEXT = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])
 const CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f]/;
 /** In a key, a tab too: a key is an identifier, never formatted text. */
 // eslint-disable-next-line no-control-regex -- control characters are exactly what it looks for
-const KEY_CONTROL = /[\u0000-\u001f\u007f]/;
+export const KEY_CONTROL = /[\u0000-\u001f\u007f]/;
 const EDGE_SPACE = /^[ \t]|[ \t]$/;
 
 /**

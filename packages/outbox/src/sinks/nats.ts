@@ -15,6 +15,7 @@ import {
   type NatsConnection,
 } from '@nats-io/transport-node';
 import { ConfigError } from '@skiplock/queue';
+import { KEY_CONTROL } from '../validate.js';
 import type { Logger } from 'pino';
 import {
   encodePayload,
@@ -84,9 +85,9 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
       'natsSink options: subject must be a function of the message returning its subject',
     );
   }
-  // The prefix goes out in a header line: a control character would end or corrupt it.
-  // eslint-disable-next-line no-control-regex -- control characters are exactly what it looks for
-  if (typeof msgIdPrefix !== 'string' || /[\u0000-\u001f\u007f]/.test(msgIdPrefix)) {
+  // The prefix goes out in a header line, as a key does: a control character would end or
+  // corrupt it.
+  if (typeof msgIdPrefix !== 'string' || KEY_CONTROL.test(msgIdPrefix)) {
     throw new ConfigError(
       'natsSink options: msgIdPrefix must be a string without control characters',
     );

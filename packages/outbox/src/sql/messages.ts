@@ -14,10 +14,10 @@ export const PUBLISH_LOCK_CLASS = 377102;
  *
  * First it takes a transaction advisory lock per key (in lock-id order, so two statements never
  * deadlock each other; two transactions publishing keys in opposite orders over several
- * statements can, as the README says), held to commit. Ids come from a sequence at insert, not at commit: without the lock,
- * a transaction that inserted a key's message first but committed second would make that message
- * visible after a relay had already taken the key's later one, and the key would have two in
- * flight, out of order. With it, a key's ids rise in commit order. The locks sit in a
+ * statements can, as the README says), held to commit. Ids come from a sequence at insert, not
+ * at commit: without the lock, a transaction that inserted a key's message first but committed
+ * second would make that message visible after a relay had already taken the key's later one,
+ * and the key would have two in flight, out of order. With it, a key's ids rise in commit order. The locks sit in a
  * materialized CTE joined to the rows, so all are held before the first row draws its id.
  */
 export function insertMessages(
