@@ -832,7 +832,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     const except = { exceptTypePrefix: SAGA_JOB_PREFIX };
     const done =
       action === 'retry'
-        ? await retryDeadJobs(pool, ids, except)
+        ? await retryDeadJobs(pool, ids, { ...except, logger })
         : await discardDeadJobs(pool, ids, except);
     logger.info(
       { reason: `dashboard_jobs_bulk_${action}`, operator, requested: ids.length, jobIds: done },

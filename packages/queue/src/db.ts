@@ -2,6 +2,7 @@ import { sql, type SQL, type SQLChunk } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
 import { queryAfterBegin } from './begin-with.js';
+import { SkiplockError } from './errors.js';
 
 /**
  * Anything skiplock can run a statement on: a pool, a client (possibly inside the caller's
@@ -229,6 +230,7 @@ async function inTransaction<T>(
   client.on('error', onError);
   let broken = false;
   let aborted = false;
+  let rolledBack = false;
   const opening = deferBegin ? { begin, sent: false } : undefined;
   try {
     if (!opening) await client.query(begin);
@@ -242,11 +244,24 @@ async function inTransaction<T>(
     });
     if (!opening || opening.sent) {
       committing?.(true);
+      let ended: pg.QueryResult;
       try {
-        await client.query('COMMIT');
+        ended = await client.query('COMMIT');
       } catch (error) {
         committing?.(false);
         throw error;
+      }
+      // A statement of `work` failed and `work` caught the error: the server answers COMMIT with
+      // ROLLBACK, not an error. Reporting success here had a job's completion, its caller's write
+      // and the successors it handed off all "committed" with none of them in the database.
+      if (ended.command === 'ROLLBACK') {
+        committing?.(false);
+        rolledBack = true;
+        throw new SkiplockError(
+          'rolled_back',
+          'the transaction was rolled back, not committed: a statement in it failed and the ' +
+            'error was caught inside the callback',
+        );
       }
     }
     return value;
@@ -254,7 +269,7 @@ async function inTransaction<T>(
     try {
       // Aborted, `work` may still have a statement on the connection, and a ROLLBACK would wait
       // behind it: closing the connection rolls back instead.
-      if (!aborted && (!opening || opening.sent)) await client.query('ROLLBACK');
+      if (!aborted && !rolledBack && (!opening || opening.sent)) await client.query('ROLLBACK');
     } catch {
       broken = true;
     }

@@ -105,6 +105,7 @@ export {
   type QueueCounts,
   type QueueOverview,
   type RecentWorker,
+  type RetryDeadJobsOptions,
   type Throughput,
 } from './overview.js';
 /** The job status enum, for tools that list or filter by status (the CLI). */

@@ -1,6 +1,9 @@
+import type pg from 'pg';
 import { checkJobFilter, toJob, type Job } from './client.js';
 import { runSql, type Queryable } from './db.js';
-import { SkiplockError } from './errors.js';
+import { errorMessage, SkiplockError } from './errors.js';
+import { createDefaultLogger, type Logger } from './logger.js';
+import { isRowId } from './row-id.js';
 import type { JobStatus } from './schema.js';
 import { admitKeys } from './sql/admit.js';
 import {
@@ -233,10 +236,9 @@ export interface BrowsePage {
   complete: boolean;
 }
 
-const JOB_ID = /^[1-9][0-9]{0,18}$/;
-
 function checkJobId(id: string, what: string): string {
-  if (!JOB_ID.test(id)) {
+  // The pattern alone let 19 digits past bigint's maximum through to PostgreSQL's own error.
+  if (typeof id !== 'string' || !isRowId(id)) {
     throw new SkiplockError('invalid_id', `${what} must be a job id, got ${JSON.stringify(id)}`);
   }
   return id;
@@ -301,38 +303,59 @@ export async function findJobsByKey(db: Queryable, key: string): Promise<string[
 const MAX_BULK_IDS = 1_000;
 
 function checkIds(ids: readonly string[]): string[] {
-  if (!Array.isArray(ids) || ids.length > MAX_BULK_IDS) {
+  if (!Array.isArray(ids)) {
+    throw new SkiplockError('invalid_ids', `job ids must be an array, not ${typeof ids}`);
+  }
+  if (ids.length > MAX_BULK_IDS) {
     throw new SkiplockError('invalid_ids', `at most ${MAX_BULK_IDS} job ids at a time`);
   }
   return ids.map((id) => checkJobId(id, 'each id'));
 }
 
-/**
- * Runs the listed jobs that are dead again now, with fresh attempts (others are left alone);
- * jobs with a concurrency key wait for a slot of their key and are admitted here. Returns the
- * ids retried.
- */
-/** Leaves out jobs whose type starts with this: a package's own jobs (a saga's steps). */
 export interface DeadJobsActionOptions {
+  /** Leaves out jobs whose type starts with this: a package's own jobs (a saga's steps). */
   exceptTypePrefix?: string | undefined;
 }
 
+export interface RetryDeadJobsOptions extends DeadJobsActionOptions {
+  /** Where a failed admission after the retry is logged (`admit_after_failed`). */
+  logger?: Logger | undefined;
+}
+
+/**
+ * Runs the listed jobs that are dead again now, with fresh attempts (others are left alone);
+ * jobs with a concurrency key wait for a slot of their key and are admitted here. Returns the
+ * ids retried. On a pool, not in a caller's transaction: the retry commits first, so an
+ * admission that fails after it (a lock wait past `statement_timeout`) is logged and the ids are
+ * still returned; workers' admission passes admit the keys, as after `client.retryJob`.
+ */
 export async function retryDeadJobs(
-  db: Queryable,
+  pool: pg.Pool,
   ids: readonly string[],
-  options: DeadJobsActionOptions = {},
+  options: RetryDeadJobsOptions = {},
 ): Promise<string[]> {
   if (checkIds(ids).length === 0) return [];
   const { rows } = await runSql<{ id: string; concurrency_key: string | null }>(
-    db,
+    pool,
     retryDeadJobsSql(ids, options.exceptTypePrefix ?? null),
   );
   const keys = [...new Set(rows.map((r) => r.concurrency_key).filter((k) => k !== null))];
   if (keys.length > 0) {
-    await runSql(
-      db,
-      admitKeys({ keys, wait: true, maxKeys: keys.length, afterKey: null, lease: null }),
-    );
+    try {
+      await runSql(
+        pool,
+        admitKeys({ keys, wait: true, maxKeys: keys.length, afterKey: null, lease: null }),
+      );
+    } catch (error) {
+      (options.logger ?? createDefaultLogger()).warn(
+        {
+          reason: 'admit_after_failed',
+          jobIds: rows.map((r) => r.id),
+          err: errorMessage(error),
+        },
+        "could not admit the retried jobs' concurrency keys; workers' admission passes will",
+      );
+    }
   }
   return rows.map((r) => r.id);
 }

@@ -75,18 +75,24 @@ export function preparedRunner(options: {
             `mode?); ${options.who} sends statements unnamed from now on — set preparedStatements: false`,
         );
       }
-      if (target !== options.pool && !(alone && opening === undefined)) throw error;
+      if (target !== options.pool && !(alone && opening === undefined)) {
+        // Ours, in a transaction: `withOwnTransaction` may run that transaction again.
+        markOwn(error);
+        throw error;
+      }
       return runStatement<T>(target, statement, false, undefined, follow);
     }
   };
 }
 
 /**
- * Runs `work` in a transaction of skiplock's own. When a pooler lost a prepared statement,
- * nothing committed and the sender that failed (worker, client or saga runtime) sends unnamed
- * statements from then on, so the transaction is simply run again: at most once per sender.
- * `work` must expect to run more than once (it runs from its start each time). `opening`: see
- * `withTransaction`.
+ * Runs `work` in a transaction of skiplock's own. When a pooler lost one of skiplock's prepared
+ * statements, nothing committed and the sender that failed (worker, client or saga runtime) sends
+ * unnamed statements from then on, so the transaction is simply run again: at most once per
+ * sender. The same error from a statement of the caller's own inside `work` (an `EXECUTE` of a
+ * name it never prepared) fails the call: running `work` again would repeat whatever it did
+ * outside the database, and the statement would fail the same way. `work` must expect to run more
+ * than once (it runs from its start each time). `opening`: see `withTransaction`.
  */
 export async function withOwnTransaction<T>(
   pool: pg.Pool,
@@ -97,9 +103,26 @@ export async function withOwnTransaction<T>(
     try {
       return await withTransaction(pool, work, options);
     } catch (error) {
-      if (attempt >= 3 || !isPreparedStatementError(error)) throw error;
+      if (attempt >= 3 || !isOwn(error)) throw error;
     }
   }
+}
+
+/** Marks a lost prepared statement of skiplock's own (a property of the error, not enumerable). */
+const OWN_STATEMENT_LOST = Symbol('skiplock.ownStatementLost');
+
+function markOwn(error: unknown): void {
+  if (typeof error === 'object' && error !== null && Object.isExtensible(error)) {
+    Object.defineProperty(error, OWN_STATEMENT_LOST, { value: true });
+  }
+}
+
+function isOwn(error: unknown): boolean {
+  return (
+    typeof error === 'object' &&
+    error !== null &&
+    (error as { [OWN_STATEMENT_LOST]?: boolean })[OWN_STATEMENT_LOST] === true
+  );
 }
 
 /** invalid_sql_statement_name (26000) or duplicate_prepared_statement (42P05). */

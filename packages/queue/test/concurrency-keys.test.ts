@@ -10,6 +10,7 @@ import {
   createWorker,
   defineJob,
 } from '../src/index.js';
+import { retryDeadJobs } from '../src/overview.js';
 import { claimJobs } from '../src/sql/claim.js';
 import { fastBackoff, quiet, testWorker } from './fixtures.js';
 import { metricValue } from '../../../test/support/metrics.js';
@@ -316,6 +317,35 @@ describe('concurrency keys', () => {
     // The admission passes take it from there.
     await admitter.runOnce();
     expect((await client.getJob(b!.id))!.status).toBe('pending');
+  });
+
+  it('retryDeadJobs whose admission fails after the retry still reports the ids, and logs why', async () => {
+    const logs = captureLogs();
+    const one = defineJob({ ...tenantJob, type: 'tenant.dead', concurrencyLimit: 1 });
+    const { id } = await client.enqueue(one, { tenant: 'y', n: 0 });
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'dead' WHERE id = $1`, [id]);
+    await db.pool.query(`
+      CREATE FUNCTION pg_temp_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'admission refused for the test'; END $$;
+      CREATE TRIGGER refuse_admission BEFORE UPDATE ON skiplock.jobs FOR EACH ROW
+        WHEN (OLD.status = 'waiting' AND OLD.concurrency_key = 'tenant:y')
+        EXECUTE FUNCTION pg_temp_refuse()`);
+    try {
+      // Before: this threw 'admission refused for the test' although the retry had committed,
+      // and a second call found nothing dead to retry, so the ids were never reported.
+      expect(await retryDeadJobs(db.pool, [id], { logger: logs.logger })).toEqual([id]);
+      expect((await client.getJob(id))!.status).toBe('waiting');
+      expect(logs.lines.find((l) => l.reason === 'admit_after_failed')).toMatchObject({
+        jobIds: [id],
+        err: expect.stringContaining('admission refused for the test'),
+      });
+    } finally {
+      await db.pool.query(
+        'DROP TRIGGER refuse_admission ON skiplock.jobs; DROP FUNCTION pg_temp_refuse()',
+      );
+    }
+    await admitter.runOnce();
+    expect((await client.getJob(id))!.status).toBe('pending');
   });
 
   it('a delayed job is admitted only when due, so it holds no slot before', async () => {

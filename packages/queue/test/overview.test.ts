@@ -229,6 +229,15 @@ describe('overview reads on a table of 200,000 finished jobs', () => {
       [() => readQueueOverview(db.pool, { maxQueues: 0 }), 'invalid_limit', /maxQueues/],
       [() => readThroughput(db.pool, { cap: -1 }), 'invalid_limit', /cap .*-1/],
       [() => readRecentWorkers(db.pool, { windowMs: 1e10 }), 'invalid_limit', /windowMs/],
+      // 19 digits past bigint's maximum: PostgreSQL's "out of range for type bigint" before.
+      [
+        () => browseJobs(db.pool, { beforeId: '9999999999999999999' }),
+        'invalid_id',
+        /beforeId must be a job id/,
+      ],
+      [() => retryDeadJobs(db.pool, ['9999999999999999999']), 'invalid_id', /each id must be/],
+      [() => discardDeadJobs(db.pool, ['9223372036854775808']), 'invalid_id', /each id must be/],
+      [() => retryDeadJobs(db.pool, '12' as unknown as string[]), 'invalid_ids', /an array/],
     ];
     for (const [read, code, message] of cases) {
       const error = await read().catch((e: unknown) => e);
