@@ -490,6 +490,39 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     return r.session.operator;
   }
 
+  /**
+   * Signs out: clears the session cookie. Only from the dashboard's own pages: a page on another
+   * site that posted here had its answer's cookie taken on the top-level navigation (the
+   * `SameSite=Strict` cookie is not sent, but a `Set-Cookie` back is kept), so it signed the
+   * operator out, unlogged (found in an audit). A cookie that is no longer a session (expired,
+   * or signed with another token) is cleared from the dashboard's own pages without a CSRF token.
+   */
+  async function signOut(r: Request) {
+    const form = await readForm(r.req);
+    if (!sameOrigin(r.req) || (r.session && !guard.csrfMatches(r.session, form.get('_csrf')))) {
+      const message =
+        'The sign-out did not come from this dashboard (CSRF check failed); reload the page and try again.';
+      logger.warn(
+        {
+          reason: 'dashboard_csrf_refused',
+          action: 'sign_out',
+          operator: r.session?.operator ?? null,
+        },
+        message,
+      );
+      return page(r, messagePage(r.ctx, 403, 'Refused', message));
+    }
+    if (r.session) {
+      logger.info(
+        { reason: 'dashboard_sign_out', operator: r.session.operator },
+        'operator signed out',
+      );
+    }
+    return redirect(r.res, withNotice(`${base}/`, 'signed_out'), {
+      'set-cookie': cookie(r.req, '', 0),
+    });
+  }
+
   async function overviewData(): Promise<OverviewData> {
     const [overview, throughput, workers, sagas] = await Promise.all([
       readQueueOverview(pool),
@@ -1051,18 +1084,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     }
     if (method !== 'POST') throw new HttpError(405, 'Only GET and POST are answered here.');
     if (first === 'sign-in' && second === undefined) return signIn(r);
-    if (first === 'sign-out' && second === undefined) {
-      const form = await readForm(req);
-      if (r.session && sameOrigin(req) && guard.csrfMatches(r.session, form.get('_csrf'))) {
-        logger.info(
-          { reason: 'dashboard_sign_out', operator: r.session.operator },
-          'operator signed out',
-        );
-      }
-      return redirect(r.res, withNotice(`${base}/`, 'signed_out'), {
-        'set-cookie': cookie(req, '', 0),
-      });
-    }
+    if (first === 'sign-out' && second === undefined) return signOut(r);
     if (first === 'jobs' && second === 'bulk' && third === undefined) return bulkAction(r);
     if (first === 'outbox' && second === 'retry' && third === undefined) return outboxRetry(r);
     if (
@@ -1115,7 +1137,12 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       );
       return true;
     }
-    const session = guard.readSession(readCookies(req).get(SESSION_COOKIE));
+    // The first value that is a session of this dashboard's (see readCookies).
+    let session: Session | null = null;
+    for (const value of readCookies(req).get(SESSION_COOKIE) ?? []) {
+      session = guard.readSession(value);
+      if (session) break;
+    }
     const mode: PageContext['mode'] = readOnly
       ? 'read-only'
       : !guard.hasToken

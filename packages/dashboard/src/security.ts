@@ -99,15 +99,23 @@ export class Guard {
   }
 }
 
-/** The request's cookies, by name. */
-export function readCookies(req: IncomingMessage): Map<string, string> {
-  const cookies = new Map<string, string>();
+/**
+ * The request's cookies, by name, each name's values in the order sent. A browser sends every
+ * cookie whose path matches, the most specific path first: a dashboard mounted at `/staging`
+ * beside one at `/` gets both one's session and the other's under the same name, and keeping only
+ * the last one signed its operator out for good (found in an audit).
+ */
+export function readCookies(req: IncomingMessage): Map<string, string[]> {
+  const cookies = new Map<string, string[]>();
   for (const part of (req.headers.cookie ?? '').split(';')) {
     const eq = part.indexOf('=');
     if (eq < 1) continue;
     const name = part.slice(0, eq).trim();
     try {
-      cookies.set(name, decodeURIComponent(part.slice(eq + 1).trim()));
+      const value = decodeURIComponent(part.slice(eq + 1).trim());
+      const values = cookies.get(name);
+      if (values) values.push(value);
+      else cookies.set(name, [value]);
     } catch {
       // A cookie that is not ours and not URI-encoded: ignored.
     }

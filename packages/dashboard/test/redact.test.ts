@@ -18,21 +18,35 @@ const pay = defineSaga({ name: 'pay', version: 1, input: z.object({ card: z.stri
     b: branch({ run: () => ({ code: 'shown-b' }) }),
   }));
 
+// A lock key computed from the input it names: redacting the input must hide it too.
+const EMAIL = 'jane.doe@example.com';
+const locked = defineSaga({
+  name: 'locked',
+  version: 1,
+  input: z.object({ email: z.string() }),
+  lockKey: (input) => `customer:${input.email}`,
+}).step('charge', { run: () => ({ ok: true }) });
+
 const quiet = pino({ level: 'silent' });
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
-const sagas = createSagaRuntime({ pool: db.pool, client, sagas: [order, pay], logger: quiet });
+const sagas = createSagaRuntime({
+  pool: db.pool,
+  client,
+  sagas: [order, pay, locked],
+  logger: quiet,
+});
 const worker = createWorker({ pool: db.pool, jobs: sagas.jobs, logger: quiet, pollIntervalMs: 50 });
 const asked: string[] = [];
 const dashboard = createDashboard({
   pool: db.pool,
-  sagas: [order, pay],
+  sagas: [order, pay, locked],
   logger: quiet,
   // Who approved an order is personal data: signal payloads never reach the page. So are pay's
   // card number (its input), its quote (a step's output) and branch a's part of the group's output.
   redact: (what, value) => {
     asked.push(what);
-    if (what === 'saga:pay:input') return { card: 'hidden' };
+    if (what === 'saga:pay:input' || what === 'saga:locked:input') return { card: 'hidden' };
     if (what === 'saga:pay:quote:output') return { hidden: true };
     if (what === 'saga:pay:prep:output') return { ...(value as object), a: 'hidden' };
     if (what === 'saga:pay:signal:approved') return { by: 'hidden' };
@@ -128,4 +142,33 @@ describe('dashboard redaction of sagas', () => {
     expect(pages[1]).toContain('shown-b');
     expect(asked).toContain('saga:pay.prep.a:input');
   }, 60_000);
+
+  it("hides a saga's lock key while its input is redacted, and asks redact about it by name", async () => {
+    await sagas.start(locked, { id: 'lk1', input: { email: EMAIL } });
+    expect((await readSaga(db.pool, 'lk1'))?.lockKey).toBe(`customer:${EMAIL}`);
+    const lockKeyCell = async (url: string) => {
+      const text = await (await fetch(`${url}/sagas/lk1`)).text();
+      return /<th>lock key<\/th>\s*<td>\s*([\s\S]*?)\s*<\/td>/.exec(text)?.[1];
+    };
+    // Before: the Fields table showed customer:jane.doe@example.com beside the redacted input.
+    expect(await lockKeyCell(served.url)).toBe('<span class="none">hidden</span>');
+    expect(asked).toContain('saga:locked:lockKey');
+    // Its own answer is shown; with nothing redacted the key shows as it is.
+    for (const [redact, cell] of [
+      [
+        (what: string, value: unknown) => (what === 'saga:locked:lockKey' ? 'customer:j…' : value),
+        'customer:j…',
+      ],
+      [(_what: string, value: unknown) => value, `customer:${EMAIL}`],
+    ] as const) {
+      const other = createDashboard({ pool: db.pool, logger: quiet, sagas: [locked], redact });
+      const otherServed = await serve(other);
+      try {
+        expect(await lockKeyCell(otherServed.url)).toBe(cell);
+      } finally {
+        await otherServed.close();
+        await other.close();
+      }
+    }
+  });
 });

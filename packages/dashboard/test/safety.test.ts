@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createDashboard } from '../src/index.js';
-import { useTestDatabase } from '../../../test/support/db.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { rawHttp, serve } from './support.js';
 
@@ -49,6 +49,70 @@ describe('dashboard safety', () => {
       );
       expect(res.status, next).toBe(303);
       expect(res.location, next).toMatch(/^\/\?notice=signed_in$/);
+    }
+  });
+
+  it('signs out only from its own pages: a form on another site neither clears the cookie nor goes unlogged', async () => {
+    const logs = captureLogs();
+    const own = createDashboard({ pool: db.pool, token, logger: logs.logger });
+    const ownServed = await serve(own);
+    try {
+      const raw = rawHttp(ownServed, token);
+      const here = { host: `127.0.0.1:${raw.port}`, origin: `http://127.0.0.1:${raw.port}` };
+      const form = { 'content-type': 'application/x-www-form-urlencoded' };
+      const signIn = await raw.send(
+        'POST',
+        '/sign-in',
+        { ...here, ...form },
+        new URLSearchParams({ operator: 'ada', token }).toString(),
+      );
+      const session = { cookie: signIn.cookie };
+      const page = await raw.send('GET', '/', { host: here.host, ...session });
+      const csrf = /name="_csrf" value="([^"]+)"/.exec(page.text)?.[1];
+      expect(csrf).toBeTruthy();
+      // Another dashboard's session under the same name, sent after this one's (a dashboard
+      // mounted at / beside this one at /staging): before, only the last was read, and the
+      // operator was signed out here for good.
+      const both = await raw.send('GET', '/', {
+        host: here.host,
+        cookie: `${signIn.cookie}; skiplock_dashboard=another.dashboards-session`,
+      });
+      expect(both.text).toMatch(/class="who"[^>]*>\s*ada\s*</);
+      const evil = { ...here, origin: 'https://evil.example' };
+      // Before: each of these answered 303 with the cookie cleared (a browser takes that
+      // Set-Cookie on a cross-site top-level navigation), and only the last was logged.
+      for (const [headers, body] of [
+        [{ ...evil, ...form }, ''], // what the browser sends: a SameSite=Strict cookie stays home
+        [{ ...evil, ...form, ...session }, `_csrf=${csrf}`],
+        [{ ...here, ...form, ...session }, '_csrf=forged'],
+      ] as const) {
+        const refused = await raw.send('POST', '/sign-out', headers, body);
+        expect(refused.status).toBe(403);
+        expect(refused.cookie).toBe('');
+      }
+      expect(logs.lines.filter((l) => l.reason === 'dashboard_csrf_refused')).toHaveLength(3);
+      const out = await raw.send(
+        'POST',
+        '/sign-out',
+        { ...here, ...form, ...session },
+        `_csrf=${csrf}`,
+      );
+      expect(out.status).toBe(303);
+      expect(out.location).toMatch(/notice=signed_out/);
+      expect(out.cookie).toBe('skiplock_dashboard=');
+      expect(logs.reasons()).toContain('dashboard_sign_out');
+      // A cookie that is no session any more is cleared from the dashboard's own pages.
+      const stale = await raw.send(
+        'POST',
+        '/sign-out',
+        { ...here, ...form, cookie: 'skiplock_dashboard=stale.value' },
+        '',
+      );
+      expect(stale.status).toBe(303);
+      expect(stale.cookie).toBe('skiplock_dashboard=');
+    } finally {
+      await ownServed.close();
+      await own.close();
     }
   });
 
