@@ -14,6 +14,7 @@ import {
   retryDelayMs,
   runSql,
   sleep,
+  storableText,
   withJitter,
 } from '@skiplock/queue/engine';
 import type { Delivery, OutboxMessage, Sink } from './sink.js';
@@ -236,7 +237,7 @@ export function createRelay(options: RelayOptions): Relay {
         outcome.dead.push(false);
         outcome.unsent.push(true);
         outcome.delayMs.push(0);
-        outcome.errors.push(String(delivery.error).slice(0, 1_000));
+        outcome.errors.push(storableText(String(delivery.error)).slice(0, 1_000));
         result.retried += 1;
         continue;
       }
@@ -251,10 +252,11 @@ export function createRelay(options: RelayOptions): Relay {
       outcome.unsent.push(false);
       outcome.delayMs.push(dead ? 0 : delay);
       // The receiver's words go to last_error for operators, never to the log.
-      const error = String(delivery.error).slice(0, 1_000);
+      // Stored as text, which holds no NUL: a receiver's body with one failed the batch's settle.
+      const error = storableText(String(delivery.error)).slice(0, 1_000);
       const detail =
         typeof delivery.detail === 'string' && delivery.detail
-          ? `: ${delivery.detail.slice(0, 500)}`
+          ? `: ${storableText(delivery.detail).slice(0, 500)}`
           : '';
       outcome.errors.push(error + detail);
       const fields = {

@@ -533,6 +533,37 @@ describe('relay', () => {
     expect(Number(rows[1]?.wait_ms)).toBeLessThanOrEqual(0);
   });
 
+  it("keeps a failure's text with a NUL in it (a receiver's body), the NUL replaced", async () => {
+    const [bin, unsent] = await publishMany(db.pool, [
+      { topic: 'nul.test', payload: 1 },
+      { topic: 'nul.test', payload: 2 },
+    ]);
+    const sink: Sink = {
+      name: 'nul',
+      deliver: async (messages) =>
+        messages.map((m) =>
+          m.id === bin
+            ? { ok: false, error: 'HTTP 500\u0000', detail: 'GIF89a\u0000\u0001' }
+            : { ok: false, error: 'not\u0000sent', notSent: true },
+        ),
+      close: async () => {},
+    };
+    const relay = createRelay({
+      pool: db.pool,
+      sink,
+      logger: silent,
+      backoff: quickBackoff,
+      topics: ['nul.test'],
+    });
+    // Before: the settle's text[] failed (invalid byte sequence 0x00), so the whole batch stayed
+    // leased until its lease ran out, and the receiver's answer was lost.
+    expect(await relay.runOnce()).toMatchObject({ claimed: 2, retried: 2 });
+    expect(await statusOf([bin!, unsent!])).toEqual([
+      { id: bin, status: 'pending', attempts: 1, last_error: 'HTTP 500\ufffd: GIF89a\ufffd\u0001' },
+      { id: unsent, status: 'pending', attempts: 0, last_error: 'not\ufffdsent' },
+    ]);
+  });
+
   it('gives back the attempt of messages a sink reports unsent when the batch deadline aborts it', async () => {
     const [id] = await publishMany(db.pool, [{ topic: 'abort.test', key: 'U', payload: 1 }]);
     // As the RabbitMQ and webhook sinks do: on abort, answer at once, nothing published.

@@ -79,7 +79,16 @@ export class ShutdownError extends SkiplockError {
   }
 }
 
+/**
+ * The text of anything thrown, as it can be stored. PostgreSQL's text holds no NUL: a handler's
+ * error with one failed every write of its failure (retried as if the database were down), and
+ * the job waited for its lease to run out, its error lost (found in an audit).
+ */
 export function errorMessage(error: unknown): string {
+  return storableText(rawMessage(error));
+}
+
+function rawMessage(error: unknown): string {
   if (error instanceof Error) return error.message || error.name;
   if (typeof error === 'string') return error;
   try {
@@ -87,4 +96,9 @@ export function errorMessage(error: unknown): string {
   } catch {
     return String(error);
   }
+}
+
+/** `text` with each NUL, which PostgreSQL's text cannot hold, replaced by U+FFFD. */
+export function storableText(text: string): string {
+  return text.includes('\u0000') ? text.replaceAll('\u0000', '\ufffd') : text;
 }

@@ -8,6 +8,7 @@ import {
 import {
   completeWithStatement,
   errorMessage,
+  findJsonProblem,
   handedOffCarry,
   jobStates,
 } from '@skiplock/queue/engine';
@@ -275,7 +276,7 @@ async function runStep(
     await e.faults?.({ ...point, phase: 'before' });
     const value = await raceSignal(() => spec.run!(ctx, prepared.input), deadline.signal);
     // Later steps read the output back from jsonb; hand them exactly that, in every process.
-    const output = value === undefined ? null : (JSON.parse(JSON.stringify(value)) as unknown);
+    const output = value === undefined ? null : storedOutput(spec.name, value);
     await e.faults?.({ ...point, phase: 'after' });
     report(e, saga, spec.name, await completion.finish(output));
   } catch (error) {
@@ -291,6 +292,30 @@ async function runStep(
   } finally {
     deadline.clear();
   }
+}
+
+/**
+ * A step's output as stored and read back: JSON, then jsonb. One that cannot be stored (a BigInt,
+ * a cycle, a NUL or lone surrogate in a string) is refused as non-retryable, naming where: it
+ * failed in the completion instead, after the step's effect, and every retry ran the effect
+ * again to fail the same way (found in an audit).
+ */
+function storedOutput(step: string, value: unknown): unknown {
+  let stored: unknown;
+  try {
+    stored = JSON.parse(JSON.stringify(value)) as unknown;
+  } catch (error) {
+    throw new NonRetryableError(
+      `step "${step}" returned an output JSON cannot hold: ${errorMessage(error)}`,
+    );
+  }
+  const problem = findJsonProblem(stored, 'output');
+  if (problem) {
+    throw new NonRetryableError(
+      `step "${step}" returned an output that cannot be stored: ${problem.path} ${problem.message}`,
+    );
+  }
+  return stored;
 }
 
 /**

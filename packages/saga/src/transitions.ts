@@ -1,4 +1,4 @@
-import type { AnyJobDefinition } from '@skiplock/queue';
+import { NonRetryableError, type AnyJobDefinition } from '@skiplock/queue';
 import { enqueueHandedOff, runSql, type Queryable } from '@skiplock/queue/engine';
 import type { SQL } from 'drizzle-orm';
 import { entryKey, type Engine, type SagaEntry, type SagaSnapshot } from './engine.js';
@@ -610,7 +610,17 @@ export async function compensateChild(
     await e.sql(tx, settleStep({ ...key, status: 'failed', error: why }));
     return failSaga(e, tx, parent.id, `compensation of "${spec.name}" failed: ${why}`);
   }
-  const childEntry = e.entries.get(entryKey(child.name, child.version))!;
+  // The child row's version, not the step's: a child completed under a version since replaced
+  // in the parent's definition failed here with a TypeError, retried (found in an audit).
+  const childEntry = e.entries.get(entryKey(child.name, child.version));
+  // Dead at once, not retried: its dead job is what `retryFailed` runs again once the runtime
+  // has the definition.
+  if (!childEntry) {
+    throw new NonRetryableError(
+      `child saga "${id}" is version ${child.version} of "${child.name}", which no runtime here ` +
+        'knows: give the runtime that definition too, then retry the saga (retryFailed)',
+    );
+  }
   const reason = `parent saga "${parent.id}" compensates: ${parent.error ?? 'compensating'}`;
   // First: the child's end may move the parent on within this very transaction.
   // The compensation's row keeps its job (the pointer lets go of it next); the child's end

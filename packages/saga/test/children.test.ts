@@ -597,3 +597,53 @@ describe('child sagas', () => {
     );
   });
 });
+
+describe('undoing a completed child whose version no runtime here knows', () => {
+  const undone: string[] = [];
+  const shipV1 = defineSaga({ name: 'shipv', version: 1, input: z.object({}) }).step('book', {
+    ...fast,
+    run: () => ({ tracking: 't1' }),
+    compensate: (ctx) => void undone.push(`${ctx.sagaId}:unbook-v1`),
+  });
+  const shipV2 = defineSaga({ name: 'shipv', version: 2, input: z.object({}) }).step('book', {
+    ...fast,
+    run: () => ({ tracking: 't2' }),
+    compensate: (ctx) => void undone.push(`${ctx.sagaId}:unbook-v2`),
+  });
+  const orderWith = (child: typeof shipV1) =>
+    defineSaga({ name: 'orderv', version: 1, input: z.object({}) })
+      .step('reserve', {
+        ...fast,
+        run: () => 1,
+        compensate: (ctx) => void undone.push(`${ctx.sagaId}:release`),
+      })
+      .child('ship', child, () => ({}))
+      .waitFor('approved', { payload: z.object({}) });
+
+  it('fails the saga naming the version, and retryFailed undoes it once the version is given', async () => {
+    const orderV1 = orderWith(shipV1);
+    const first = await startSagas(db.pool, [orderV1]);
+    await first.runtime.start(orderV1, { id: 'ov1', input: {} });
+    await settled(first.runtime, 'ov1', ['waiting']);
+    expect((await first.runtime.getSaga('ov1/ship'))?.status).toBe('completed');
+    await first.worker.stop();
+    await first.runtime.close();
+    // Redeployed: the parent's child step is ship v2 now, and v1 is listed nowhere.
+    const second = await startSagas(db.pool, [orderWith(shipV2)]);
+    expect(await second.runtime.cancel('ov1')).toEqual({ accepted: true, status: 'compensating' });
+    // Before: the compensation job failed with "Cannot read properties of undefined (reading
+    // 'steps')", retried with backoff 10 times. Now its job is dead at once, for retryFailed.
+    const failed = await settled(second.runtime, 'ov1', ['failed']);
+    expect(failed.error).toMatch(
+      /child saga "ov1\/ship" is version 1 of "shipv", which no runtime here knows/,
+    );
+    expect(undone).toEqual([]);
+    await second.worker.stop();
+    await second.runtime.close();
+    const third = await startSagas(db.pool, [orderWith(shipV2), shipV1]);
+    expect(await third.runtime.retryFailed('ov1')).toMatchObject({ retried: true });
+    const done = await settled(third.runtime, 'ov1', ['cancelled', 'compensated']);
+    expect(timeline(done)).toContain('undo ship:completed');
+    expect(undone).toEqual(['ov1/ship:unbook-v1', 'ov1:release']);
+  });
+});

@@ -1,10 +1,12 @@
+import { storableText } from '@skiplock/queue/engine';
 import { sql, type SQL } from 'drizzle-orm';
 import type { SagaStepKind, SagaStepStatus } from '../schema.js';
 
 /** Longest error message kept on a saga or step row. */
 export const MAX_ERROR_LENGTH = 2_000;
 
-export const clip = (message: string) => message.slice(0, MAX_ERROR_LENGTH);
+/** An error message as a saga or step row keeps it: no NUL (PostgreSQL's text holds none), clipped. */
+export const clip = (message: string) => storableText(message).slice(0, MAX_ERROR_LENGTH);
 
 /**
  * The attempt a history write records: its number, and how long ago it started by the worker's
