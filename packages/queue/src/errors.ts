@@ -98,6 +98,21 @@ function rawMessage(error: unknown): string {
   }
 }
 
+/**
+ * The text of anything thrown, for logs and spans: an `InvalidPayloadError` names its fields
+ * only. Its message holds the validator's messages, which may quote the refused value (valibot's
+ * do: `Received "alice@…"`), and the enqueue's log line already kept to the fields while the
+ * worker's and the scheduler's logged the whole message (found in an audit). Stored errors
+ * (`last_error`) keep the whole message, for operators.
+ */
+export function loggableMessage(error: unknown): string {
+  if (error instanceof InvalidPayloadError) {
+    const fields = [...new Set(error.issues.map((i) => i.path))].join(', ');
+    return storableText(`invalid payload for job type "${error.jobType}" at ${fields}`);
+  }
+  return errorMessage(error);
+}
+
 /** `text` with each NUL, which PostgreSQL's text cannot hold, replaced by U+FFFD. */
 export function storableText(text: string): string {
   return text.includes('\u0000') ? text.replaceAll('\u0000', '\ufffd') : text;

@@ -19,6 +19,7 @@ import {
   ShutdownError,
   UnknownJobTypeError,
   errorMessage,
+  loggableMessage,
 } from './errors.js';
 import type { LockLostEvent, SafeEmitter, WorkerEvents } from './events.js';
 import { leaseRenewed, type LeaseHolder } from './heartbeat.js';
@@ -671,6 +672,7 @@ async function settleFailure(
   const fields = jobFields(job);
   const event = jobFields(job);
   const message = errorMessage(error);
+  const logged = loggableMessage(error);
   const write = failJob({
     workerId: d.workerId,
     token: job.token,
@@ -681,7 +683,7 @@ async function settleFailure(
     if (rowCount === 0) return lockLost(d, job, durationMs);
     record(d, job, durationMs, 'retried', decision.reason);
     d.logger.info(
-      { ...fields, reason: decision.reason, delayMs: decision.delayMs, err: message },
+      { ...fields, reason: decision.reason, delayMs: decision.delayMs, err: logged },
       'attempt failed; retry scheduled',
     );
     d.events.emit('job:retry', { ...event, reason: decision.reason, delayMs: decision.delayMs });
@@ -728,7 +730,7 @@ async function settleFailure(
   }
   if (!owned) return lockLost(d, job, durationMs);
   record(d, job, durationMs, 'dead', decision.reason);
-  d.logger.warn({ ...fields, reason: decision.reason, err: message }, 'job is dead');
+  d.logger.warn({ ...fields, reason: decision.reason, err: logged }, 'job is dead');
   d.events.emit('job:dead', { ...event, reason: decision.reason });
 }
 

@@ -5,7 +5,7 @@ import type { TracingOption } from './tracing.js';
 import { parseConfig, queueName, rejectUnknownKeys } from './config.js';
 import { runSql, withTransaction, type Queryable } from './db.js';
 import type { JobDefinition } from './define.js';
-import { ConfigError, SkiplockError, errorMessage } from './errors.js';
+import { ConfigError, SkiplockError, loggableMessage } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import {
@@ -281,7 +281,7 @@ export function createScheduler(
         // One schedule's bad payload or lost connection does not hold up the others.
         metrics.scheduleFailures.inc({ schedule: s.name });
         logger.error(
-          { reason: 'schedule_failed', schedule: s.name, err: errorMessage(error) },
+          { reason: 'schedule_failed', schedule: s.name, err: loggableMessage(error) },
           'schedule pass failed; its ticks stay due',
         );
         result.failed.push(s.name);

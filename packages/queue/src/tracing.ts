@@ -13,7 +13,7 @@ import {
   type Tracer,
   type TracerProvider,
 } from '@opentelemetry/api';
-import { ConfigError, errorMessage } from './errors.js';
+import { ConfigError, InvalidPayloadError, loggableMessage } from './errors.js';
 
 /**
  * OpenTelemetry traces through `@opentelemetry/api` only: with no SDK registered every call below
@@ -175,11 +175,19 @@ export async function inSpan<T>(
   }
 }
 
-/** Marks a span failed with the error's message (never a payload: errors name fields only). */
+/**
+ * Marks a span failed with the error's message; an invalid payload's names its fields only (see
+ * `loggableMessage`), and its exception event carries no stack or validator text.
+ */
 export function failSpan(span: Span, error: unknown): void {
   if (!span.isRecording()) return;
-  span.recordException(error instanceof Error ? error : errorMessage(error));
-  span.setStatus({ code: SpanStatusCode.ERROR, message: errorMessage(error) });
+  const message = loggableMessage(error);
+  span.recordException(
+    error instanceof Error && !(error instanceof InvalidPayloadError)
+      ? error
+      : { name: error instanceof Error ? error.name : 'Error', message },
+  );
+  span.setStatus({ code: SpanStatusCode.ERROR, message });
 }
 
 /** What the consumer span of one job run needs from its row. */
