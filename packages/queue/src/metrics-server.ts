@@ -13,7 +13,9 @@ export interface MetricsServerOptions {
    * scrape (their metric names must not overlap).
    */
   registry: MetricsSource | readonly MetricsSource[];
+  /** A TCP port, 0 to 65535 (0: a free one, read back from `url`). */
   port: number;
+  /** Where to listen; default loopback only (`127.0.0.1`). */
   host?: string | undefined;
 }
 
@@ -34,6 +36,19 @@ export async function serveMetrics(
   });
   if (registries.length === 0) {
     throw new ConfigError('invalid serveMetrics options: registry: give at least one registry');
+  }
+  // Checked here, not by Node: a string port listened on a Unix socket of that name, no port a
+  // random one, and an empty host on every address where the default is loopback only.
+  const { port: asked, host = '127.0.0.1' } = options;
+  if (!Number.isInteger(asked) || asked < 0 || asked > 65_535) {
+    throw new ConfigError(
+      `invalid serveMetrics options: port must be an integer from 0 to 65535, not ${String(asked)}`,
+    );
+  }
+  if (typeof host !== 'string' || host.trim() === '') {
+    throw new ConfigError(
+      'invalid serveMetrics options: host must be a host name or address; leave it out for loopback',
+    );
   }
   const unique = [...new Set(registries)];
   const registry = unique.length === 1 ? unique[0]! : null;
@@ -58,13 +73,19 @@ export async function serveMetrics(
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(options.port, options.host ?? '127.0.0.1', () => resolve());
+    server.listen(asked, host, () => resolve());
   });
   const address = server.address();
-  const port = typeof address === 'object' && address ? address.port : options.port;
+  const port = typeof address === 'object' && address ? address.port : asked;
   return {
     server,
-    url: `http://${options.host ?? '127.0.0.1'}:${port}/metrics`,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}/metrics`,
+    // A connection that never sends a request (a pre-connected browser socket, a TCP check that
+    // stays open) kept close() waiting for good: closed with the server.
+    close: () =>
+      new Promise((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
   };
 }

@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { Counter, Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -460,5 +461,44 @@ describe('Prometheus metrics', () => {
     } finally {
       await Promise.all([merged.close(), clash.close()]);
     }
+  });
+
+  it('refuses a port or host it cannot listen on as asked, by name', async () => {
+    const registry = new Registry();
+    // Before: a string port listened on a Unix socket of that name in the working directory, no
+    // port on a random one, an empty host on every address (the default is loopback only), and
+    // -1, 70000 or 1.5 failed with Node's RangeError.
+    for (const port of ['metrics', undefined, -1, 70_000, 1.5, Number.NaN]) {
+      await expect(serveMetrics({ registry, port: port as number })).rejects.toThrow(
+        /serveMetrics options: port must be an integer from 0 to 65535/,
+      );
+    }
+    for (const host of ['', '  ', 42]) {
+      await expect(serveMetrics({ registry, port: 0, host: host as string })).rejects.toThrow(
+        /serveMetrics options: host must be a host name or address/,
+      );
+    }
+    const v6 = await serveMetrics({ registry, port: 0, host: '::1' });
+    try {
+      expect(v6.url).toMatch(/^http:\/\/\[::1\]:\d+\/metrics$/);
+      expect((await fetch(v6.url)).status).toBe(200);
+    } finally {
+      await v6.close();
+    }
+  });
+
+  it('closes while a client holds a connection it has sent nothing on', async () => {
+    const served = await serveMetrics({ registry: new Registry(), port: 0 });
+    const { port } = served.server.address() as { port: number };
+    const socket = connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    await new Promise((resolve) => socket.once('connect', resolve));
+    const closedEarly = await new Promise((resolve) => {
+      // Before: still pending after 150 s. Closed, the socket ends too.
+      socket.once('close', () => resolve(true));
+      void served.close();
+    });
+    expect(closedEarly).toBe(true);
+    expect(served.server.listening).toBe(false);
   });
 });
