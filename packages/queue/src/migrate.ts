@@ -1,8 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { drizzle } from 'drizzle-orm/node-postgres';
-import { migrate as drizzleMigrate } from 'drizzle-orm/node-postgres/migrator';
+import { readMigrationFiles } from 'drizzle-orm/migrator';
 import pg from 'pg';
 import { createDefaultLogger, type Logger } from './logger.js';
 import { LOCK_NAMESPACE, LockKeys } from './sql/lock.js';
@@ -62,9 +61,14 @@ interface Journal {
 }
 
 /**
- * Applies pending migrations: the queue's, then each of `include`. A session advisory lock
- * serializes concurrent callers (two worker processes starting at once): the second waits, then
- * finds nothing left to apply.
+ * Applies pending migrations: the queue's, then each of `include`, each set in one transaction
+ * that first takes a transaction-scoped advisory lock, so concurrent callers (two worker
+ * processes starting at once) apply each migration once: the second waits, then finds nothing
+ * left to apply. Transaction-scoped, not a session lock around drizzle's migrator: through
+ * PgBouncer in transaction mode the lock, the migrator's transaction and the unlock each went to
+ * whichever server connection was free, so the lock serialized nothing (3 of 4 concurrent
+ * migrates failed on duplicate types) and was left held on a pooled connection, where every
+ * later migrate waited for it (found in an audit). A transaction keeps one server connection.
  */
 export async function migrate(options: MigrateOptions = {}): Promise<MigrateResult> {
   const logger = options.logger ?? createDefaultLogger();
@@ -85,37 +89,15 @@ export async function migrate(options: MigrateOptions = {}): Promise<MigrateResu
   const onLost = () => {};
   client.on('error', onLost);
   const applied: string[] = [];
-  // Set when the unlock fails: the connection is then closed, not pooled, which ends its session
-  // and so releases the session lock it may still hold.
-  let unlockFailed: Error | undefined;
+  // Set when a ROLLBACK failed: the connection is then closed, not pooled.
+  let broken = false;
   try {
-    await client.query('SELECT pg_advisory_lock($1, $2)', [LOCK_NAMESPACE, LockKeys.migrate]);
-    try {
-      for (const set of sets) {
-        const pending = await pendingMigrations(client, set);
-        // Nothing to apply: drizzle's migrator would still send CREATE SCHEMA IF NOT EXISTS, which
-        // PostgreSQL refuses a role without CREATE on the database (a least-privilege worker
-        // calling migrate() at start-up) before it sees that the schema exists (found in review).
-        if (pending.length === 0) continue;
-        try {
-          await drizzleMigrate(drizzle(client), {
-            migrationsFolder: set.folder,
-            migrationsSchema: 'skiplock',
-            migrationsTable: set.table,
-          });
-        } catch (error) {
-          throw migrationFailed(set, pending, error);
-        }
-        applied.push(...pending.map((tag) => `${set.name}/${tag}`));
-      }
-    } finally {
-      // A connection lost in the middle of a migration fails the unlock too; that error must not
-      // replace the one saying which migration failed and why.
-      await client
-        .query('SELECT pg_advisory_unlock($1, $2)', [LOCK_NAMESPACE, LockKeys.migrate])
-        .catch((error: unknown) => {
-          unlockFailed = error instanceof Error ? error : new Error(String(error));
-        });
+    for (const set of sets) {
+      const done = await migrateSet(client, set).catch((error: unknown) => {
+        if ((error as { rollbackFailed?: boolean }).rollbackFailed) broken = true;
+        throw error;
+      });
+      applied.push(...done.map((m) => `${set.name}/${m.tag}`));
     }
     logger.info(
       { reason: 'migrated', applied: applied.length },
@@ -125,21 +107,101 @@ export async function migrate(options: MigrateOptions = {}): Promise<MigrateResu
   } finally {
     if (own) await own.end().catch(() => {});
     client.off('error', onLost);
-    pooled?.release(unlockFailed);
+    pooled?.release(broken);
   }
 }
 
 /**
- * One line saying which set failed and PostgreSQL's own reason, with its SQLSTATE as `code`:
- * drizzle wraps the server's error in one that names only the failed statement's text.
+ * Applies one set's pending migrations in one transaction, under the migration lock; returns
+ * what it applied. A transaction that waited for the lock began before its holder committed, and
+ * an advisory lock does not refresh the session's caches of names: `to_regclass` alone answered
+ * from them that the set's table was missing, and the set was applied again (`type "job_status"
+ * already exists`, when the CLI's probe had looked the schema up on the same connection). So the
+ * table's existence is read from the catalogs with the statement's snapshot, and should the
+ * caches still disagree, the set is tried again in a new transaction, which starts with them
+ * refreshed.
  */
-function migrationFailed(set: MigrationSet, pending: readonly string[], error: unknown): Error {
+async function migrateSet(client: pg.ClientBase, set: MigrationSet): Promise<Migration[]> {
+  for (let attempt = 1; ; attempt++) {
+    await client.query('BEGIN');
+    try {
+      await client.query('SELECT pg_advisory_xact_lock($1, $2)', [
+        LOCK_NAMESPACE,
+        LockKeys.migrate,
+      ]);
+      const pending = await pendingMigrations(client, set);
+      if (pending === STALE && attempt < 5) {
+        await client.query('ROLLBACK');
+        continue;
+      }
+      if (pending === STALE) {
+        throw new Error(`migrate: the ${set.name} migrations' table kept changing; try again`);
+      }
+      if (pending.length > 0) {
+        try {
+          await applyMigrations(client, set, pending);
+        } catch (error) {
+          throw migrationFailed(set, pending, error);
+        }
+      }
+      await client.query('COMMIT');
+      return pending;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {
+        Object.assign(error as object, { rollbackFailed: true });
+      });
+      throw error;
+    }
+  }
+}
+
+/** One migration of a set, as drizzle-kit wrote it and drizzle's reader splits and hashes it. */
+interface Migration {
+  tag: string;
+  statements: string[];
+  hash: string;
+  when: number;
+}
+
+/**
+ * Applies `pending` in the caller's transaction, recording each in the set's table exactly as
+ * drizzle's migrator does (`hash`, `created_at` = the journal's `when`), so databases migrated
+ * before and after this change read alike. The schema and table are made only when something is
+ * pending: PostgreSQL refuses CREATE SCHEMA IF NOT EXISTS to a role without CREATE on the
+ * database (a least-privilege worker calling migrate() at start-up) before it sees that the
+ * schema exists (found in review).
+ */
+async function applyMigrations(
+  client: pg.ClientBase,
+  set: MigrationSet,
+  pending: readonly Migration[],
+): Promise<void> {
+  const table = `skiplock.${quoteIdent(set.table)}`;
+  await client.query('CREATE SCHEMA IF NOT EXISTS skiplock');
+  await client.query(
+    `CREATE TABLE IF NOT EXISTS ${table} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`,
+  );
+  for (const migration of pending) {
+    for (const statement of migration.statements) {
+      if (statement.trim() !== '') await client.query(statement);
+    }
+    await client.query(`INSERT INTO ${table} (hash, created_at) VALUES ($1, $2)`, [
+      migration.hash,
+      migration.when,
+    ]);
+  }
+}
+
+/**
+ * One line saying which set failed and PostgreSQL's own reason, with its SQLSTATE as `code`.
+ */
+function migrationFailed(set: MigrationSet, pending: readonly Migration[], error: unknown): Error {
   const cause = (error as { cause?: unknown })?.cause ?? error;
   const { message, code } = cause as { message?: unknown; code?: unknown };
   const sqlState = typeof code === 'string' ? code : undefined;
   const reason = typeof message === 'string' ? message : String(cause);
   const failed = new Error(
-    `migrate: the ${set.name} migrations from ${pending[0]} (${pending.length} pending) failed, ` +
+    `migrate: the ${set.name} migrations from ${pending[0]!.tag} (${pending.length} pending) failed, ` +
       `none of them applied: ` +
       `${reason}${sqlState ? ` (${sqlState})` : ''}` +
       (sqlState === '42501' ? '; migrate as the owner of the skiplock schema' : ''),
@@ -149,34 +211,52 @@ function migrationFailed(set: MigrationSet, pending: readonly string[], error: u
 }
 
 /**
- * The journal's entries drizzle will apply: those newer than the last recorded migration, the
- * same rule drizzle's migrator uses. Read under the lock, so it is what this call applies.
+ * The set's migrations newer than the last recorded one, the rule drizzle's migrator uses. Read
+ * under the lock, so it is what this call applies.
  */
-async function pendingMigrations(client: pg.ClientBase, set: MigrationSet): Promise<string[]> {
-  let journal: Journal;
+async function pendingMigrations(
+  client: pg.ClientBase,
+  set: MigrationSet,
+): Promise<Migration[] | typeof STALE> {
+  let all: Migration[];
   try {
-    journal = JSON.parse(
-      await readFile(join(set.folder, 'meta', '_journal.json'), 'utf8'),
-    ) as Journal;
+    const tags = (
+      JSON.parse(await readFile(join(set.folder, 'meta', '_journal.json'), 'utf8')) as Journal
+    ).entries.map((e) => e.tag);
+    all = readMigrationFiles({ migrationsFolder: set.folder }).map((m, i) => ({
+      tag: tags[i]!,
+      statements: m.sql,
+      hash: m.hash,
+      when: m.folderMillis,
+    }));
   } catch (error) {
     throw new Error(`migrate: cannot read the ${set.name} migrations in ${set.folder}`, {
       cause: error,
     });
   }
   const table = `skiplock.${quoteIdent(set.table)}`;
-  const exists = await client.query<{ found: boolean }>(
-    'SELECT to_regclass($1) IS NOT NULL AS found',
-    [table],
+  // Whether the table exists as committed (the catalogs read with this statement's snapshot) and
+  // as this session's name caches see it: when they disagree, the caches are stale.
+  const exists = await client.query<{ committed: boolean; cached: boolean }>(
+    `SELECT EXISTS (SELECT FROM pg_catalog.pg_class c
+                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                     WHERE n.nspname = 'skiplock' AND c.relname = $1) AS committed,
+            to_regclass($2) IS NOT NULL AS cached`,
+    [set.table, table],
   );
+  const { committed, cached } = exists.rows[0]!;
+  if (committed !== cached) return STALE;
   let last = -Infinity;
-  if (exists.rows[0]?.found) {
+  if (committed) {
     const { rows } = await client.query<{ last: string | null }>(
       `SELECT max(created_at)::text AS last FROM ${table}`,
     );
     if (rows[0]?.last != null) last = Number(rows[0].last);
   }
-  return journal.entries.filter((e) => e.when > last).map((e) => e.tag);
+  return all.filter((m) => m.when > last);
 }
+
+const STALE = Symbol('stale');
 
 function quoteIdent(name: string): string {
   if (!/^[a-z_][a-z0-9_]*$/.test(name)) throw new TypeError(`migrate: bad table name "${name}"`);
