@@ -49,6 +49,7 @@ import {
   bearerToken,
   Guard,
   isLoopback,
+  NoticeSigner,
   operatorName,
   readCookies,
   sameOrigin,
@@ -312,6 +313,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   const liveMs = options.liveIntervalMs ?? 2_000;
   const allowedHosts = new Set((options.allowedHosts ?? []).map((h) => h.toLowerCase()));
   const guard = new Guard(token);
+  const notices = new NoticeSigner();
   const owned = resolvePool(
     { pool: options.pool, connectionString: options.connectionString, maxConnections: 4 },
     logger,
@@ -367,12 +369,13 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   }
 
   function noticeOf(url: URL): Html | null {
-    const code = url.searchParams.get('notice');
+    const signed = notices.read(url.searchParams);
+    const code = signed?.notice;
     // Own keys only: `?notice=__proto__` found Object.prototype, not a function, and the call
     // threw outside the page's error handling (the connection was dropped, no answer).
     const make = code && Object.hasOwn(NOTICES, code) ? NOTICES[code] : undefined;
     if (!code || !make) return null;
-    const n = Number(url.searchParams.get('n') ?? '0');
+    const n = signed.n;
     return html`<p
       class="notice ${BAD_NOTICES.has(code) ? 'bad' : 'good'}"
       role="status"
@@ -811,9 +814,8 @@ export function createDashboard(options: DashboardOptions): Dashboard {
 
   function withNotice(path: string, notice: string, n?: number): string {
     const url = new URL(path, 'http://dashboard');
-    url.searchParams.set('notice', notice);
-    if (n === undefined) url.searchParams.delete('n');
-    else url.searchParams.set('n', String(n));
+    for (const name of ['notice', 'n', 't', 'sig']) url.searchParams.delete(name);
+    for (const [name, value] of notices.params(notice, n)) url.searchParams.set(name, value);
     return `${url.pathname}${url.search}`;
   }
 

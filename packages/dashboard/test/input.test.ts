@@ -2,6 +2,7 @@ import { createRelay, deadMessages, publishMany, type Sink } from '@skiplock/out
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDashboard } from '../src/index.js';
+import { NoticeSigner } from '../src/security.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { rawHttp, serve } from './support.js';
 
@@ -60,8 +61,38 @@ describe('dashboard notices', () => {
       expect(res.status, notice).toBe(200);
       expect(res.text, notice).not.toContain('data-testid="notice"');
     }
-    const real = await send('GET', '/jobs?notice=bulk_retried&n=3', host);
-    expect(real.text).toContain('3 dead jobs retried.');
+  });
+
+  it('shows only the notices of its own redirects: a crafted link reports nothing', async () => {
+    // Before: each of these showed its notice ("Job retried: it runs again now.", "-25000 dead
+    // jobs discarded.", "Signed in.") to whoever followed the link.
+    for (const path of [
+      '/jobs/1?notice=job_retried',
+      '/jobs?status=dead&notice=bulk_discarded&n=-25000',
+      '/?notice=signed_in',
+      '/?notice=signed_in&t=1&sig=AAAAAAAAAAAAAAAAAAAAAA',
+    ]) {
+      const res = await send('GET', path, host);
+      expect(res.text, path).not.toContain('data-testid="notice"');
+    }
+    // A real action's redirect shows its notice; the same link with its count changed does not.
+    const done = await send('POST', '/jobs/bulk', operatorForm, 'action=retry&id=987654321');
+    expect(done.status).toBe(303);
+    expect(done.location).toMatch(/notice=bulk_retried_kept&n=0&t=\d+&sig=[\w-]{22}$/);
+    const shown = await send('GET', done.location!, host);
+    expect(shown.text).toContain('0 dead jobs retried; the others were not dead any more');
+    const changed = await send('GET', done.location!.replace('&n=0', '&n=25000'), host);
+    expect(changed.text).not.toContain('data-testid="notice"');
+  });
+
+  it('signs a notice for a few minutes only', () => {
+    const signer = new NoticeSigner();
+    const now = Date.now();
+    const query = (at: number) => new URLSearchParams(signer.params('job_retried', undefined, at));
+    expect(signer.read(query(now), now)).toEqual({ notice: 'job_retried', n: 0 });
+    expect(signer.read(query(now - 9 * 60_000), now)).not.toBeNull();
+    expect(signer.read(query(now - 11 * 60_000), now)).toBeNull();
+    expect(new NoticeSigner().read(query(now), now)).toBeNull();
   });
 });
 

@@ -48,7 +48,7 @@ describe('dashboard safety', () => {
         form,
       );
       expect(res.status, next).toBe(303);
-      expect(res.location, next).toMatch(/^\/\?notice=signed_in$/);
+      expect(res.location, next).toMatch(/^\/\?notice=signed_in&t=\d+&sig=[\w-]+$/);
     }
   });
 
@@ -192,14 +192,14 @@ describe('dashboard safety', () => {
     const auth = operatorForm;
     const waits = await send('POST', `/jobs/${retried}/retry`, auth, '');
     expect(waits.status).toBe(303);
-    expect(waits.location).toBe(`/jobs/${retried}?notice=job_retried_waiting`);
+    expect(waits.location).toMatch(new RegExp(`^/jobs/${retried}\\?notice=job_retried_waiting&t=`));
     expect((await client.getJob(retried))?.status).toBe('waiting');
     const shown = await send('GET', waits.location!, { host: auth.host });
     expect(shown.text).toContain('it is waiting for a slot of its concurrency key');
     expect(shown.text).not.toContain('it runs again now');
 
     const runs = await send('POST', `/jobs/${free}/retry`, auth, '');
-    expect(runs.location).toBe(`/jobs/${free}?notice=job_retried`);
+    expect(runs.location).toMatch(new RegExp(`^/jobs/${free}\\?notice=job_retried&t=`));
     expect((await send('GET', runs.location!, { host: auth.host })).text).toContain(
       'Job retried: it runs again now.',
     );

@@ -106,7 +106,9 @@ describe('dashboard schedules', () => {
 
     const pause = await post('/schedules/pause', 'nightly');
     expect(pause.status).toBe(303);
-    expect(pause.headers.get('location')).toBe('/schedules?notice=schedule_paused');
+    expect(pause.headers.get('location')).toMatch(
+      /^\/schedules\?notice=schedule_paused&t=\d+&sig=/,
+    );
     expect(await paused('nightly')).toBe(true);
     expect(await states()).toMatchObject({ nightly: 'paused', orphan: 'not-seen' });
     expect(logs.lines.find((l) => l.reason === 'dashboard_schedule_pause')).toMatchObject({
@@ -116,7 +118,9 @@ describe('dashboard schedules', () => {
     // A resume counts as seen: the schedule is not flagged when it comes back.
     await post('/schedules/pause', 'orphan');
     const resume = await post('/schedules/resume', 'orphan');
-    expect(resume.headers.get('location')).toBe('/schedules?notice=schedule_resumed');
+    expect(resume.headers.get('location')).toMatch(
+      /^\/schedules\?notice=schedule_resumed&t=\d+&sig=/,
+    );
     expect(await paused('orphan')).toBe(false);
     expect(await states()).toMatchObject({ orphan: 'active' });
     expect(logs.reasons()).toContain('dashboard_schedule_resume');
@@ -211,7 +215,9 @@ describe('dashboard schedules', () => {
     expect(await refused.text()).toContain('schedule &quot;kept&quot; is active');
     const removed = await post('/schedules/remove', 'retired');
     expect(removed.status).toBe(303);
-    expect(removed.headers.get('location')).toBe('/schedules?notice=schedule_removed');
+    expect(removed.headers.get('location')).toMatch(
+      /^\/schedules\?notice=schedule_removed&t=\d+&sig=/,
+    );
     const names = (await listSchedules(db.pool)).map((s) => s.name);
     expect(names).toContain('kept');
     expect(names).not.toContain('retired');
