@@ -103,14 +103,28 @@ export function parseSagaId(value: string): string {
 export function databaseUrl(value: string | undefined, env: NodeJS.ProcessEnv): string {
   const url = value ?? env.DATABASE_URL;
   if (!url) throw new UsageError('no database: pass --database-url or set DATABASE_URL');
-  let protocol = '';
+  let parsed: URL | null = null;
   try {
-    protocol = new URL(url).protocol;
+    parsed = new URL(url);
   } catch {
     // reported below without echoing the URL, which may hold a password
   }
-  if (!/^postgres(ql)?:$/.test(protocol)) {
+  if (!parsed || !/^postgres(ql)?:$/.test(parsed.protocol)) {
     throw new UsageError('--database-url (or DATABASE_URL) must be a postgres:// URL');
+  }
+  // pg decodes these parts itself; a bad escape (`%zz`) failed as a bare "URI malformed".
+  for (const [part, text] of [
+    ['user name', parsed.username],
+    ['password', parsed.password],
+    ['database name', parsed.pathname],
+  ] as const) {
+    try {
+      decodeURIComponent(text);
+    } catch {
+      throw new UsageError(
+        `--database-url (or DATABASE_URL): its ${part} holds a % that is not a percent-escape (write %25 for %)`,
+      );
+    }
   }
   return url;
 }

@@ -180,6 +180,17 @@ describe('command line', () => {
     expect(badUrl.code).toBe(2);
     expect(badUrl.stderr).toContain('must be a postgres:// URL');
     expect(badUrl.stderr).not.toContain('secret');
+    // A % that is no escape: before, a bare "URI malformed" (exit 1) from building the message.
+    for (const [url, part] of [
+      ['postgres://us%zzer:secret@127.0.0.1/x', 'user name'],
+      ['postgres://user:sec%zzret@127.0.0.1/x', 'password'],
+      ['postgres://user:secret@127.0.0.1/d%zzb', 'database name'],
+    ] as const) {
+      const bad = await runInProcess(['stats'], { DATABASE_URL: url });
+      expect(bad.code, url).toBe(2);
+      expect(bad.stderr).toContain(`its ${part} holds a % that is not a percent-escape`);
+      expect(bad.stderr).not.toContain('secret');
+    }
   });
 
   it('names a database that does not exist', async () => {
