@@ -30,6 +30,7 @@ import {
   lockAndComplete,
   lockSaga,
   lockSagaOfJob,
+  msUntil,
   type SagaRow,
 } from './sql/sagas.js';
 import { consumeSignal, selectSignal } from './sql/signals.js';
@@ -440,8 +441,9 @@ async function runSleep(
     phase: 'before',
   });
   let delayMs = sleep.ms ?? 0;
+  let until: Date | null = null;
   if (sleep.until) {
-    const until = sleep.until({
+    until = sleep.until({
       sagaId: saga.id,
       input: await parseInput(entry, saga),
       steps: outputsBefore(entry, saga.outputs, spec.index),
@@ -451,12 +453,15 @@ async function runSleep(
         `sleep step "${spec.name}": its function returned ${until instanceof Date ? 'an invalid Date' : typeof until}, not the Date to wake`,
       );
     }
-    delayMs = Math.min(until.getTime() - Date.now(), MAX_SLEEP_MS);
   }
   const transition = await completeLocked(e, job, saga.id, async (tx, locked) => {
     if (!isCurrent(locked, spec.name, 'step', ['running'])) return 'stale' as const;
     const cancelled = cancelledMeanwhile(e, job, tx, entry, locked, spec, attempt);
     if (cancelled) return cancelled;
+    if (until) {
+      const { rows } = await e.sql<{ ms: number }>(tx, msUntil(until));
+      delayMs = Math.min(rows[0]!.ms, MAX_SLEEP_MS);
+    }
     if (delayMs <= 0) {
       return advanceAfter(handingOff(e, job), tx, entry, locked, spec.index, null, attempt());
     }
