@@ -589,7 +589,8 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     if (id === null) throw new HttpError(404, `No job ${given}.`);
     const job = await client.getJob(id);
     if (!job) throw new HttpError(404, `Job ${id} does not exist (retention may have removed it).`);
-    page(r, jobPage(r.ctx, job, show === null ? null : { shown: show(job.jobType, job.payload) }));
+    const shown = show === null ? null : show(job.jobType, job.payload);
+    page(r, jobPage(r.ctx, job, show === null ? null : { shown, whole: shown === job.payload }));
   }
 
   async function outboxView(r: Request) {

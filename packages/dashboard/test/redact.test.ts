@@ -1,6 +1,6 @@
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClient, createWorker } from '@skiplock/queue';
+import { createClient, createWorker, defineJob } from '@skiplock/queue';
 import { z } from 'zod';
 import { createSagaRuntime, defineSaga, readSaga } from '@skiplock/saga';
 import { createDashboard } from '../src/index.js';
@@ -169,6 +169,48 @@ describe('dashboard redaction of sagas', () => {
         await otherServed.close();
         await other.close();
       }
+    }
+  });
+
+  it("hides a job's keys, often made from its payload, while the payload is hidden or redacted", async () => {
+    const tenantJob = defineJob({
+      type: 'tenant-sync',
+      queue: 'tenant-sync',
+      payload: z.object({ email: z.string() }),
+      concurrencyKey: (p) => `tenant:${p.email}`,
+      singletonKey: (p) => `sync:${p.email}`,
+      handler: () => {},
+    });
+    const { id } = await client.enqueue(
+      tenantJob,
+      { email: EMAIL },
+      { idempotencyKey: `signup:${EMAIL}` },
+    );
+    const pageOf = async (options: Partial<Parameters<typeof createDashboard>[0]>) => {
+      const board = createDashboard({ pool: db.pool, logger: quiet, ...options });
+      const boardServed = await serve(board);
+      try {
+        return await (await fetch(`${boardServed.url}/jobs/${id}`)).text();
+      } finally {
+        await boardServed.close();
+        await board.close();
+      }
+    };
+    // Before: the three keys showed the address in full beside a hidden or redacted payload.
+    for (const options of [
+      { hidePayloads: true },
+      {
+        redact: (type: string, value: unknown) =>
+          type === 'tenant-sync' ? { email: 'hidden' } : value,
+      },
+    ]) {
+      const page = await pageOf(options);
+      expect(page).toContain('data-testid="job-fields"');
+      expect(page).not.toContain(EMAIL);
+    }
+    const whole = await pageOf({});
+    for (const key of [`signup:${EMAIL}`, `tenant:${EMAIL}`, `sync:${EMAIL}`]) {
+      expect(whole).toContain(key);
     }
   });
 });

@@ -54,7 +54,7 @@ export {
 } from './prepared.js';
 export type { DeadJobInfo } from './define.js';
 export type { DeadReason } from './retry/policy.js';
-export { errorMessage, storableText } from './errors.js';
+export { errorMessage, loggedAs, storableText } from './errors.js';
 export { createDefaultLogger } from './logger.js';
 export { queueMigrations, type MigrationSet } from './migrate.js';
 export { resolvePool, type OwnedPool, type PoolSource } from './pool.js';

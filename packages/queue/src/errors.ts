@@ -106,11 +106,25 @@ function rawMessage(error: unknown): string {
  * (`last_error`) keep the whole message, for operators.
  */
 export function loggableMessage(error: unknown): string {
+  const text = (error as { [LOG_TEXT]?: unknown } | null)?.[LOG_TEXT];
+  if (typeof text === 'string') return text;
   if (error instanceof InvalidPayloadError) {
     const fields = [...new Set(error.issues.map((i) => i.path))].join(', ');
     return storableText(`invalid payload for job type "${error.jobType}" at ${fields}`);
   }
   return errorMessage(error);
+}
+
+const LOG_TEXT = Symbol('skiplock.logText');
+
+/**
+ * `error`, logged and set on spans as `text` (see `loggableMessage`) while its message, stored as
+ * the job's error, stays whole: for a message that holds a validator's messages, which may quote
+ * the value (the saga's stored-input and child-input checks).
+ */
+export function loggedAs<E extends Error>(error: E, text: string): E {
+  Object.defineProperty(error, LOG_TEXT, { value: storableText(text) });
+  return error;
 }
 
 /** `text` with each NUL, which PostgreSQL's text cannot hold, replaced by U+FFFD. */

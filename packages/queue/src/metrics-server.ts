@@ -39,7 +39,12 @@ export async function serveMetrics(
   }
   // Checked here, not by Node: a string port listened on a Unix socket of that name, no port a
   // random one, and an empty host on every address where the default is loopback only.
-  const { port: asked, host = '127.0.0.1' } = options;
+  const { host = '127.0.0.1' } = options;
+  // A string of digits (an environment variable passed on) is the port it spells, as for Node.
+  const asked =
+    typeof options.port === 'string' && /^\d{1,5}$/.test(options.port)
+      ? Number(options.port)
+      : options.port;
   if (!Number.isInteger(asked) || asked < 0 || asked > 65_535) {
     throw new ConfigError(
       `invalid serveMetrics options: port must be an integer from 0 to 65535, not ${String(asked)}`,
@@ -81,11 +86,16 @@ export async function serveMetrics(
     server,
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}/metrics`,
     // A connection that never sends a request (a pre-connected browser socket, a TCP check that
-    // stays open) kept close() waiting for good: closed with the server.
+    // stays open) kept close() waiting for good: closed a second after the server, which leaves
+    // a scrape in flight that long to finish.
     close: () =>
       new Promise((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
+        const cut = setTimeout(() => server.closeAllConnections(), 1_000);
+        server.close(() => {
+          clearTimeout(cut);
+          resolve();
+        });
+        server.closeIdleConnections();
       }),
   };
 }

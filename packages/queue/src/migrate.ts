@@ -123,7 +123,10 @@ export async function migrate(options: MigrateOptions = {}): Promise<MigrateResu
  */
 async function migrateSet(client: pg.ClientBase, set: MigrationSet): Promise<Migration[]> {
   for (let attempt = 1; ; attempt++) {
-    await client.query('BEGIN');
+    // READ COMMITTED whatever the role's or database's default: under REPEATABLE READ the snapshot
+    // was taken by the lock's statement, before its wait, and a caller that waited read the set's
+    // table as it was then and applied its migrations again (found in review).
+    await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
     try {
       await client.query('SELECT pg_advisory_xact_lock($1, $2)', [
         LOCK_NAMESPACE,

@@ -478,6 +478,10 @@ describe('Prometheus metrics', () => {
         /serveMetrics options: host must be a host name or address/,
       );
     }
+    // A string of digits is the port it spells (Node's own reading); here a free one.
+    const spelled = await serveMetrics({ registry, port: '0' as unknown as number });
+    expect(spelled.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+    await spelled.close();
     const v6 = await serveMetrics({ registry, port: 0, host: '::1' });
     try {
       expect(v6.url).toMatch(/^http:\/\/\[::1\]:\d+\/metrics$/);

@@ -245,4 +245,53 @@ describe('migrate', () => {
       await dropDatabase(adminUrl, name);
     }
   });
+
+  it('applies each migration once when callers upgrade at once under a REPEATABLE READ default', async () => {
+    const adminUrl = inject('adminUrl');
+    const name = `${inject('runPrefix')}migrate_${randomBytes(4).toString('hex')}`;
+    const url = await createDatabase(adminUrl, name);
+    const folder = await mkdtemp(join(tmpdir(), 'skiplock-migrations-'));
+    const journal = (entries: { tag: string; when: number }[]) =>
+      writeFile(
+        join(folder, 'meta', '_journal.json'),
+        JSON.stringify({
+          version: '7',
+          dialect: 'postgresql',
+          entries: entries.map((e, idx) => ({ idx, version: '7', breakpoints: true, ...e })),
+        }),
+      );
+    try {
+      await cp(join(queueMigrations.folder, 'meta'), join(folder, 'meta'), { recursive: true });
+      const set = { name: 'rr', folder, table: 'rr_migrations' };
+      await writeFile(join(folder, '0000_one.sql'), 'CREATE TABLE rr_one (id int);');
+      await journal([{ tag: '0000_one', when: 1 }]);
+      await migrate({ connectionString: url, logger: quiet, include: [set] });
+      const admin = new pg.Client({ connectionString: url });
+      await admin.connect();
+      await admin.query(
+        `ALTER DATABASE "${name}" SET default_transaction_isolation = 'repeatable read'`,
+      );
+      await admin.end();
+      // The next release: a migration slow enough that the second caller waits for the lock.
+      await writeFile(
+        join(folder, '0001_two.sql'),
+        'SELECT pg_sleep(1);\n--> statement-breakpoint\nCREATE TABLE rr_two (id int);',
+      );
+      await journal([
+        { tag: '0000_one', when: 1 },
+        { tag: '0001_two', when: 2 },
+      ]);
+      // Before: the waiting caller's snapshot was taken before its wait, it read the set as it
+      // was, and failed with 'relation "rr_two" already exists' (42P07).
+      const results = await Promise.all(
+        [0, 1].map(() => migrate({ connectionString: url, logger: quiet, include: [set] })),
+      );
+      expect(results.flatMap((r) => r.applied).filter((t) => t.startsWith('rr/'))).toEqual([
+        'rr/0001_two',
+      ]);
+    } finally {
+      await rm(folder, { recursive: true, force: true });
+      await dropDatabase(adminUrl, name);
+    }
+  });
 });

@@ -2,7 +2,7 @@ import { enqueueHandedOff } from '@skiplock/queue/engine';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, defineJob, SkiplockError } from '../src/index.js';
-import { useTestDatabase } from '../../../test/support/db.js';
+import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { jobRow, quiet, testWorker } from './fixtures.js';
 
@@ -142,5 +142,37 @@ describe('a transaction rolled back at COMMIT', () => {
     const row = await jobRow(db.pool, id);
     expect(row.status).toBe('dead');
     expect(row.last_error).toMatch(/never_prepared/);
+  });
+
+  it("runs completeWith again when a pooler lost a prepared statement of skiplock's own", async () => {
+    const one = db.newPool(1);
+    const logs = captureLogs();
+    let calls = 0;
+    const def = defineJob({
+      type: 'rb-lost-fence',
+      queue: 'rb-lost-fence',
+      payload: z.object({ n: z.number() }),
+      maxAttempts: 1,
+      handler: async ({ n }, ctx) => {
+        // What a pooler that moves connections does: the client believes its statements parsed.
+        if (n === 2) await one.query('DEALLOCATE ALL');
+        await ctx.completeWith(async (tx) => {
+          calls += 1;
+          await tx.query(`INSERT INTO side VALUES ($1)`, [`lost fence ${n}`]);
+        });
+      },
+    });
+    const first = await client.enqueue(def, { n: 1 });
+    const second = await client.enqueue(def, { n: 2 });
+    const worker = testWorker(one, [def], { logger: logs.logger, concurrency: 1, maxPrefetch: 0 });
+    expect(await worker.runOnce()).toBe(1);
+    expect(await worker.runOnce()).toBe(1);
+    // The fence of the second failed with 26000 before its work ran; run again, unnamed, once.
+    expect(calls).toBe(2);
+    expect(logs.reasons()).toContain('prepared_statements_off');
+    for (const { id } of [first, second]) {
+      expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
+    }
+    expect(await notes()).toEqual(['lost fence 1', 'lost fence 2']);
   });
 });

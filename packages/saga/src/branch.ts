@@ -1,7 +1,6 @@
-import { NonRetryableError } from '@skiplock/queue';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { CompensationContext, StepContext, StepOptions, StepOutputs } from './step.js';
-import { issuesAt, validate } from './standard.js';
+import { invalidInput, issuesAt, validate } from './standard.js';
 
 /**
  * A branch of a parallel group (`.parallel()`) runs as a saga of one step, a child of the saga
@@ -47,9 +46,11 @@ export function branchCode(
     const data = stored as BranchInput;
     const parsed = await validate(parent.input, data.input);
     if (parsed.issues) {
-      const found = issuesAt('input', parsed.issues).map((i) => `${i.path}: ${i.message}`);
-      throw new NonRetryableError(
-        `branch "${branch}" of saga "${data.sagaId}": stored input no longer matches its schema: ${found.join('; ')}`,
+      const issues = issuesAt('input', parsed.issues);
+      throw invalidInput(
+        `branch "${branch}" of saga "${data.sagaId}": stored input no longer matches its schema`,
+        issues,
+        issues.map((i) => `${i.path}: ${i.message}`),
       );
     }
     return {

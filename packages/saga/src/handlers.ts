@@ -24,7 +24,7 @@ import { compensationKey, jobType, sagaIdOfKey, stepKey } from './keys.js';
 import { SagaDeadlineError } from './errors.js';
 import { enterParallel } from './parallel.js';
 import { inSagaTrace, inStepSpan, noteTransition } from './tracing.js';
-import { issuesAt, storedJsonIssues, validate } from './standard.js';
+import { invalidInput, issuesAt, storedJsonIssues, validate } from './standard.js';
 import {
   loadAttempt,
   lockAndComplete,
@@ -106,9 +106,12 @@ function outputsBefore(entry: SagaEntry, outputs: StepOutputs, index: number): S
 async function parseInput(entry: SagaEntry, saga: SagaRow): Promise<unknown> {
   const parsed = await validate(entry.def.input, saga.input);
   if (parsed.issues) {
-    const found = issuesAt('input', parsed.issues).map((i) => `${i.path}: ${i.message}`);
-    throw new NonRetryableError(
-      `saga "${saga.id}": stored input no longer matches its schema: ${found.join('; ')}`,
+    const issues = issuesAt('input', parsed.issues);
+    const found = issues.map((i) => `${i.path}: ${i.message}`);
+    throw invalidInput(
+      `saga "${saga.id}": stored input no longer matches its schema`,
+      issues,
+      found,
     );
   }
   return parsed.value;
@@ -492,8 +495,10 @@ async function childInputJson(
     ? issuesAt('input', parsed.issues)
     : await storedJsonIssues(child.def.input, input, 'input');
   if (found) {
-    throw new NonRetryableError(
-      `child step "${spec.name}": input of saga "${child.def.name}" is invalid: ${found.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+    throw invalidInput(
+      `child step "${spec.name}": input of saga "${child.def.name}" is invalid`,
+      found,
+      found.map((i) => `${i.path}: ${i.message}`),
     );
   }
   return JSON.stringify(input ?? null);

@@ -1,5 +1,6 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
-import { asStored, findJsonProblem } from '@skiplock/queue/engine';
+import { NonRetryableError } from '@skiplock/queue';
+import { asStored, findJsonProblem, loggedAs } from '@skiplock/queue/engine';
 import type { FieldIssue } from './errors.js';
 
 /**
@@ -70,4 +71,19 @@ export async function storedJsonIssues(
   const again = await validate(schema, JSON.parse(JSON.stringify(value ?? null)));
   if (!again.issues) return null;
   return issuesAt(root, again.issues).map(asStored);
+}
+
+/**
+ * A non-retryable error naming each issue with its message, logged with the paths only: a
+ * validator's messages may quote the value (valibot's do), and payloads are never logged.
+ */
+export function invalidInput(
+  what: string,
+  issues: readonly { path: string }[],
+  described: readonly string[],
+): NonRetryableError {
+  return loggedAs(
+    new NonRetryableError(`${what}: ${described.join('; ')}`),
+    `${what} at ${[...new Set(issues.map((i) => i.path))].join(', ')}`,
+  );
 }

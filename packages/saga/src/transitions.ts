@@ -610,8 +610,8 @@ export async function compensateChild(
     await e.sql(tx, settleStep({ ...key, status: 'failed', error: why }));
     return failSaga(e, tx, parent.id, `compensation of "${spec.name}" failed: ${why}`);
   }
-  // The child row's version, not the step's: a child completed under a version since replaced
-  // in the parent's definition failed here with a TypeError, retried (found in an audit).
+  // A child completed under a version no runtime here knows any more (the parent's definition
+  // now names another) failed here with a TypeError, retried (found in an audit).
   const childEntry = e.entries.get(entryKey(child.name, child.version));
   // Dead at once, not retried: its dead job is what `retryFailed` runs again once the runtime
   // has the definition.

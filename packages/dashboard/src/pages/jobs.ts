@@ -233,9 +233,22 @@ export function sagaIdOfJob(job: Pick<Job, 'jobType' | 'idempotencyKey'>): strin
   }
 }
 
-export function jobPage(ctx: PageContext, job: Job, payload: { shown: unknown } | null) {
+/**
+ * A job's page. `payload`: what `redact` left of the payload (`whole`: all of it), or null when
+ * payloads are hidden. Its keys are often made from the payload (`tenant:<email>`), so they show
+ * only while the whole payload does: they showed in full beside a hidden or redacted one (found
+ * in review). A saga's job's idempotency key names its saga and step only, and always shows.
+ */
+export function jobPage(
+  ctx: PageContext,
+  job: Job,
+  payload: { shown: unknown; whole: boolean } | null,
+) {
   const entries = timeline(job);
   const sagaId = sagaIdOfJob(job);
+  const hidden = html`<span class="none">hidden</span>`;
+  const key = (value: string | null, text: Html | string | null) =>
+    value === null ? null : payload?.whole ? text : hidden;
   const field = (name: string, value: Html | string | number | null) =>
     html`<tr>
       <th>${name}</th>
@@ -270,9 +283,9 @@ export function jobPage(ctx: PageContext, job: Job, payload: { shown: unknown } 
           ${field('lease expires', job.leaseExpiresAt ? when(job.leaseExpiresAt, ctx.now) : null)}
           ${field('lease', `${formatDuration(job.leaseMs)}`)}
           ${field('timeout', job.timeoutMs === null ? null : formatDuration(job.timeoutMs))}
-          ${field('idempotency key', job.idempotencyKey ? html`<code>${job.idempotencyKey}</code>` : null)}
-          ${field('concurrency key', job.concurrencyKey ? `${job.concurrencyKey} (limit ${job.concurrencyLimit})` : null)}
-          ${field('singleton key', job.singletonKey)}
+          ${field('idempotency key', sagaId !== null ? html`<code>${job.idempotencyKey}</code>` : key(job.idempotencyKey, html`<code>${job.idempotencyKey}</code>`))}
+          ${field('concurrency key', key(job.concurrencyKey, `${job.concurrencyKey} (limit ${job.concurrencyLimit})`))}
+          ${field('singleton key', key(job.singletonKey, job.singletonKey))}
           ${field('last error', job.lastError ? html`<span class="error">${job.lastError}</span>` : null)}
         </table>
       </section>
