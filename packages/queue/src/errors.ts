@@ -58,6 +58,15 @@ export class NonRetryableError extends SkiplockError {
   }
 }
 
+/**
+ * Marks every copy's `NonRetryableError` (a registered symbol, the same in each): a job's code
+ * may import another copy of this package than its worker's (a global CLI running the app's
+ * module, a nested version, a bundle), and `instanceof` then failed: the error was retried to
+ * `maxAttempts`, running a declined card's charge again each time (found in an audit).
+ */
+export const NON_RETRYABLE = Symbol.for('skiplock.non_retryable');
+Object.defineProperty(NonRetryableError.prototype, NON_RETRYABLE, { value: true });
+
 /** The reason an AbortSignal fires when the per-attempt timeout passes. */
 export class JobTimeoutError extends SkiplockError {
   constructor(readonly timeoutMs: number) {

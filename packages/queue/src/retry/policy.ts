@@ -1,4 +1,4 @@
-import { NonRetryableError } from '../errors.js';
+import { NON_RETRYABLE } from '../errors.js';
 import { computeBackoffMs, type BackoffOptions } from './backoff.js';
 
 /** Why one attempt failed; recorded in the job's error history. */
@@ -24,7 +24,7 @@ export interface FailureInput {
 }
 
 export function isNonRetryable(error: unknown, classes: readonly ErrorClass[] = []): boolean {
-  if (error instanceof NonRetryableError) return true;
+  if (typeof error === 'object' && error !== null && NON_RETRYABLE in error) return true;
   return classes.some((cls) => error instanceof cls);
 }
 
