@@ -12,9 +12,13 @@ let registered: Promise<void> | null = null;
 export function prepareImport(path: string): Promise<void> {
   if (!typescriptExtension.test(path)) return Promise.resolve();
   registered ??= (async () => {
-    let api: { register(): unknown };
+    type Api = { register(): unknown };
+    let apis: Api[];
     try {
-      api = (await import('tsx/esm/api')) as { register(): unknown };
+      // Both hooks: Node loads a `.ts` file of a CommonJS project (`"type": "commonjs"`, or none:
+      // what `npm init -y` writes) as CommonJS, which the ES module hooks alone left to a bare
+      // require() ("Cannot require() ES Module … in a cycle"; found in an audit).
+      apis = (await Promise.all([import('tsx/cjs/api'), import('tsx/esm/api')])) as Api[];
     } catch {
       registered = null;
       throw new CliError(
@@ -22,7 +26,7 @@ export function prepareImport(path: string): Promise<void> {
           '(npm install --save-dev tsx), or compile the module to JavaScript and pass the .js file',
       );
     }
-    api.register();
+    for (const api of apis) api.register();
   })();
   return registered;
 }

@@ -11,6 +11,12 @@ import { afterAll } from 'vitest';
  */
 const MAIN = fileURLToPath(new URL('../src/main.ts', import.meta.url));
 const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
+/**
+ * tsx's ES module hooks only: what the compiled CLI has once it registers them for a TypeScript
+ * module (`typescript-loader.ts`), where `tsx` registers the CommonJS hooks too and so hid that
+ * a `.ts` module of a CommonJS project could not load.
+ */
+export const TSX_ESM_ONLY = pathToFileURL(createRequire(import.meta.url).resolve('tsx/esm')).href;
 
 export function fixture(name: string): string {
   return fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
@@ -34,8 +40,8 @@ afterAll(async () => {
   for (const child of live) child.kill('SIGKILL');
 });
 
-function start(args: string[], env: Env, cwd?: string): ChildProcess {
-  const child = spawn(process.execPath, ['--import', TSX_LOADER, MAIN, ...args], {
+function start(args: string[], env: Env, cwd?: string, loader = TSX_LOADER): ChildProcess {
+  const child = spawn(process.execPath, ['--import', loader, MAIN, ...args], {
     env: { ...process.env, SKIPLOCK_DEBUG: undefined, ...env },
     cwd,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -85,8 +91,12 @@ export interface LongRunning {
 }
 
 /** Starts a long-running command (the worker) whose JSON log lines a test can wait on. */
-export function startCli(args: string[], env: Env): LongRunning {
-  const child = start(args, env);
+export function startCli(
+  args: string[],
+  env: Env,
+  { loader }: { loader?: string } = {},
+): LongRunning {
+  const child = start(args, env, undefined, loader);
   const lines: LogLine[] = [];
   const rawLines: string[] = [];
   const waiters = new Set<{ match: (l: LogLine) => boolean; resolve: (l: LogLine) => void }>();

@@ -4,7 +4,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { fixture, runCli, runInProcess, startCli, type LogLine } from './run-cli.js';
+import { fixture, runCli, runInProcess, startCli, TSX_ESM_ONLY, type LogLine } from './run-cli.js';
 
 const db = await useTestDatabase();
 const env = { DATABASE_URL: db.url, SKIPLOCK_LOG_LEVEL: 'info' };
@@ -98,6 +98,32 @@ describe('skiplock worker', () => {
     expect(worker.lines.some(reason('started'))).toBe(true);
     // Every stdout line is a JSON log line.
     expect(worker.lines.filter((l) => 'text' in l)).toEqual([]);
+  });
+
+  it('runs a TypeScript module of a CommonJS project (what npm init writes) with only the CLI loading tsx', async () => {
+    const greet = defineJob({
+      type: 'greet',
+      payload: z.object({ name: z.string() }),
+      handler: () => {},
+    });
+    const { id } = await client.enqueue(greet, { name: 'ada' });
+    // Before: "could not load …/jobs.ts: Cannot require() ES Module … in a cycle" (exit 1): the
+    // CLI registered tsx's ES module hooks only, and Node loads a CommonJS project's .ts as
+    // CommonJS.
+    const worker = startCli(['worker', fixture('commonjs/jobs.ts'), '--no-listen'], env, {
+      loader: TSX_ESM_ONLY,
+    });
+    const loaded = await Promise.race([
+      worker.waitForLine(reason('jobs_loaded')),
+      worker.exited.then(() => null),
+    ]);
+    expect(loaded, worker.stderr()).toMatchObject({ jobTypes: ['greet'] });
+    await waitFor(async () => (await client.getJob(id))?.status === 'completed', {
+      what: 'the greet job to complete',
+      timeoutMs: 60_000,
+    });
+    worker.child.kill('SIGTERM');
+    expect((await worker.exited).code).toBe(0);
   });
 
   it("escapes C1 controls and bidirectional overrides of a job's error in its log lines", async () => {
