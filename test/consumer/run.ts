@@ -7,7 +7,7 @@ import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { cp, mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, posix } from 'node:path';
 import { promisify } from 'node:util';
 import { createDatabase, dropDatabase, startDatabase } from '@skiplock/devdb';
 import { packAll, publishedPackages, repoRoot as root } from '../../scripts/pack.js';
@@ -130,6 +130,24 @@ try {
     check(
       list.some((f) => /^package\/dist\/.*\.js$/.test(f)),
       `${file.split('/').pop()} ships JavaScript`,
+    );
+    // Every source a source map names is in the tarball: the CLI's maps named ../src files it
+    // did not ship (found in an audit), so a stack trace led nowhere.
+    const inside = new Set(list);
+    const missing: string[] = [];
+    for (const map of list.filter((f) => f.endsWith('.map'))) {
+      const { stdout } = await promisify(execFile)('tar', ['-xzOf', file, map], {
+        maxBuffer: 64 * 1024 * 1024,
+      });
+      for (const source of (JSON.parse(stdout) as { sources?: string[] }).sources ?? []) {
+        const path = posix.normalize(posix.join(posix.dirname(map), source));
+        if (!inside.has(path)) missing.push(`${map} -> ${source}`);
+      }
+    }
+    check(
+      missing.length === 0,
+      `${file.split('/').pop()} ships the sources its source maps name`,
+      missing.slice(0, 5).join('\n'),
     );
   }
 
