@@ -313,7 +313,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   const liveMs = options.liveIntervalMs ?? 2_000;
   const allowedHosts = new Set((options.allowedHosts ?? []).map((h) => h.toLowerCase()));
   const guard = new Guard(token);
-  const notices = new NoticeSigner();
+  const notices = new NoticeSigner(token);
   const owned = resolvePool(
     { pool: options.pool, connectionString: options.connectionString, maxConnections: 4 },
     logger,
@@ -369,7 +369,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   }
 
   function noticeOf(url: URL): Html | null {
-    const signed = notices.read(url.searchParams);
+    const signed = notices.read(url.searchParams, url.pathname);
     const code = signed?.notice;
     // Own keys only: `?notice=__proto__` found Object.prototype, not a function, and the call
     // threw outside the page's error handling (the connection was dropped, no answer).
@@ -816,7 +816,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   function withNotice(path: string, notice: string, n?: number): string {
     const url = new URL(path, 'http://dashboard');
     for (const name of ['notice', 'n', 't', 'sig']) url.searchParams.delete(name);
-    for (const [name, value] of notices.params(notice, n)) url.searchParams.set(name, value);
+    for (const [name, value] of notices.params(notice, n, url.pathname)) {
+      url.searchParams.set(name, value);
+    }
     return `${url.pathname}${url.search}`;
   }
 
@@ -1154,8 +1156,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
           ? 'act'
           : 'signed-out';
     const kept = new URLSearchParams(url.searchParams);
-    kept.delete('notice');
-    kept.delete('n');
+    for (const name of ['notice', 'n', 't', 'sig']) kept.delete(name);
     const ctx: PageContext = {
       base,
       now: Date.now(),

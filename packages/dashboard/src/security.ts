@@ -157,25 +157,41 @@ const NOTICE_MINUTES = 10;
  * Signs the notice a finished action's redirect shows ("Job retried: it runs again now."), so
  * that only the dashboard's own redirects show one: any `?notice=` in an address was shown, so a
  * crafted link made a dead job's page say it was retried, or counted "-25000 dead jobs
- * discarded" (found in an audit). The key is this dashboard's own, made at start: a notice does
- * not outlive the process or show on another one behind the same address, which costs nothing
- * but the message. The minute it was made goes with it; after `NOTICE_MINUTES` it is not shown.
+ * discarded" (found in an audit). The signature covers the page's path, the notice, its count
+ * and the minute it was made; after `NOTICE_MINUTES` it is not shown. The key comes from the
+ * operator token, as the sessions' does, so every dashboard process with the token shows the
+ * others' notices (several behind one address, or one restarted); without a token (where only
+ * signing in and out make notices) it is made at start.
  */
 export class NoticeSigner {
-  private readonly key = randomBytes(32);
+  private readonly key: Buffer;
 
-  /** `notice`, `n` and when, with their signature, as query parameters. */
-  params(notice: string, n: number | undefined, now = Date.now()): [string, string][] {
+  constructor(token: string | null) {
+    this.key =
+      token === null ? randomBytes(32) : createHmac('sha256', token).update('notice-key').digest();
+  }
+
+  /** `notice`, `n` and when, with their signature for the page at `path`, as query parameters. */
+  params(
+    notice: string,
+    n: number | undefined,
+    path: string,
+    now = Date.now(),
+  ): [string, string][] {
     const t = String(Math.floor(now / 60_000));
     const count = n === undefined ? '' : String(n);
     const out: [string, string][] = [['notice', notice]];
     if (count) out.push(['n', count]);
-    out.push(['t', t], ['sig', this.sign(notice, count, t)]);
+    out.push(['t', t], ['sig', this.sign(path, notice, count, t)]);
     return out;
   }
 
-  /** The notice and its count the address carries, when this dashboard signed them lately. */
-  read(query: URLSearchParams, now = Date.now()): { notice: string; n: number } | null {
+  /** The notice and its count the address of the page at `path` carries, when signed lately. */
+  read(
+    query: URLSearchParams,
+    path: string,
+    now = Date.now(),
+  ): { notice: string; n: number } | null {
     const notice = query.get('notice');
     const count = query.get('n') ?? '';
     const t = query.get('t') ?? '';
@@ -184,14 +200,14 @@ export class NoticeSigner {
     const age = Math.floor(now / 60_000) - Number(t);
     if (age < 0 || age > NOTICE_MINUTES) return null;
     const given = Buffer.from(sig);
-    const expected = Buffer.from(this.sign(notice, count, t));
+    const expected = Buffer.from(this.sign(path, notice, count, t));
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) return null;
     return { notice, n: count ? Number(count) : 0 };
   }
 
-  private sign(notice: string, count: string, t: string): string {
+  private sign(path: string, notice: string, count: string, t: string): string {
     return createHmac('sha256', this.key)
-      .update(`notice\n${notice}\n${count}\n${t}`)
+      .update(`notice\n${path}\n${notice}\n${count}\n${t}`)
       .digest('base64url')
       .slice(0, 22);
   }

@@ -85,14 +85,21 @@ describe('dashboard notices', () => {
     expect(changed.text).not.toContain('data-testid="notice"');
   });
 
-  it('signs a notice for a few minutes only', () => {
-    const signer = new NoticeSigner();
+  it('signs a notice for its page, for a few minutes, with a key every process with the token shares', () => {
+    const signer = new NoticeSigner(token);
     const now = Date.now();
-    const query = (at: number) => new URLSearchParams(signer.params('job_retried', undefined, at));
-    expect(signer.read(query(now), now)).toEqual({ notice: 'job_retried', n: 0 });
-    expect(signer.read(query(now - 9 * 60_000), now)).not.toBeNull();
-    expect(signer.read(query(now - 11 * 60_000), now)).toBeNull();
-    expect(new NoticeSigner().read(query(now), now)).toBeNull();
+    const query = (at: number, path = '/jobs/5') =>
+      new URLSearchParams(signer.params('job_retried', undefined, path, at));
+    expect(signer.read(query(now), '/jobs/5', now)).toEqual({ notice: 'job_retried', n: 0 });
+    expect(signer.read(query(now - 9 * 60_000), '/jobs/5', now)).not.toBeNull();
+    expect(signer.read(query(now - 11 * 60_000), '/jobs/5', now)).toBeNull();
+    // Another job's page: a real redirect's link copied to a dead job said it was retried.
+    expect(signer.read(query(now), '/jobs/6', now)).toBeNull();
+    // Another process with the same token (a second replica, a restart) shows it; another
+    // token, or none, does not.
+    expect(new NoticeSigner(token).read(query(now), '/jobs/5', now)).not.toBeNull();
+    expect(new NoticeSigner(`${token}-other`).read(query(now), '/jobs/5', now)).toBeNull();
+    expect(new NoticeSigner(null).read(query(now), '/jobs/5', now)).toBeNull();
   });
 });
 

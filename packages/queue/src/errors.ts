@@ -124,7 +124,16 @@ export function loggableMessage(error: unknown): string {
   return errorMessage(error);
 }
 
-const LOG_TEXT = Symbol('skiplock.logText');
+/** Whether `loggableMessage` gives other text than the error's own message. */
+export function hasLoggableText(error: unknown): boolean {
+  return (
+    error instanceof InvalidPayloadError ||
+    typeof (error as { [LOG_TEXT]?: unknown } | null)?.[LOG_TEXT] === 'string'
+  );
+}
+
+// Registered, as NON_RETRYABLE is: the same in every copy of this package.
+const LOG_TEXT = Symbol.for('skiplock.log_text');
 
 /**
  * `error`, logged and set on spans as `text` (see `loggableMessage`) while its message, stored as

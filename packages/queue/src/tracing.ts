@@ -13,7 +13,7 @@ import {
   type Tracer,
   type TracerProvider,
 } from '@opentelemetry/api';
-import { ConfigError, InvalidPayloadError, loggableMessage } from './errors.js';
+import { ConfigError, hasLoggableText, loggableMessage } from './errors.js';
 
 /**
  * OpenTelemetry traces through `@opentelemetry/api` only: with no SDK registered every call below
@@ -182,8 +182,9 @@ export async function inSpan<T>(
 export function failSpan(span: Span, error: unknown): void {
   if (!span.isRecording()) return;
   const message = loggableMessage(error);
+  // Not the error itself when its message may quote a value: its message and stack would go.
   span.recordException(
-    error instanceof Error && !(error instanceof InvalidPayloadError)
+    error instanceof Error && !hasLoggableText(error)
       ? error
       : { name: error instanceof Error ? error.name : 'Error', message },
   );

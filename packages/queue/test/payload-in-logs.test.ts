@@ -1,12 +1,15 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import {
   createClient,
   createScheduler,
   defineJob,
   defineSchedule,
   InvalidPayloadError,
+  NonRetryableError,
 } from '../src/index.js';
+import { loggedAs } from '../src/engine.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { memoryTracing } from '../../../test/support/tracing.js';
 import { jobRow, quiet, testWorker } from './fixtures.js';
@@ -86,5 +89,31 @@ describe('payload values in logs and spans', () => {
     expect(
       new InvalidPayloadError('signup', [{ path: 'payload.email', message: SECRET }]).message,
     ).toContain(SECRET);
+  });
+
+  it("an error marked with loggedAs: its log lines and its span's exception carry that text only", async () => {
+    const logs = captureLogs();
+    const marked = defineJob({
+      type: 'marked',
+      queue: 'marked',
+      payload: z.object({}),
+      maxAttempts: 1,
+      handler: () => {
+        throw loggedAs(new NonRetryableError(`refused: Received "${SECRET}"`), 'refused at email');
+      },
+    });
+    const client = createClient({ pool: db.pool, logger: quiet });
+    const { id } = await client.enqueue(marked, {});
+    const worker = testWorker(db.pool, [marked], { logger: logs.logger, tracing: otel.tracing });
+    expect(await worker.runOnce()).toBe(1);
+    expect(logs.lines.find((l) => l.reason === 'non_retryable')).toMatchObject({
+      err: 'refused at email',
+    });
+    expect(JSON.stringify(logs.lines)).not.toContain(SECRET);
+    const span = otel.spans().find((s) => s.attributes['messaging.message.id'] === id);
+    expect(span?.events.map((e) => e.name)).toContain('exception');
+    // Before: the exception event carried the error itself, its message and stack whole.
+    expect(JSON.stringify({ status: span?.status, events: span?.events })).not.toContain(SECRET);
+    expect((await jobRow(db.pool, id)).last_error).toContain(SECRET);
   });
 });

@@ -26,11 +26,11 @@ import { enterParallel } from './parallel.js';
 import { inSagaTrace, inStepSpan, noteTransition } from './tracing.js';
 import { invalidInput, issuesAt, storedJsonIssues, validate } from './standard.js';
 import {
+  databaseNowMs,
   loadAttempt,
   lockAndComplete,
   lockSaga,
   lockSagaOfJob,
-  msUntil,
   type SagaRow,
 } from './sql/sagas.js';
 import { consumeSignal, selectSignal } from './sql/signals.js';
@@ -462,8 +462,8 @@ async function runSleep(
     const cancelled = cancelledMeanwhile(e, job, tx, entry, locked, spec, attempt);
     if (cancelled) return cancelled;
     if (until) {
-      const { rows } = await e.sql<{ ms: number }>(tx, msUntil(until));
-      delayMs = Math.min(rows[0]!.ms, MAX_SLEEP_MS);
+      const { rows } = await e.sql<{ now_ms: number }>(tx, databaseNowMs());
+      delayMs = Math.min(until.getTime() - rows[0]!.now_ms, MAX_SLEEP_MS);
     }
     if (delayMs <= 0) {
       return advanceAfter(handingOff(e, job), tx, entry, locked, spec.index, null, attempt());

@@ -111,6 +111,20 @@ describe('durable sleep', () => {
     expect(act.late).toBeGreaterThanOrEqual(500);
   });
 
+  it('takes any Date: one past year 9999 sleeps the longest delay, one before year 1 goes on', async () => {
+    // Before: the wake time went to PostgreSQL as ISO text, which it refuses past year 9999
+    // ("+275760-09-13T…") or before year 1, and each attempt failed until the saga compensated.
+    const { runtime } = await startSagas(db.pool, [scheduled]);
+    const base = Date.now();
+    await runtime.start(scheduled, { id: 'at-far', input: { delayMs: 8.6e15 - base } });
+    await runtime.start(scheduled, { id: 'at-ancient', input: { delayMs: -8.6e15 - base } });
+    expect((await settled(runtime, 'at-ancient')).status).toBe('completed');
+    expect((await settled(runtime, 'at-far', ['waiting'])).status).toBe('waiting');
+    const wake = await wakeJob('at-far', 'until');
+    // The queue's longest delay, ten years.
+    expect(wake!.due_in_ms).toBeGreaterThan(9 * 365 * 86_400_000);
+  });
+
   it('a cancel during the sleep compensates; the wake job then does nothing', async () => {
     // The cancel must land before the wake: 300 ms could pass before the test saw it waiting.
     const long = openSleepClose('long-nap', 'wait-a-bit', 3_000);

@@ -386,10 +386,11 @@ export function selectBranches(parentId: string, step: string) {
 }
 
 /**
- * Milliseconds from the database's clock to `until` (negative once it has passed): a sleep's wake
- * time turned into a delay by the clock its wake job runs by. The worker's clock did it, so a
- * worker running 10 minutes ahead skipped a 20 s sleep (found in an audit).
+ * The database's clock, in epoch milliseconds: a sleep's wake time is turned into a delay by the
+ * clock its wake job runs by. The worker's clock did it, so a worker running 10 minutes ahead
+ * skipped a 20 s sleep (found in an audit). Read as a number and compared in JavaScript, which
+ * holds any Date, where PostgreSQL refuses a timestamp past year 9999 as text (found in review).
  */
-export function msUntil(until: Date) {
-  return sql`SELECT (extract(epoch FROM ${until.toISOString()}::timestamptz - now()) * 1000)::float8 AS ms`;
+export function databaseNowMs() {
+  return sql`SELECT (extract(epoch FROM now()) * 1000)::float8 AS now_ms`;
 }
