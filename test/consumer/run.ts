@@ -350,6 +350,27 @@ try {
       `exit ${started.code} signal ${started.signal}\n${started.stdout}\n${started.stderr}`,
     );
   }
+  // The same module in a CommonJS project ("type": "commonjs", what `npm init -y` writes): Node
+  // loads its .ts as CommonJS. The installed CLI registered tsx's ES module hooks only ("Cannot
+  // require() ES Module … in a cycle"), then found no definitions in what the import gave
+  // (`{ default: module.exports }`); the workspace's tests, with tsx preloaded, saw neither.
+  const cjsApp = join(app, 'cjs');
+  await mkdir(cjsApp);
+  await writeFile(
+    join(cjsApp, 'package.json'),
+    JSON.stringify({ name: 'consumer-cjs', private: true, type: 'commonjs' }, null, 2),
+  );
+  await cp(join(root, 'test/consumer/app/jobs.ts'), join(cjsApp, 'jobs.ts'));
+  const cjsWorker = await runUntil(bin, ['worker', 'jobs.ts'], {
+    cwd: cjsApp,
+    env: { ...env, SKIPLOCK_LOG_LEVEL: 'info' },
+    readyLine: '"reason":"jobs_loaded"',
+  });
+  check(
+    cjsWorker.code === 0 && cjsWorker.stdout.includes('"jobTypes":["noop"]'),
+    'skiplock worker loads a TypeScript module of a CommonJS project through tsx',
+    `exit ${cjsWorker.code} signal ${cjsWorker.signal}\n${cjsWorker.stdout}\n${cjsWorker.stderr}`,
+  );
   console.log('consumer test passed');
 } finally {
   await registry?.close();
