@@ -14,7 +14,9 @@ try {
   );
   console.log(
     `\n${tarballs.length} tarballs in ${destination}\n` +
-      `Install them with: npm install ${relative(cwd, destination) || '.'}/*.tgz`,
+      // The README's command: the tarballs together, by absolute path (a project elsewhere runs
+      // it), with the peers not every package manager installs.
+      `Install them in your project with:\n  npm install ${destination}/*.tgz pg drizzle-orm @opentelemetry/api`,
   );
 } catch (error) {
   process.stderr.write(`pnpm pack:all: ${(error as Error).message}\n`);
