@@ -1,5 +1,5 @@
-import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { describe, expect, it } from 'vitest';
+import { quotingEmail, REFUSED_EMAIL } from '../../../test/support/quoting-schema.js';
 import { z } from 'zod';
 import {
   createClient,
@@ -19,26 +19,14 @@ import { jobRow, quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
 const otel = memoryTracing();
-const SECRET = 'alice.secret-token@';
+const SECRET = REFUSED_EMAIL;
 
-const quoting: StandardSchemaV1<{ email: string }> = {
-  '~standard': {
-    version: 1,
-    vendor: 'test',
-    validate: (value) => {
-      const email = (value as { email?: unknown } | null)?.email;
-      return typeof email === 'string' && email.includes('.') && !email.endsWith('@')
-        ? { value: { email } }
-        : {
-            issues: [
-              { message: `Invalid email: Received ${JSON.stringify(email)}`, path: ['email'] },
-            ],
-          };
-    },
-  },
-};
-
-const signup = defineJob({ type: 'signup', queue: 'signup', payload: quoting, handler: () => {} });
+const signup = defineJob({
+  type: 'signup',
+  queue: 'signup',
+  payload: quotingEmail,
+  handler: () => {},
+});
 
 describe('payload values in logs and spans', () => {
   it("a stored payload its schema refuses: the worker's log and span name the fields only", async () => {

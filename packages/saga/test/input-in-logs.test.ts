@@ -1,5 +1,5 @@
-import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { describe, expect, it } from 'vitest';
+import { quotingEmail, REFUSED_EMAIL } from '../../../test/support/quoting-schema.js';
 import { z } from 'zod';
 import { defineSaga } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
@@ -9,26 +9,9 @@ import { captureLogs, fast, settled, startSagas } from './fixtures.js';
 // a child input it refused carried the value (found in review).
 
 const db = await useTestDatabase();
-const SECRET = 'alice.secret-token@';
+const SECRET = REFUSED_EMAIL;
 
-const quoting: StandardSchemaV1<{ email: string }> = {
-  '~standard': {
-    version: 1,
-    vendor: 'test',
-    validate: (value) => {
-      const email = (value as { email?: unknown } | null)?.email;
-      return typeof email === 'string' && !email.endsWith('@')
-        ? { value: { email } }
-        : {
-            issues: [
-              { message: `Invalid email: Received ${JSON.stringify(email)}`, path: ['email'] },
-            ],
-          };
-    },
-  },
-};
-
-const notify = defineSaga({ name: 'notify', version: 1, input: quoting }).step('send', {
+const notify = defineSaga({ name: 'notify', version: 1, input: quotingEmail }).step('send', {
   ...fast,
   run: () => null,
 });
