@@ -5,7 +5,7 @@ import { bundleForNode } from '../support/bundle.js';
 import { useTestDatabase } from '../support/db.js';
 import { readEffects } from './saga-effects.js';
 import { runUnderKills } from './saga-killer.js';
-import { createTreeSagas, TREE_SCHEMA_SQL } from './saga-tree.js';
+import { createTreeSagas, TREE_SCHEMA_SQL, treeWorkload } from './saga-tree.js';
 
 const SAGAS = 500;
 
@@ -23,27 +23,9 @@ describe('sagas with parallel branches and a child saga, their workers killed wi
       sagas: [order],
       logger: pino({ level: 'silent' }),
     });
-    // A branch refuses for every seventh order (before the charge is reached); every fifth of the
-    // others is declined at the pivot.
-    const refuse = (n: number) => n % 7 === 3;
-    const decline = (n: number) => !refuse(n) && n % 5 === 0;
-    const sagaRows = (n: number) => (refuse(n) ? 4 : 5);
-    const expectedRows = Array.from({ length: SAGAS }, (_, n): number => sagaRows(n)).reduce(
-      (a, b) => a + b,
-      0,
-    );
-    const starting = (async () => {
-      for (let n = 0; n < SAGAS; n += 50) {
-        await Promise.all(
-          Array.from({ length: 50 }, (_, i) =>
-            runtime.start(order, {
-              id: `o-${n + i}`,
-              input: { n: n + i, decline: decline(n + i), refuse: refuse(n + i) },
-            }),
-          ),
-        );
-      }
-    })();
+    const workload = treeWorkload(SAGAS);
+    const { refuse, decline, rows: expectedRows } = workload;
+    const starting = workload.start(runtime, order, 50);
     starting.catch(() => {});
     const kills = await runUnderKills({
       script,
@@ -111,16 +93,9 @@ describe('sagas with parallel branches and a child saga, their workers killed wi
     // No effect twice: one row per idempotency key, and the count each outcome implies.
     const effects = await readEffects(db.pool, 'saga_tree');
     expect(effects.repeated).toEqual([]);
-    const count = (test: (n: number) => boolean) =>
-      Array.from({ length: SAGAS }, (_, n) => n).filter(test).length;
-    const refused = count(refuse);
-    const declined = count(decline);
-    const completed = SAGAS - refused - declined;
-    // Completed: stock, card, audit, pack, label, charge, notify. Declined: stock, card, audit,
-    // pack, label and the undoing of all but audit. Refused: stock, audit and stock's undoing.
-    expect(effects.keys).toBe(completed * 7 + declined * 9 + refused * 3);
+    expect(effects.keys).toBe(workload.effects);
     // reserve per order, and its release per compensated one.
-    expect(effects.external.keys).toBe(SAGAS + declined + refused);
+    expect(effects.external.keys).toBe(SAGAS + workload.declined + workload.refused);
     console.log(
       `[saga shapes crash] ${SAGAS} sagas with 3 branches and a child each, ${kills} SIGKILLs, ` +
         `${effects.external.calls - effects.external.keys} duplicate external calls absorbed`,

@@ -7,7 +7,7 @@ import { bundleForNode } from '../support/bundle.js';
 import { useTestDatabase } from '../support/db.js';
 import { readEffects } from './saga-effects.js';
 import { runUnderKills } from './saga-killer.js';
-import { createTreeSagas, TREE_SCHEMA_SQL } from './saga-tree.js';
+import { createTreeSagas, TREE_SCHEMA_SQL, treeWorkload } from './saga-tree.js';
 
 const SAGAS = 200;
 
@@ -22,24 +22,9 @@ describe('saga workers whose connections are terminated (pg_terminate_backend) i
       sagas: [order],
       logger: pino({ level: 'silent' }),
     });
-    const refuse = (n: number) => n % 7 === 3;
-    const decline = (n: number) => !refuse(n) && n % 5 === 0;
-    const expectedRows = Array.from({ length: SAGAS }, (_, n) => (refuse(n) ? 4 : 5)).reduce(
-      (a, b) => a + b,
-      0,
-    );
-    const starting = (async () => {
-      for (let n = 0; n < SAGAS; n += 25) {
-        await Promise.all(
-          Array.from({ length: 25 }, (_, i) =>
-            runtime.start(order, {
-              id: `o-${n + i}`,
-              input: { n: n + i, decline: decline(n + i), refuse: refuse(n + i) },
-            }),
-          ),
-        );
-      }
-    })();
+    const workload = treeWorkload(SAGAS);
+    const expectedRows = workload.rows;
+    const starting = workload.start(runtime, order, 25);
     starting.catch(() => {});
     const killer = new pg.Client({ connectionString: db.url });
     await killer.connect();
@@ -105,11 +90,6 @@ describe('saga workers whose connections are terminated (pg_terminate_backend) i
     );
     const effects = await readEffects(db.pool, 'saga_tree');
     expect(effects.repeated).toEqual([]);
-    const count = (test: (n: number) => boolean) =>
-      Array.from({ length: SAGAS }, (_, n) => n).filter(test).length;
-    const refused = count(refuse);
-    const declined = count(decline);
-    const completed = SAGAS - refused - declined;
-    expect(effects.keys).toBe(completed * 7 + declined * 9 + refused * 3);
+    expect(effects.keys).toBe(workload.effects);
   }, 240_000);
 });

@@ -9,7 +9,12 @@
  * second row.
  */
 import { NonRetryableError } from '@skiplock/queue';
-import { defineSaga, type StepContext, type StepOutputs } from '../../packages/saga/src/index.js';
+import {
+  defineSaga,
+  type SagaRuntime,
+  type StepContext,
+  type StepOutputs,
+} from '../../packages/saga/src/index.js';
 import type pg from 'pg';
 import { z } from 'zod';
 
@@ -93,4 +98,43 @@ export function createTreeSagas(pool: pg.Pool) {
     })
     .step('notify', { ...retry, retriable: true, run: (ctx) => effect(ctx) });
   return { order, parcel };
+}
+
+/**
+ * The inputs of `count` orders and what they imply: a branch refuses for every seventh order
+ * (before the charge is reached); every fifth of the others is declined at the pivot. `start`
+ * starts them `batch` at a time; `rows` is the sagas (parents, branches, children) they end as;
+ * `effects` the effect rows they write once each (completed: stock, card, audit, pack, label,
+ * charge, notify; declined: stock, card, audit, pack, label and the undoing of all but audit;
+ * refused: stock, audit and stock's undoing).
+ */
+type TreeSagas = ReturnType<typeof createTreeSagas>;
+
+export function treeWorkload(count: number) {
+  const refuse = (n: number) => n % 7 === 3;
+  const decline = (n: number) => !refuse(n) && n % 5 === 0;
+  const orders = Array.from({ length: count }, (_, n) => n);
+  const refused = orders.filter(refuse).length;
+  const declined = orders.filter(decline).length;
+  const completed = count - refused - declined;
+  return {
+    refuse,
+    decline,
+    refused,
+    declined,
+    rows: orders.reduce((sum, n) => sum + (refuse(n) ? 4 : 5), 0),
+    effects: completed * 7 + declined * 9 + refused * 3,
+    async start(runtime: SagaRuntime, order: TreeSagas['order'], batch: number) {
+      for (let n = 0; n < count; n += batch) {
+        await Promise.all(
+          Array.from({ length: Math.min(batch, count - n) }, (_, i) =>
+            runtime.start(order, {
+              id: `o-${n + i}`,
+              input: { n: n + i, decline: decline(n + i), refuse: refuse(n + i) },
+            }),
+          ),
+        );
+      }
+    },
+  };
 }

@@ -46,11 +46,9 @@ export function branchCode(
     const data = stored as BranchInput;
     const parsed = await validate(parent.input, data.input);
     if (parsed.issues) {
-      const issues = issuesAt('input', parsed.issues);
       throw invalidInput(
         `branch "${branch}" of saga "${data.sagaId}": stored input no longer matches its schema`,
-        issues,
-        issues.map((i) => `${i.path}: ${i.message}`),
+        issuesAt('input', parsed.issues),
       );
     }
     return {

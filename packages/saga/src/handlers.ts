@@ -106,12 +106,9 @@ function outputsBefore(entry: SagaEntry, outputs: StepOutputs, index: number): S
 async function parseInput(entry: SagaEntry, saga: SagaRow): Promise<unknown> {
   const parsed = await validate(entry.def.input, saga.input);
   if (parsed.issues) {
-    const issues = issuesAt('input', parsed.issues);
-    const found = issues.map((i) => `${i.path}: ${i.message}`);
     throw invalidInput(
       `saga "${saga.id}": stored input no longer matches its schema`,
-      issues,
-      found,
+      issuesAt('input', parsed.issues),
     );
   }
   return parsed.value;
@@ -498,7 +495,6 @@ async function childInputJson(
     throw invalidInput(
       `child step "${spec.name}": input of saga "${child.def.name}" is invalid`,
       found,
-      found.map((i) => `${i.path}: ${i.message}`),
     );
   }
   return JSON.stringify(input ?? null);

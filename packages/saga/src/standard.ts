@@ -77,13 +77,9 @@ export async function storedJsonIssues(
  * A non-retryable error naming each issue with its message, logged with the paths only: a
  * validator's messages may quote the value (valibot's do), and payloads are never logged.
  */
-export function invalidInput(
-  what: string,
-  issues: readonly { path: string }[],
-  described: readonly string[],
-): NonRetryableError {
+export function invalidInput(what: string, issues: readonly FieldIssue[]): NonRetryableError {
   return loggedAs(
-    new NonRetryableError(`${what}: ${described.join('; ')}`),
+    new NonRetryableError(`${what}: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`),
     `${what} at ${[...new Set(issues.map((i) => i.path))].join(', ')}`,
   );
 }
