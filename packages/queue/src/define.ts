@@ -48,7 +48,10 @@ export interface JobContext {
    * handler's own writes and the completion commit together. The completion is fenced by the
    * claim's lock token: if the worker lost the job, this throws `LockLostError` and nothing commits.
    * The attempt's timeout, a lost lease or the shutdown deadline ends the transaction even while
-   * `work` waits: this rejects with that reason, nothing commits, and `tx` is closed.
+   * `work` waits: this rejects with that reason, nothing commits, and `tx` is closed. Once per
+   * attempt: a call inside `work` (use its `tx`) or beside an open one rejects with code
+   * `complete_with_open`, a call after one committed with `already_completed`; after one that
+   * rejected, the handler may call it again.
    */
   completeWith<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T>;
 }

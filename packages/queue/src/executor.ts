@@ -17,6 +17,7 @@ import {
   JobTimeoutError,
   LockLostError,
   ShutdownError,
+  SkiplockError,
   UnknownJobTypeError,
   errorMessage,
   loggableMessage,
@@ -441,7 +442,11 @@ class RunContext implements JobContext {
 
   get completeWith(): JobContext['completeWith'] {
     const { d, run } = this[RUN];
-    return (work) => completeJobWith(d, run, handOffSlot(this, d, run), work);
+    return (work) => {
+      const misuse = completeWithMisuse(run);
+      if (misuse) return Promise.reject(misuse);
+      return completeJobWith(d, run, handOffSlot(this, d, run), work);
+    };
   }
 
   /** `completeWith` with a first statement in the fence's write (see `completeWithStatement`). */
@@ -456,6 +461,31 @@ class RunContext implements JobContext {
         statement,
       );
   }
+}
+
+/**
+ * Why a handler's `completeWith` call cannot run, or null. Called inside the work of an open one,
+ * it waited for the job's row, which that transaction holds until the work returns: the attempt
+ * hung until its timeout ("timed out", retried to `maxAttempts`); called after one committed, it
+ * failed with `LockLostError` for a job that had completed (both found in an audit). Only the
+ * handler's own calls are checked: the saga completes a step whose deadline ended it while the
+ * step's rolled-back transaction is still closing (see `completing`), through
+ * `COMPLETE_WITH_STATEMENT`.
+ */
+function completeWithMisuse(run: RunningJob): SkiplockError | null {
+  if (run.settledExplicitly) {
+    return new SkiplockError(
+      'already_completed',
+      `completeWith was called again after job ${run.info.id} was completed by an earlier one: it completes the job once per attempt`,
+    );
+  }
+  if (run.completing > 0 && run.abortReason === null) {
+    return new SkiplockError(
+      'complete_with_open',
+      `completeWith was called while another completeWith of job ${run.info.id} is open (inside its work?): run the statements on the tx that work is given`,
+    );
+  }
+  return null;
 }
 
 /** The context's hand-off slot, made by its first `completeWith`; null when hand-offs are off. */
