@@ -46,7 +46,14 @@ import { overviewPage, type OverviewData } from './pages/overview.js';
 import { sagaPage, sagasPage, sagaStatuses, type SagaFilters } from './pages/sagas.js';
 import { schedulesPage } from './pages/schedules.js';
 import {
+  clientOf,
+  DEFAULT_TOKEN_FAILURE_LIMIT,
+  TokenThrottle,
+  type TokenFailureLimit,
+} from './token-throttle.js';
+import {
   bearerToken,
+  cameOverHttps,
   Guard,
   isLoopback,
   NoticeSigner,
@@ -101,6 +108,19 @@ export interface DashboardOptions {
   logger?: Logger | undefined;
   /** How often open pages refresh their counts and details (default 2,000 ms). */
   liveIntervalMs?: number | undefined;
+  /**
+   * Wrong operator tokens (a sign-in's or a bearer's) taken before token checks are refused for a
+   * while (429): by default 10 per client (an IPv4 address, an IPv6 /64) and 100 from all clients
+   * together per 15 minutes. `false` takes any number (when something in front limits them).
+   * Behind a reverse proxy every client is the proxy's address: the per-client count is then
+   * everyone's.
+   */
+  tokenFailureLimit?: TokenFailureLimit | false | undefined;
+  /**
+   * Whether the session cookie is marked `Secure` (sent over HTTPS only). Default: when the
+   * sign-in came over TLS, or from an `https:` page (its `Origin`), as behind a proxy that ends TLS.
+   */
+  secureCookie?: boolean | undefined;
 }
 
 /** A request handler for `node:http` (and Express-style `next`), with `close()`. */
@@ -287,6 +307,22 @@ interface Request {
   ctx: PageContext;
 }
 
+/** The `tokenFailureLimit` given, checked: each field a positive whole number. */
+function checkedLimit(limit: TokenFailureLimit): TokenFailureLimit {
+  if (typeof limit !== 'object' || limit === null) {
+    throw new TypeError('createDashboard: tokenFailureLimit must be an object or false');
+  }
+  for (const field of ['perClient', 'total', 'windowMs'] as const) {
+    const value = limit[field];
+    if (value !== undefined && (!Number.isSafeInteger(value) || value < 1)) {
+      throw new TypeError(
+        `createDashboard: tokenFailureLimit.${field} must be a whole number from 1 (default ${DEFAULT_TOKEN_FAILURE_LIMIT[field]}), not ${String(value)}`,
+      );
+    }
+  }
+  return limit;
+}
+
 function normalizeBase(basePath: string | undefined): string {
   const base = (basePath ?? '/').replace(/\/+$/, '');
   if (base !== '' && !/^\/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$/.test(base)) {
@@ -311,6 +347,14 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   }
   const readOnly = options.readOnly ?? false;
   const liveMs = options.liveIntervalMs ?? 2_000;
+  const throttle =
+    options.tokenFailureLimit === false
+      ? null
+      : new TokenThrottle(checkedLimit(options.tokenFailureLimit ?? {}));
+  const secureCookie = options.secureCookie;
+  if (secureCookie !== undefined && typeof secureCookie !== 'boolean') {
+    throw new TypeError('createDashboard: secureCookie must be true, false or left out');
+  }
   const allowedHosts = new Set((options.allowedHosts ?? []).map((h) => h.toLowerCase()));
   const guard = new Guard(token);
   const notices = new NoticeSigner(token);
@@ -464,7 +508,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     if (bearer !== null) {
       const header = r.req.headers['x-skiplock-operator'];
       const operator = operatorName(Array.isArray(header) ? header[0] : header);
+      if (throttled(r)) return null;
       if (!guard.tokenMatches(bearer)) {
+        tokenFailed(r, 'bearer');
         return refuse(
           401,
           'dashboard_token_refused',
@@ -786,7 +832,10 @@ export function createDashboard(options: DashboardOptions): Dashboard {
         ),
       );
     }
-    if (operator === null || !guard.tokenMatches(form.get('token'))) {
+    if (throttled(r)) return;
+    const tokenMatches = guard.tokenMatches(form.get('token'));
+    if (!tokenMatches) tokenFailed(r, 'sign_in');
+    if (operator === null || !tokenMatches) {
       logger.warn(
         { reason: 'dashboard_sign_in_refused', operator },
         operator === null ? 'sign-in without a name' : 'sign-in with a wrong token',
@@ -808,8 +857,40 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     redirect(r.res, withNotice(next, 'signed_in'), { 'set-cookie': cookie(r.req, value, 43_200) });
   }
 
+  /**
+   * Refuses (429) a token check from a client past its wrong tokens (see `TokenThrottle`); true
+   * when it did.
+   */
+  function throttled(r: Request): boolean {
+    const waitMs = throttle?.blockedFor(clientOf(r.req.socket.remoteAddress)) ?? 0;
+    if (waitMs <= 0) return false;
+    const seconds = Math.ceil(waitMs / 1000);
+    r.res.setHeader('retry-after', String(seconds));
+    page(
+      r,
+      messagePage(
+        r.ctx,
+        429,
+        'Too many wrong tokens',
+        `Too many wrong operator tokens were tried; try again in ${Math.ceil(seconds / 60)} min.`,
+      ),
+    );
+    // Logged once, when the limit is reached (see tokenFailed), not per refused request.
+    return true;
+  }
+
+  function tokenFailed(r: Request, action: string): void {
+    const client = clientOf(r.req.socket.remoteAddress);
+    if (throttle?.failed(client)) {
+      logger.warn(
+        { reason: 'dashboard_token_throttled', action, client },
+        'too many wrong operator tokens: token checks refused for a while',
+      );
+    }
+  }
+
   function cookie(req: IncomingMessage, value: string, maxAgeSeconds: number): string {
-    const secure = (req.socket as { encrypted?: boolean }).encrypted ? '; Secure' : '';
+    const secure = (secureCookie ?? cameOverHttps(req)) ? '; Secure' : '';
     return `${SESSION_COOKIE}=${value}; Path=${base || '/'}; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${secure}`;
   }
 

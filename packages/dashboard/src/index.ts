@@ -1,3 +1,4 @@
 export { createDashboard } from './dashboard.js';
 export type { Dashboard, DashboardOptions } from './dashboard.js';
+export type { TokenFailureLimit } from './token-throttle.js';
 export { isLoopback } from './security.js';

@@ -11,6 +11,8 @@ import type { IncomingMessage } from 'node:http';
 //   token nor send a form that passes.
 // - Scripts may instead send `Authorization: Bearer <token>` and `X-Skiplock-Operator: <name>`;
 //   browsers never add that header on their own, so no CSRF token is needed there.
+// - Wrong tokens are counted per client and in all, and past a limit token checks are refused
+//   for a while (`TokenThrottle`).
 
 export const SESSION_COOKIE = 'skiplock_dashboard';
 const SESSION_MS = 12 * 3_600_000;
@@ -132,6 +134,23 @@ export function sameOrigin(req: IncomingMessage): boolean {
   if (!claimed) return false;
   try {
     return new URL(claimed).host === req.headers.host;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Whether the request came over HTTPS: its own socket is TLS, or the page it came from (Origin,
+ * or failing that Referer; a sign-in and a sign-out need one) is an `https:` page, as behind a
+ * proxy that ends TLS. Decides the session cookie's `Secure` flag: behind such a proxy the
+ * cookie had none, and a browser sent it over plain HTTP too (noted in an audit).
+ */
+export function cameOverHttps(req: IncomingMessage): boolean {
+  if ((req.socket as { encrypted?: boolean }).encrypted) return true;
+  const claimed = req.headers.origin ?? req.headers.referer;
+  if (!claimed) return false;
+  try {
+    return new URL(claimed).protocol === 'https:';
   } catch {
     return false;
   }

@@ -26,15 +26,18 @@ export interface RawResponse {
   status: number;
   location: string | undefined;
   cookie: string;
+  /** The Set-Cookie headers whole, attributes and all. */
+  setCookies: string[];
   text: string;
 }
 
 /**
  * Raw HTTP to a served dashboard, with whatever Host header a test names (fetch will not send
  * one): `send` makes one request, `operatorForm` is the headers of an operator's form post from
- * the dashboard's own origin with `token`.
+ * the dashboard's own origin with `token`. `localAddress`: the loopback address to send from
+ * (127.0.0.2, say), to be another client.
  */
-export function rawHttp(served: Served, token: string) {
+export function rawHttp(served: Served, token: string, localAddress?: string) {
   const { port } = new URL(served.url);
   const operatorForm = {
     host: `127.0.0.1:${port}`,
@@ -54,6 +57,7 @@ export function rawHttp(served: Served, token: string) {
         {
           host: '127.0.0.1',
           port,
+          localAddress,
           method,
           path,
           headers: { ...headers, 'content-length': Buffer.byteLength(body) },
@@ -67,6 +71,7 @@ export function rawHttp(served: Served, token: string) {
               location: res.headers.location,
               // name=value of each cookie set, as a browser would send them back
               cookie: (res.headers['set-cookie'] ?? []).map((c) => c.split(';')[0]).join('; '),
+              setCookies: res.headers['set-cookie'] ?? [],
               text,
             }),
           );
