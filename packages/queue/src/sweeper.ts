@@ -7,6 +7,7 @@ import { createDefaultLogger, type Logger } from './logger.js';
 import { resolveMetrics, type MetricsOption, type QueueMetrics } from './metrics.js';
 import { failureRecord, markDead } from './dead.js';
 import { errorMessage } from './errors.js';
+import { OTHER_QUEUE } from './gauges.js';
 import { backoffWith } from './retry/backoff.js';
 import { decideFailure, type FailureDecision } from './retry/policy.js';
 import { IntervalService } from './service.js';
@@ -80,6 +81,7 @@ export function createSweeper(
   const config = parseConfig('sweeper options', sweeperOptionsSchema, rest);
   const backoff = backoffWith(config.backoff);
   const definitions = new Map(jobs.map((d) => [d.type, d]));
+  const series = new SeriesCap(logger);
 
   interface Swept {
     row: ExpiredRow;
@@ -187,8 +189,7 @@ export function createSweeper(
     const dead = swept.filter((s) => s.decision.kind === 'dead').length;
     for (const { row, decision } of swept) {
       metrics.leaseExpiriesRecovered.inc({
-        queue: row.queue,
-        job_type: row.job_type,
+        ...series.labels(row.queue, row.job_type),
         outcome: decision.kind === 'retry' ? 'retried' : 'dead',
       });
     }
@@ -208,4 +209,38 @@ export function createSweeper(
     runOnce: () => service.runOnce(),
     metrics,
   };
+}
+
+/** Queue and job type pairs the sweeper counts with labels of their own; the rest are `_other`. */
+export const MAX_SWEEPER_SERIES = 100;
+
+/**
+ * The labels of a recovered job's series. The sweeper takes back jobs of any queue and type in
+ * the table, not only its worker's: a queue per tenant made a series per tenant in every
+ * process's registry, without bound (noted in an audit). The first MAX_SWEEPER_SERIES pairs seen
+ * keep their names; later ones count as `queue="_other", job_type="_other"`, as the job gauges do
+ * past `maxQueues`, logged once as `sweeper_series_capped`.
+ */
+class SeriesCap {
+  private readonly seen = new Set<string>();
+  private capped = false;
+
+  constructor(private readonly logger: Logger) {}
+
+  labels(queue: string, jobType: string): { queue: string; job_type: string } {
+    const key = JSON.stringify([queue, jobType]);
+    if (this.seen.has(key)) return { queue, job_type: jobType };
+    if (this.seen.size < MAX_SWEEPER_SERIES) {
+      this.seen.add(key);
+      return { queue, job_type: jobType };
+    }
+    if (!this.capped) {
+      this.capped = true;
+      this.logger.warn(
+        { reason: 'sweeper_series_capped', maxSeries: MAX_SWEEPER_SERIES },
+        `lease expiries: queue and job type pairs beyond ${MAX_SWEEPER_SERIES} counted as queue="${OTHER_QUEUE}"`,
+      );
+    }
+    return { queue: OTHER_QUEUE, job_type: OTHER_QUEUE };
+  }
 }

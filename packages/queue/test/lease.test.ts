@@ -11,6 +11,7 @@ import {
   type DeadJobInfo,
 } from '../src/index.js';
 import { runSql } from '../src/db.js';
+import { MAX_SWEEPER_SERIES } from '../src/sweeper.js';
 import { failJob } from '../src/sql/settle.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
@@ -750,6 +751,35 @@ describe('leases, fencing and the sweeper', () => {
     expect(await metricValue(sweeper.metrics, 'skiplock_lease_expiries_recovered_total')).toBe(2);
     release();
     await run;
+  });
+
+  it('the sweeper counts at most MAX_SWEEPER_SERIES queue and job type pairs by name, the rest as _other', async () => {
+    const def = defineJob({ type: 'swept.tenant', payload: z.object({}), handler: () => {} });
+    const queues = Array.from({ length: MAX_SWEEPER_SERIES + 5 }, (_, i) => `tenant-${i}`);
+    for (const queue of queues) await client.enqueue(def, {}, { queue });
+    // As a worker that died holding them leaves them.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
+         locked_at = now(), lease_expires_at = now() - interval '1 second'
+       WHERE job_type = $1`,
+      [def.type],
+    );
+    const logs = captureLogs();
+    const sweeper = createSweeper({ pool: db.pool, logger: logs.logger });
+    expect((await sweeper.runOnce()).recovered).toBe(queues.length);
+    const family = await sweeper.metrics.registry
+      .getSingleMetric('skiplock_lease_expiries_recovered_total')!
+      .get();
+    const named = family.values.filter((v) => v.labels.job_type === def.type);
+    // Before: one series per queue, 105 of them.
+    expect(named).toHaveLength(MAX_SWEEPER_SERIES);
+    expect(
+      await metricValue(sweeper.metrics, 'skiplock_lease_expiries_recovered_total', {
+        queue: '_other',
+        job_type: '_other',
+      }),
+    ).toBe(5);
+    expect(logs.lines.filter((l) => l.reason === 'sweeper_series_capped')).toHaveLength(1);
   });
 
   it("the sweeper retries an expired job with its job type's backoff when it knows the type", async () => {
