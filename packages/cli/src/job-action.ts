@@ -42,7 +42,7 @@ export async function applyJobAction(
     if (!changed || !after) {
       const status = after?.status ?? 'gone';
       throw new CliError(
-        `job ${id} is ${status}; only ${action.allowed.join(', ')} jobs can be ${action.verb}`,
+        `job ${id} is ${status}; only ${action.allowed.join(', ')} jobs, and processing ones whose lease has expired, can be ${action.verb}`,
       );
     }
     return { before, after };

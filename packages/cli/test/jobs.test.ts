@@ -211,7 +211,7 @@ describe('skiplock jobs', () => {
     const refused = await runInProcess(['jobs', 'retry', ids.completed], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(
-      `job ${ids.completed} is completed; only dead, cancelled, retryable, waiting jobs can be retried`,
+      `job ${ids.completed} is completed; only dead, cancelled, retryable, waiting jobs, and processing ones whose lease has expired, can be retried`,
     );
     expect(await statusOf(ids.completed)).toEqual({ status: 'completed', attempts: 1 });
   });
@@ -255,7 +255,7 @@ describe('skiplock jobs', () => {
     const refused = await runCli(['jobs', 'cancel', ids.processing], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(
-      `job ${ids.processing} is processing; only pending, retryable, waiting jobs can be cancelled`,
+      `job ${ids.processing} is processing; only pending, retryable, waiting jobs, and processing ones whose lease has expired, can be cancelled`,
     );
     expect((await statusOf(ids.processing))!.status).toBe('processing');
   });

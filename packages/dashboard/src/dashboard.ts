@@ -154,10 +154,10 @@ const NOTICES: Record<string, (n: number) => string> = {
   job_retried_waiting: () =>
     'Job retried: it is waiting for a slot of its concurrency key (all are taken), then runs.',
   job_not_retried: () =>
-    'Not retried: only dead, cancelled, retry-waiting and slot-waiting jobs can be.',
+    'Not retried: only dead, cancelled, retry-waiting and slot-waiting jobs can be, and running ones whose lease has expired.',
   job_cancelled: () => 'Job cancelled.',
   job_not_cancelled: () =>
-    'Not cancelled: only pending, retry-waiting and slot-waiting jobs can be.',
+    'Not cancelled: only pending, retry-waiting and slot-waiting jobs can be, and running ones whose lease has expired.',
   bulk_retried: (n) => `${n} dead job${n === 1 ? '' : 's'} retried.`,
   bulk_discarded: (n) => `${n} dead job${n === 1 ? '' : 's'} discarded.`,
   bulk_retried_kept: (n) =>

@@ -272,6 +272,44 @@ describe('dashboard safety', () => {
     expect((await send('GET', '/sagas/no-such-saga', host)).status).toBe(404);
   });
 
+  it('offers retry and cancel for a running job whose lease expired, and not while the lease is kept', async () => {
+    const client = createClient({ pool: db.pool, logger: silent });
+    const def = defineJob({ type: 'stranded-run', payload: z.object({}), handler: () => {} });
+    const { id } = await client.enqueue(def, {});
+    const runAs = (lease: string) =>
+      db.pool.query(
+        `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
+                locked_at = now(), lease_expires_at = now() + $2::interval WHERE id = $1`,
+        [id, lease],
+      );
+    const signIn = await send(
+      'POST',
+      '/sign-in',
+      {
+        host: `127.0.0.1:${port}`,
+        origin: `http://127.0.0.1:${port}`,
+        'content-type': 'application/x-www-form-urlencoded',
+      },
+      new URLSearchParams({ operator: 'ada', token }).toString(),
+    );
+    const host = { host: `127.0.0.1:${port}`, cookie: signIn.cookie };
+    const actions = async () =>
+      [
+        ...(await send('GET', `/jobs/${id}`, host)).text.matchAll(/action="\/jobs\/\d+\/(\w+)"/g),
+      ].map((m) => m[1]);
+    await runAs('1 minute');
+    expect(await actions()).toEqual([]);
+    expect((await send('POST', `/jobs/${id}/cancel`, operatorForm, '')).location).toMatch(
+      /notice=job_not_cancelled/,
+    );
+    await runAs('-1 minute');
+    // Before: no action for a processing job, and the cancel refused.
+    expect(await actions()).toEqual(['retry', 'cancel']);
+    const cancelled = await send('POST', `/jobs/${id}/cancel`, operatorForm, '');
+    expect(cancelled.location).toMatch(/notice=job_cancelled&/);
+    expect((await client.getJob(id))?.status).toBe('cancelled');
+  });
+
   it('outbox: hidePayloads hides the last error; a retry without a right to it changes nothing', async () => {
     // The receiver's refusal echoes the message, as a webhook's answer may.
     const echo = 'rejected {"card":"4242424242424242"}';

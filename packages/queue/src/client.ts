@@ -244,9 +244,16 @@ export interface Client {
     limit?: number | undefined;
     beforeId?: string | undefined;
   }): Promise<Job[]>;
-  /** Cancels a job that has not started; false when it was not pending (or does not exist). */
+  /**
+   * Cancels a job that has not started (pending, retry-waiting, slot-waiting) or whose run's lease
+   * has expired (its worker is gone or stuck; its `onDead` hook is not run); false when it is in
+   * another state (or does not exist).
+   */
   cancelJob(id: string, options?: TransactionOption): Promise<boolean>;
-  /** Runs a dead, cancelled or retry-waiting job again now; false when it is in another state. */
+  /**
+   * Runs a dead, cancelled, retry-waiting or slot-waiting job, or one whose run's lease has
+   * expired, again now with a fresh set of attempts; false when it is in another state.
+   */
   retryJob(id: string, options?: TransactionOption): Promise<boolean>;
   stats(): Promise<QueueStats[]>;
   close(): Promise<void>;

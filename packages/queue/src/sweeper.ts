@@ -14,6 +14,7 @@ import { IntervalService } from './service.js';
 import { LockKeys, tryTransactionLock } from './sql/lock.js';
 import {
   failExpiredJobs,
+  noteDeadHookFailure,
   selectExpiredLeases,
   type ExpiredFailure,
   type ExpiredRow,
@@ -138,6 +139,13 @@ export function createSweeper(
         settled.push(swept);
       } catch (error) {
         await tx.query('ROLLBACK TO SAVEPOINT skiplock_on_dead');
+        await runSql(
+          tx,
+          noteDeadHookFailure(
+            row.id,
+            `onDead hook failed (${errorMessage(error)}); the job stays processing and the sweeper tries the hook again each pass (retry or cancel it to end that)`,
+          ),
+        );
         held.push(row.id);
         metrics.deadHookFailures.inc();
         logger.error(

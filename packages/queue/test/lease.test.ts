@@ -926,6 +926,64 @@ describe('leases, fencing and the sweeper', () => {
     ]);
   });
 
+  it('notes a failing onDead hook in last_error once, and an operator may retry or cancel the job it holds', async () => {
+    const stuck = defineJob({
+      type: 'swept.hook-always-down',
+      payload: z.object({}),
+      maxAttempts: 1,
+      handler: () => {},
+      onDead: () => {
+        throw new Error('archive is gone');
+      },
+    });
+    const a = await client.enqueue(stuck, {});
+    const b = await client.enqueue(stuck, {});
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
+              locked_at = now(), lease_expires_at = now() - interval '1 second'
+       WHERE id IN ($1, $2)`,
+      [a.id, b.id],
+    );
+    const sweeper = createSweeper({ pool: db.pool, logger: quiet, jobs: [stuck] });
+    expect((await sweeper.runOnce()).recovered).toBe(0);
+    const version = async (id: string) =>
+      (await db.pool.query<{ xmin: string }>('SELECT xmin FROM skiplock.jobs WHERE id = $1', [id]))
+        .rows[0]!.xmin;
+    const first = await version(a.id);
+    // Before: no last_error, the reason only in a log line.
+    expect((await jobRow(db.pool, a.id)).last_error).toMatch(
+      /^onDead hook failed \(archive is gone\); the job stays processing/,
+    );
+    expect((await sweeper.runOnce()).recovered).toBe(0);
+    expect(await version(a.id)).toBe(first);
+    // Before: both refused (processing), and the jobs stayed so for good.
+    expect(await client.cancelJob(a.id)).toBe(true);
+    expect(await client.retryJob(b.id)).toBe(true);
+    expect(await jobRow(db.pool, a.id)).toMatchObject({ status: 'cancelled' });
+    expect(await jobRow(db.pool, b.id)).toMatchObject({ status: 'pending', attempts: 0 });
+    expect((await sweeper.runOnce()).recovered).toBe(0);
+  });
+
+  it('leaves a run whose lease is kept alone, and a worker still running one an operator retried finds its lease lost', async () => {
+    const { def, release, started } = gatedJob('swept.retried-by-hand');
+    const { id } = await client.enqueue(def, {});
+    const worker = testWorker(db.pool, [def]);
+    const lost: string[] = [];
+    worker.on('job:lock_lost', (e) => lost.push(e.jobId));
+    const run = worker.runOnce();
+    await waitFor(() => started.length === 1);
+    expect(await client.cancelJob(id)).toBe(false);
+    expect(await client.retryJob(id)).toBe(false);
+    await expireLease(id);
+    expect(await client.retryJob(id)).toBe(true);
+    release();
+    await run;
+    expect(lost).toEqual([id]);
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'pending', attempts: 0 });
+    expect(await testWorker(db.pool, [def]).runOnce()).toBe(1);
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
+  });
+
   it('runs one sweep at a time across hosts (advisory lock)', async () => {
     const holder = await db.pool.connect();
     try {

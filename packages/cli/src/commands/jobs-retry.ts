@@ -5,7 +5,8 @@ export const jobsRetryCommand = jobActionCommand({
   summary: 'run a dead, cancelled or retry-waiting job again now, with fresh attempts',
   help: [
     'Only dead, cancelled, retryable (waiting for a retry) and waiting (for a slot) jobs can be',
-    'retried; the job keeps its error history. A job with a concurrency key waits for a slot of',
+    'retried, and processing ones whose lease has expired (their worker is gone or stuck, or an',
+    'onDead hook keeps failing); the job keeps its error history. A job with a concurrency key waits for a slot of',
     "its key first. Exits 1 when the job does not exist or is in another status, or is a saga's",
     'job (type saga:...), which moves only with its saga.',
   ],

@@ -222,6 +222,13 @@ function timeline(job: Job): TimelineEntry[] {
 const RETRYABLE: readonly JobStatus[] = ['dead', 'cancelled', 'retryable', 'waiting'];
 const CANCELLABLE: readonly JobStatus[] = ['pending', 'retryable', 'waiting'];
 
+/** Processing, with a lease that has run out: nothing renews it. */
+function leaseExpired(job: Pick<Job, 'status' | 'leaseExpiresAt'>, now: number): boolean {
+  return (
+    job.status === 'processing' && job.leaseExpiresAt !== null && job.leaseExpiresAt.getTime() < now
+  );
+}
+
 /** The saga a job belongs to, from its idempotency key (`saga:<id>:...`), if it is a saga's job. */
 export function sagaIdOfJob(job: Pick<Job, 'jobType' | 'idempotencyKey'>): string | null {
   if (!isSagaJobType(job.jobType) || !job.idempotencyKey?.startsWith('saga:')) return null;
@@ -256,9 +263,12 @@ export function jobPage(
     </tr>`;
   // A saga's job moves only with its saga: its actions are on the saga's page.
   const own = !isSagaJobType(job.jobType);
+  // A run whose lease ran out (its worker gone or stuck, or an onDead hook that keeps failing)
+  // may be retried or cancelled too; the database decides again when the form is sent.
+  const expired = leaseExpired(job, ctx.now);
   const actions = html`<div class="actions" data-testid="job-actions">
-    ${own && RETRYABLE.includes(job.status) ? actionForm(ctx, `/jobs/${job.id}/retry`, 'Retry now', {}) : ''}
-    ${own && CANCELLABLE.includes(job.status) ? actionForm(ctx, `/jobs/${job.id}/cancel`, 'Cancel', { danger: true, confirm: `Cancel job ${job.id}?` }) : ''}
+    ${own && (expired || RETRYABLE.includes(job.status)) ? actionForm(ctx, `/jobs/${job.id}/retry`, 'Retry now', {}) : ''}
+    ${own && (expired || CANCELLABLE.includes(job.status)) ? actionForm(ctx, `/jobs/${job.id}/cancel`, 'Cancel', { danger: true, confirm: `Cancel job ${job.id}?` }) : ''}
   </div>`;
   const body = html`<h1>Job ${job.id} <small>${job.jobType}</small></h1>
     <div data-live="job-head" class="head-line">

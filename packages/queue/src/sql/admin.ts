@@ -39,13 +39,22 @@ export function selectJobs(filter: JobFilter) {
 }
 
 /**
- * Cancels a job that has not started: only pending, retry-waiting or slot-waiting rows change.
- * Returns the job's concurrency key, whose slot a cancelled pending job gives back.
+ * A running job whose lease has run out: its worker is gone or stuck, and nothing renews it. An
+ * operator may cancel or retry it, as the sweeper may take it back: a job whose `onDead` hook
+ * kept failing stayed processing for good, and neither could (found in an audit). Its worker,
+ * should it still be running it, then finds its lease lost at its next write (the fence checks
+ * status and attempt).
+ */
+const expiredRun = sql`(status = 'processing' AND lease_expires_at < now())`;
+
+/**
+ * Cancels a job that has not started (pending, retry-waiting or slot-waiting) or whose run's
+ * lease has expired. Returns the job's concurrency key, whose slot a cancelled job gives back.
  */
 export function cancelJob(id: string) {
   return sql`
-    UPDATE skiplock.jobs SET status = 'cancelled', updated_at = now()
-    WHERE id = ${id} AND status IN ('pending', 'retryable', 'waiting')
+    UPDATE skiplock.jobs SET status = 'cancelled', lease_expires_at = NULL, updated_at = now()
+    WHERE id = ${id} AND (status IN ('pending', 'retryable', 'waiting') OR ${expiredRun})
     RETURNING id::text AS id, concurrency_key`;
 }
 
@@ -98,8 +107,8 @@ export function selectJobStatusesByKey(pairs: readonly { queue: string; key: str
 }
 
 /**
- * Puts a dead, cancelled or retry-waiting job back to pending to run now, with a fresh set of
- * attempts; its error history is kept. Notifies waiting workers. A job with a concurrency key goes
+ * Puts a dead, cancelled or retry-waiting job, or one whose run's lease has expired, back to
+ * pending to run now, with a fresh set of attempts; its error history is kept. Notifies waiting workers. A job with a concurrency key goes
  * back to `waiting` instead, and the caller admits its key.
  */
 export function retryJob(id: string) {
@@ -116,7 +125,7 @@ export function retryJob(id: string) {
           -- (The CASE sees the status before this update.)
           singleton_key = CASE WHEN status IN ('dead', 'cancelled') THEN NULL
                                ELSE singleton_key END
-      WHERE id = ${id} AND status IN ('dead', 'cancelled', 'retryable', 'waiting')
+      WHERE id = ${id} AND (status IN ('dead', 'cancelled', 'retryable', 'waiting') OR ${expiredRun})
       RETURNING id, queue, concurrency_key
     )
     SELECT id::text AS id, concurrency_key,

@@ -64,3 +64,17 @@ export function failExpiredJobs(failures: readonly ExpiredFailure[]) {
     WHERE j.id = f.id AND j.status = 'processing'
     RETURNING j.id::text AS id`;
 }
+
+/**
+ * Notes on a job whose `onDead` hook threw why it is still processing, in its `last_error`: only
+ * the worker's log said so, and `jobs show` and the dashboard showed a running job with an
+ * expired lease and no reason (found in an audit). The row stays as it was otherwise; the next
+ * pass tries the hook again.
+ */
+export function noteDeadHookFailure(id: string, message: string) {
+  return sql`
+    UPDATE skiplock.jobs SET last_error = ${message.slice(0, MAX_ERROR_LENGTH)}
+    WHERE id = ${id} AND status = 'processing'
+      -- Each pass meets it again: no new row version when nothing changed.
+      AND last_error IS DISTINCT FROM ${message.slice(0, MAX_ERROR_LENGTH)}`;
+}
