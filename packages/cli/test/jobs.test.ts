@@ -301,4 +301,54 @@ describe('skiplock jobs', () => {
       await db.pool.query('DELETE FROM skiplock.jobs WHERE id = $1', [id]);
     }
   });
+
+  it('shows what a waiting job waits behind: the jobs holding its key, and lists them by key', async () => {
+    const limited = { concurrencyKey: 'tenant-9', concurrencyLimit: 1 } as const;
+    // The holder sits in a queue no worker serves; the waiter's job page named neither it nor why.
+    const holder = (
+      await client.enqueue(sendEmail, { to: 'h9@example.com' }, { ...limited, queue: 'retired' })
+    ).id;
+    const waiter = (await client.enqueue(sendEmail, { to: 'w9@example.com' }, limited)).id;
+    // Admitted into the key's one slot, as a worker's admission pass would.
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'pending' WHERE id = $1`, [holder]);
+    expect((await statusOf(waiter))!.status).toBe('waiting');
+    const shown = await runInProcess(['jobs', 'show', waiter], env);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).toMatch(
+      new RegExp(`waits behind\\s+job ${holder} pending in queue retired\\n`),
+    );
+    const json = await runInProcess(['jobs', 'show', waiter, '--json'], env);
+    expect(JSON.parse(json.stdout).keyHolders).toEqual([
+      {
+        id: holder,
+        queue: 'retired',
+        jobType: 'send-email',
+        status: 'pending',
+        leaseExpiresAt: null,
+      },
+    ]);
+    const listed = await runInProcess(
+      ['jobs', 'list', '--concurrency-key', 'tenant-9', '--json'],
+      env,
+    );
+    expect(listed.code, listed.stderr).toBe(0);
+    expect((JSON.parse(listed.stdout) as { jobs: { id: string }[] }).jobs.map((j) => j.id)).toEqual(
+      [waiter, holder],
+    );
+    // The holder's run stopped renewing its lease: said so, and the holder may be cancelled.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'host:9:w',
+         locked_at = now(), lease_expires_at = now() - interval '5 minutes' WHERE id = $1`,
+      [holder],
+    );
+    expect((await runInProcess(['jobs', 'show', waiter], env)).stdout).toMatch(
+      new RegExp(
+        `job ${holder} processing in queue retired \\(lease expired 5m ago: its worker is gone or stuck\\)`,
+      ),
+    );
+    const cancelled = await runInProcess(['jobs', 'cancel', holder], env);
+    expect(cancelled.code, cancelled.stderr).toBe(0);
+    expect((await statusOf(waiter))!.status).toBe('pending');
+    expect((await runInProcess(['jobs', 'list', '--concurrency-key', ''], env)).code).toBe(2);
+  });
 });

@@ -636,7 +636,18 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     const job = await client.getJob(id);
     if (!job) throw new HttpError(404, `Job ${id} does not exist (retention may have removed it).`);
     const shown = show === null ? null : show(job.jobType, job.payload);
-    page(r, jobPage(r.ctx, job, show === null ? null : { shown, whole: shown === job.payload }));
+    const holders =
+      job.status === 'waiting' && job.concurrencyKey !== null
+        ? await client.listJobs({
+            concurrencyKey: job.concurrencyKey,
+            statuses: ['pending', 'retryable', 'processing'],
+            limit: 20,
+          })
+        : null;
+    page(
+      r,
+      jobPage(r.ctx, job, show === null ? null : { shown, whole: shown === job.payload }, holders),
+    );
   }
 
   async function outboxView(r: Request) {

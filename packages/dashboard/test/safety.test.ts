@@ -310,6 +310,22 @@ describe('dashboard safety', () => {
     expect((await client.getJob(id))?.status).toBe('cancelled');
   });
 
+  it("names a waiting job's key holders on its page, linked, with their queue", async () => {
+    const client = createClient({ pool: db.pool, logger: silent });
+    const def = defineJob({ type: 'keyed-page', payload: z.object({}), handler: () => {} });
+    const limited = { concurrencyKey: 'tenant-page', concurrencyLimit: 1 } as const;
+    const holder = (await client.enqueue(def, {}, { ...limited, queue: 'retired' })).id;
+    const waiter = (await client.enqueue(def, {}, limited)).id;
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'pending' WHERE id = $1`, [holder]);
+    const page = await send('GET', `/jobs/${waiter}`, { host: `127.0.0.1:${port}` });
+    const holders = /<ul class="holders"[^>]*>([\s\S]*?)<\/ul>/.exec(page.text)?.[1] ?? '';
+    // Before: nothing on the page said what the job waited behind.
+    expect(holders).toContain(`href="/jobs/${holder}"`);
+    expect(holders).toMatch(/in queue\s+retired/);
+    const free = await send('GET', `/jobs/${holder}`, { host: `127.0.0.1:${port}` });
+    expect(free.text).not.toContain('waits behind');
+  });
+
   it('outbox: hidePayloads hides the last error; a retry without a right to it changes nothing', async () => {
     // The receiver's refusal echoes the message, as a webhook's answer may.
     const echo = 'rejected {"card":"4242424242424242"}';

@@ -241,6 +241,11 @@ export interface Client {
      * what it holds right now), or whose last attempt ran there.
      */
     workerId?: string | undefined;
+    /**
+     * Jobs of this concurrency key; with `statuses: ['pending', 'retryable', 'processing']`, the
+     * ones holding its slots (what a `waiting` job of the key waits behind).
+     */
+    concurrencyKey?: string | undefined;
     limit?: number | undefined;
     beforeId?: string | undefined;
   }): Promise<Job[]>;
@@ -294,8 +299,8 @@ function checkListFilter(filter: Record<string, unknown>): number | undefined {
 }
 
 /**
- * Refuses a job filter's statuses that are not an array of job statuses and a queue, job type or
- * worker id that is not a string without NUL (`invalid_filter`), which PostgreSQL would fail on.
+ * Refuses a job filter's statuses that are not an array of job statuses and a queue, job type,
+ * worker id or concurrency key that is not a string without NUL (`invalid_filter`), which PostgreSQL would fail on.
  */
 export function checkJobFilter(filter: Record<string, unknown>): void {
   const { statuses } = filter;
@@ -308,7 +313,7 @@ export function checkJobFilter(filter: Record<string, unknown>): void {
       );
     }
   }
-  for (const name of ['queue', 'jobType', 'workerId'] as const) {
+  for (const name of ['queue', 'jobType', 'workerId', 'concurrencyKey'] as const) {
     const value = filter[name];
     if (value != null && (typeof value !== 'string' || value.includes('\u0000'))) {
       throw new SkiplockError(

@@ -29,13 +29,15 @@ const statuses: readonly string[] = jobStatuses;
 
 export const jobsListCommand: Command = {
   name: 'jobs list',
-  summary: 'list jobs, newest first, filtered by status, queue, type or worker',
+  summary: 'list jobs, newest first, filtered by status, queue, type, worker or concurrency key',
   usage: [
     'usage: skiplock jobs list [--status S]... [--queue Q] [--type T] [--worker ID] [--limit N]',
-    '                          [--before-id ID] [--json] [--database-url URL]',
+    '                          [--concurrency-key K] [--before-id ID] [--json] [--database-url URL]',
     '',
     `  --status S      ${statuses.join(', ')} (repeat or comma-separate)`,
     '  --worker ID     jobs the worker holds (with --status processing) or last ran',
+    '  --concurrency-key K  jobs of concurrency key K; with --status pending,retryable,processing',
+    '                  the ones holding its slots, which its waiting jobs wait behind',
     '  --limit N       at most N jobs, 1 to 1000 (default 50)',
     '  --before-id ID  only jobs older than ID: pass the last id shown to see the next page',
   ].join('\n'),
@@ -47,6 +49,7 @@ export const jobsListCommand: Command = {
       queue: { type: 'string' },
       type: { type: 'string' },
       worker: { type: 'string' },
+      'concurrency-key': { type: 'string' },
       limit: { type: 'string' },
       'before-id': { type: 'string' },
     });
@@ -73,6 +76,7 @@ export const jobsListCommand: Command = {
         queue: values.queue,
         jobType: values.type,
         workerId: values.worker,
+        concurrencyKey: values['concurrency-key'],
         limit,
         beforeId,
       }),

@@ -16,6 +16,8 @@ import { printJson, type Command } from '../io.js';
 
 // The human view shows this much of a payload; --json always has all of it.
 const MAX_PAYLOAD_CHARS = 4_000;
+// A waiting job's key holders listed at most (a key's limit is usually small).
+const MAX_HOLDERS = 20;
 
 export const jobsShowCommand: Command = {
   name: 'jobs show',
@@ -27,22 +29,59 @@ export const jobsShowCommand: Command = {
     const id = parseJobId(rawId!);
     const url = databaseUrl(values['database-url'], io.env);
     const { withDatabase } = await import('../database.js');
-    const { job, now } = await withDatabase(url, async (db) => ({
-      now: db.now,
-      job: await (await silentClient(db.pool)).getJob(id),
-    }));
+    const { job, holders, now } = await withDatabase(url, async (db) => {
+      const client = await silentClient(db.pool);
+      const found = await client.getJob(id);
+      // What a waiting job waits behind: the jobs holding its key's slots. Only the job's id
+      // named them before (found in an audit: a holder in a queue no worker serves kept a
+      // waiting job there for good, and nothing said which).
+      const holding =
+        found?.status === 'waiting' && found.concurrencyKey !== null
+          ? await client.listJobs({
+              concurrencyKey: found.concurrencyKey,
+              statuses: ['pending', 'retryable', 'processing'],
+              limit: MAX_HOLDERS,
+            })
+          : null;
+      return { now: db.now, job: found, holders: holding };
+    });
     if (!job) throw new CliError(`job ${id} does not exist`);
     const timeline = jobTimeline(job);
     if (values.json) {
-      printJson(io, { job: jobJson(job), timeline });
+      printJson(io, {
+        job: jobJson(job),
+        timeline,
+        ...(holders ? { keyHolders: holders.map(holderJson) } : {}),
+      });
       return 0;
     }
-    io.stdout(renderJob(job, timeline, now));
+    io.stdout(renderJob(job, timeline, now, holders));
     return 0;
   },
 };
 
-function renderJob(job: Job, timeline: TimelineEntry[], now: Date): string {
+function holderJson(h: Job) {
+  return {
+    id: h.id,
+    queue: h.queue,
+    jobType: h.jobType,
+    status: h.status,
+    leaseExpiresAt: h.leaseExpiresAt?.toISOString() ?? null,
+  };
+}
+
+/** A key holder in a line: `job 12 processing in queue q (lease expired 3m ago: ...)`. */
+function holderLine(h: Job, now: Date): string {
+  const lease =
+    h.status === 'processing' && h.leaseExpiresAt
+      ? h.leaseExpiresAt < now
+        ? ` (lease expired ${relativeTime(h.leaseExpiresAt, now)}: its worker is gone or stuck)`
+        : ` (lease ends ${relativeTime(h.leaseExpiresAt, now)})`
+      : '';
+  return `job ${h.id} ${h.status} in queue ${h.queue}${lease}`;
+}
+
+function renderJob(job: Job, timeline: TimelineEntry[], now: Date, holders: Job[] | null): string {
   const or = (v: string | number | null) => (v === null ? '-' : String(v));
   let payload = JSON.stringify(job.payload, null, 2);
   if (payload.length > MAX_PAYLOAD_CHARS) {
@@ -69,6 +108,19 @@ function renderJob(job: Job, timeline: TimelineEntry[], now: Date): string {
       'concurrency key',
       job.concurrencyKey === null ? '-' : `${job.concurrencyKey} (limit ${job.concurrencyLimit})`,
     ],
+    ...(holders
+      ? ([
+          [
+            'waits behind',
+            holders.length === 0
+              ? 'no job holds a slot now: the next admission pass admits it'
+              : holders.map((h) => holderLine(h, now)).join('\n') +
+                (holders.length === MAX_HOLDERS
+                  ? '\n… (skiplock jobs list --concurrency-key)'
+                  : ''),
+          ],
+        ] as [string, string][])
+      : []),
     ['singleton key', or(job.singletonKey)],
     ['last error', or(job.lastError)],
   ];

@@ -222,6 +222,28 @@ function timeline(job: Job): TimelineEntry[] {
 const RETRYABLE: readonly JobStatus[] = ['dead', 'cancelled', 'retryable', 'waiting'];
 const CANCELLABLE: readonly JobStatus[] = ['pending', 'retryable', 'waiting'];
 
+/**
+ * What a waiting job waits behind: the jobs holding its key's slots, linked, each with its status
+ * and queue (a holder in a queue no worker serves kept its key's waiting jobs for good, and the
+ * page named neither it nor why: found in an audit). Ids and queues only, never their keys.
+ */
+function keyHolders(ctx: PageContext, holders: readonly Job[]): Html {
+  if (holders.length === 0) {
+    return html`<span class="none"
+      >no job holds a slot now: the next admission pass admits it</span
+    >`;
+  }
+  return html`<ul class="holders" data-testid="key-holders">
+    ${holders.map(
+      (h) =>
+        html`<li>
+          <a href="${href(ctx, `/jobs/${h.id}`)}">job ${h.id}</a> ${badge(h.status)} in queue
+          ${h.queue}${leaseExpired(h, ctx.now) ? ' (lease expired: its worker is gone or stuck)' : ''}
+        </li>`,
+    )}
+  </ul>`;
+}
+
 /** Processing, with a lease that has run out: nothing renews it. */
 function leaseExpired(job: Pick<Job, 'status' | 'leaseExpiresAt'>, now: number): boolean {
   return (
@@ -250,6 +272,7 @@ export function jobPage(
   ctx: PageContext,
   job: Job,
   payload: { shown: unknown; whole: boolean } | null,
+  holders: readonly Job[] | null = null,
 ) {
   const entries = timeline(job);
   const sagaId = sagaIdOfJob(job);
@@ -295,6 +318,7 @@ export function jobPage(
           ${field('timeout', job.timeoutMs === null ? null : formatDuration(job.timeoutMs))}
           ${field('idempotency key', sagaId !== null ? html`<code>${job.idempotencyKey}</code>` : key(job.idempotencyKey, html`<code>${job.idempotencyKey}</code>`))}
           ${field('concurrency key', key(job.concurrencyKey, `${job.concurrencyKey} (limit ${job.concurrencyLimit})`))}
+          ${holders ? field('waits behind', keyHolders(ctx, holders)) : ''}
           ${field('singleton key', key(job.singletonKey, job.singletonKey))}
           ${field('last error', job.lastError ? html`<span class="error">${job.lastError}</span>` : null)}
         </table>

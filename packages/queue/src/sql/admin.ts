@@ -16,6 +16,11 @@ export interface JobFilter {
   jobType?: string | undefined;
   /** Jobs whose current (or, once settled, last) attempt ran on this worker: `locked_by`. */
   workerId?: string | undefined;
+  /**
+   * Jobs of this concurrency key. With the statuses that hold a slot (pending, retryable,
+   * processing) it reads `jobs_admitted_idx`: what a waiting job waits behind.
+   */
+  concurrencyKey?: string | undefined;
   limit: number;
   /** Keyset pagination: only jobs with a smaller id. */
   beforeId?: string | undefined;
@@ -29,6 +34,7 @@ export function selectJobs(filter: JobFilter) {
   if (filter.queue) where.push(sql`queue = ${filter.queue}`);
   if (filter.jobType) where.push(sql`job_type = ${filter.jobType}`);
   if (filter.workerId) where.push(sql`locked_by = ${filter.workerId}`);
+  if (filter.concurrencyKey) where.push(sql`concurrency_key = ${filter.concurrencyKey}`);
   if (filter.beforeId) where.push(sql`jobs.id < ${filter.beforeId}::bigint`);
   // ORDER BY names the table's column: a bare `id` would be the select list's `id::text`,
   // which sorts '99' after '241' and makes keyset pages skip jobs.
