@@ -46,9 +46,16 @@ export interface RelayOptions {
    * them when it runs out; the sink gets half of it to deliver, so a live relay settles first.
    */
   leaseMs?: number | undefined;
-  /** Delivery attempts before a message goes dead (default 10). */
+  /**
+   * Delivery attempts before a message goes dead (default 10). A delivery the sink reports
+   * `unavailable` (its broker down or the connection lost) is not one.
+   */
   maxAttempts?: number | undefined;
-  /** Delay before the next attempt; a receiver's `Retry-After` wins when it is longer. */
+  /**
+   * Delay before the next attempt; a receiver's `Retry-After` wins when it is longer. While the
+   * sink reports its broker unavailable, the same curve over the batches failed so in a row is
+   * the relay's outage backoff.
+   */
   backoff?: BackoffOptions | undefined;
   /** Poll interval when no notification arrives (default 1 s). */
   pollIntervalMs?: number | undefined;
@@ -81,6 +88,11 @@ export interface RelayPassResult {
   delivered: number;
   /** Failed and due again after their backoff. */
   retried: number;
+  /**
+   * Of `retried`: failed because the sink could not reach its broker (`unavailable`); their
+   * attempt was given back and they wait out the relay's outage backoff.
+   */
+  unavailable: number;
   dead: number;
   /** Settles the lease fence refused: another relay had taken the message after this one's lease ran out. */
   fenced: number;
@@ -189,8 +201,57 @@ export function createRelay(options: RelayOptions): Relay {
     wakeOne();
   };
 
-  async function runOnce(): Promise<RelayPassResult> {
-    const result: RelayPassResult = { claimed: 0, delivered: 0, retried: 0, dead: 0, fenced: 0 };
+  // The sink's broker outage, shared by the lanes: batches in a row the sink failed as
+  // `unavailable` (none of their messages delivered), and since when. Their messages keep their
+  // attempts and wait out `computeBackoffMs(streak)`, and the lane that claimed them waits as long
+  // before its next claim: at most one connect attempt per lane and delay, where claiming on
+  // through a backlog tried one per batch (each failing at once on a refused connect).
+  let outage: { since: number; batches: number; streak: number } | null = null;
+
+  /** The delay for a batch with `unavailable` deliveries; opens or extends the outage. */
+  function unavailableBatch(delivered: boolean, count: number, err: string): number {
+    if (delivered) return wholeMs(computeBackoffMs(1, backoff));
+    if (!outage) {
+      outage = { since: Date.now(), batches: 0, streak: 0 };
+      // Once per outage, not per batch: a broker down for an hour is one line, not thousands.
+      logger.warn(
+        { reason: 'outbox_sink_unavailable', sink: sink.name, count, err },
+        'the sink cannot reach its broker; messages wait for it without spending attempts',
+      );
+    }
+    outage.batches += 1;
+    outage.streak = Math.min(outage.streak + 1, 1_000);
+    return wholeMs(computeBackoffMs(outage.streak, backoff));
+  }
+
+  /** A delivery went through: the outage, if any, is over. */
+  function sinkDelivered(): void {
+    if (!outage) return;
+    logger.info(
+      {
+        reason: 'outbox_sink_recovered',
+        sink: sink.name,
+        durationMs: Date.now() - outage.since,
+        batches: outage.batches,
+      },
+      'the sink reaches its broker again',
+    );
+    outage = null;
+  }
+
+  const runOnce = async (): Promise<RelayPassResult> => (await pass()).result;
+
+  /** One claim, delivery and settle; `pauseMs` is how long the lane waits out an outage. */
+  async function pass(): Promise<{ result: RelayPassResult; pauseMs: number }> {
+    const result: RelayPassResult = {
+      claimed: 0,
+      delivered: 0,
+      retried: 0,
+      unavailable: 0,
+      dead: 0,
+      fenced: 0,
+    };
+    let pauseMs = 0;
     const leaseId = randomUUID();
     const { rows } = await run<ClaimedRow>(
       pool,
@@ -207,11 +268,25 @@ export function createRelay(options: RelayOptions): Relay {
         }),
       ),
     );
-    if (rows.length === 0) return result;
+    if (rows.length === 0) return { result, pauseMs };
     rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
     result.claimed = rows.length;
     const messages = rows.map(toMessage);
     const deliveries = await deliver(messages);
+    const anyDelivered = deliveries.some((d) => d?.ok === true);
+    if (anyDelivered) sinkDelivered();
+    const down = deliveries.filter(
+      (d): d is Extract<Delivery, { ok: false }> => d?.ok === false && d.unavailable === true,
+    );
+    const outageDelay =
+      down.length > 0
+        ? unavailableBatch(
+            anyDelivered,
+            down.length,
+            storableText(String(down[0]!.error)).slice(0, 1_000),
+          )
+        : 0;
+    if (down.length > 0 && !anyDelivered) pauseMs = outageDelay;
     const outcome = {
       ids: [] as string[],
       ok: [] as boolean[],
@@ -230,6 +305,23 @@ export function createRelay(options: RelayOptions): Relay {
         outcome.delayMs.push(0);
         outcome.errors.push(null);
         result.delivered += 1;
+        continue;
+      }
+      if (delivery.unavailable === true) {
+        // The broker's outage, not the message's fault: the attempt is given back, so an outage
+        // of any length sends nothing dead (before, 10 attempts at the default backoff: about
+        // nine minutes). Logged once per outage (outbox_sink_unavailable), not per message.
+        outcome.dead.push(false);
+        outcome.unsent.push(true);
+        outcome.delayMs.push(outageDelay);
+        outcome.errors.push(
+          `sink unavailable, attempt not counted: ${storableText(String(delivery.error))}`.slice(
+            0,
+            1_000,
+          ),
+        );
+        result.retried += 1;
+        result.unavailable += 1;
         continue;
       }
       if (delivery.notSent === true) {
@@ -298,7 +390,7 @@ export function createRelay(options: RelayOptions): Relay {
         'lease ran out before the settle; another relay took the messages',
       );
     }
-    return result;
+    return { result, pauseMs };
   }
 
   /** The sink's deliveries, or every message failed when the sink throws or misbehaves. */
@@ -418,8 +510,9 @@ export function createRelay(options: RelayOptions): Relay {
     while (!stopping.signal.aborted) {
       const seen = wakeups;
       let result: RelayPassResult;
+      let pauseMs: number;
       try {
-        result = await runOnce();
+        ({ result, pauseMs } = await pass());
         failures = 0;
       } catch (error) {
         failures += 1;
@@ -428,6 +521,11 @@ export function createRelay(options: RelayOptions): Relay {
           'relay pass failed',
         );
         await sleep(Math.max(retryDelayMs(failures, pollMs), 100), stopping.signal);
+        continue;
+      }
+      if (pauseMs > 0) {
+        // The sink's broker is down: claiming on would only fail the next batch against it.
+        await sleep(pauseMs, stopping.signal);
         continue;
       }
       if (result.claimed === batchSize) wakeOne();

@@ -38,6 +38,15 @@ export type Delivery =
        * and the message is due again at once.
        */
       readonly notSent?: boolean | undefined;
+      /**
+       * The broker could not be reached, or the connection to it was lost before it answered for
+       * this message: the broker's outage, not the message's fault (a broker's verdict on the
+       * message, a nack or a refusal, is not this). The attempt does not count and the message
+       * never goes dead for it; it is due again after the relay's outage backoff, which grows
+       * while batches keep failing so and resets at the next delivery. Takes precedence over
+       * `notSent` and `permanent`.
+       */
+      readonly unavailable?: boolean | undefined;
       /** True when retrying cannot help (an HTTP 400, say): the message goes dead at once. */
       readonly permanent?: boolean | undefined;
       /** The earliest moment to try again, from the receiver (`Retry-After`), in ms from now. */
@@ -54,6 +63,11 @@ export type Delivery =
  * (before the batch's lease could run out) or the relay stops without waiting; then answer at once
  * (within a second, or a quarter of the lease when that is shorter), each message not published
  * `notSent`, or the relay fails the whole batch and every message in it counts an attempt.
+ * A message that failed because the broker could not be reached (a refused or failed connect) or
+ * the connection was lost before the broker answered for it is `unavailable`: it keeps its
+ * attempt, and the relay backs off as a whole instead of retrying against a broker that is down.
+ * Mark only that: a message that itself makes the broker drop the connection would otherwise be
+ * retried for good.
  */
 export interface Sink {
   /** Names the sink in logs: `nats`, `rabbitmq`, `webhook`. */
@@ -75,7 +89,13 @@ export function encodePayload(message: OutboxMessage): Buffer {
 /** A failed delivery from anything thrown, keeping only the message of the error. */
 export function failed(
   error: unknown,
-  extra: { permanent?: boolean; retryAfterMs?: number; detail?: string; notSent?: boolean } = {},
+  extra: {
+    permanent?: boolean;
+    retryAfterMs?: number;
+    detail?: string;
+    notSent?: boolean;
+    unavailable?: boolean;
+  } = {},
 ): Delivery {
   const text = error instanceof Error ? error.message : String(error);
   return { ok: false, error: text.slice(0, 1_000), ...extra };

@@ -224,7 +224,12 @@ describe.skipIf(!available)('rabbitmqSink', () => {
     expect(reasons()).toContain('amqp_reconnect');
     expect(queued).toEqual([]);
     for (const failure of failures) {
-      expect(failure).toMatchObject({ ok: false, error: expect.stringMatching(/FORCED|closed/) });
+      // A lost connection is no fault of the messages: none of them is charged an attempt.
+      expect(failure).toMatchObject({
+        ok: false,
+        error: expect.stringMatching(/FORCED|closed/),
+        unavailable: true,
+      });
       expect((failure as Extract<Delivery, { ok: false }>).permanent).toBeFalsy();
     }
 
@@ -260,6 +265,8 @@ describe.skipIf(!available)('rabbitmqSink', () => {
     for (const d of deliveries) {
       expect(d).toMatchObject({ ok: false, error: expect.stringMatching(/NOT_FOUND|404/) });
       expect((d as Extract<Delivery, { ok: false }>).permanent).toBeFalsy();
+      // The broker's verdict on a live connection, not an outage: it counts an attempt.
+      expect((d as Extract<Delivery, { ok: false }>).unavailable).toBeFalsy();
     }
     await waitFor(() => reasons().includes('amqp_channel_lost'), 'the channel loss to be logged');
 
@@ -350,9 +357,10 @@ describe('rabbitmqSink without a broker', () => {
         [message(1, 'a'), message(2, null)],
         new AbortController().signal,
       );
+      // The broker's outage, not the messages' fault: the relay gives their attempts back.
       expect(deliveries).toEqual([
-        { ok: false, error: expect.stringMatching(/ECONNREFUSED/) },
-        { ok: false, error: expect.stringMatching(/ECONNREFUSED/) },
+        { ok: false, error: expect.stringMatching(/ECONNREFUSED/), unavailable: true },
+        { ok: false, error: expect.stringMatching(/ECONNREFUSED/), unavailable: true },
       ]);
     } finally {
       await sink.close();

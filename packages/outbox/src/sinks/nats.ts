@@ -56,6 +56,10 @@ const MAX_ACK_TIMEOUT_MS = 3_600_000;
 const OK: Delivery = { ok: true };
 const ABORTED = Symbol('aborted');
 const abortedDelivery = failed('aborted before the stream acknowledged the message');
+const abortedDisconnected = failed(
+  'aborted before the stream acknowledged the message; the connection to NATS was lost',
+  { unavailable: true },
+);
 /** Aborted before any publish of the batch started: its attempt is given back (`notSent`). */
 const abortedUnsent = failed('aborted before the message was published', { notSent: true });
 
@@ -92,16 +96,18 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
       'natsSink options: msgIdPrefix must be a string without control characters',
     );
   }
-  let client: Promise<{ nc: NatsConnection; js: JetStreamClient }> | undefined;
+  let client: Promise<Client> | undefined;
   let closed = false;
 
   // Lazy, so that a relay starts without the broker up. A failed connect, or a connection that
   // closed for good (an auth error after a server change, say), is replaced on the next batch.
-  const jetStream = async (): Promise<JetStreamClient> => {
+  const jetStream = async (): Promise<Client> => {
     if (!client) {
       const opening = (async () => {
-        const nc = connection ?? (await open(options.servers, logger));
-        return { nc, js: jetstream(nc) };
+        const nc = connection ?? (await open(options.servers));
+        const link: Link = { down: false, drops: 0 };
+        void watch(nc, link, logger);
+        return { nc, js: jetstream(nc), link };
       })();
       client = opening;
       opening.catch(() => {
@@ -109,12 +115,12 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
       });
     }
     const current = client;
-    const { nc, js } = await current;
-    if (!connection && nc.isClosed() && client === current) client = undefined;
-    return js;
+    const opened = await current;
+    if (!connection && opened.nc.isClosed() && client === current) client = undefined;
+    return opened;
   };
 
-  const publish = async (js: JetStreamClient, message: OutboxMessage): Promise<Delivery> => {
+  const publish = async ({ nc, js, link }: Client, message: OutboxMessage): Promise<Delivery> => {
     const reserved = Object.keys(message.headers).find((name) => NATS_RESERVED.test(name));
     if (reserved !== undefined) {
       // JetStream reads `Nats-*` headers as instructions (`Nats-Expected-Last-Sequence` makes the
@@ -124,6 +130,7 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
         permanent: true,
       });
     }
+    const drops = link.drops;
     try {
       // A PubAck with `duplicate: true` means the stream already holds the message: delivered.
       await js.publish(subject(message), encodePayload(message), {
@@ -133,7 +140,18 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
       });
       return OK;
     } catch (error) {
-      return publishFailure(error, ackTimeoutMs);
+      const delivery = publishFailure(error, ackTimeoutMs);
+      // The connection went down while the message waited for its PubAck (or was down when it
+      // was published; nats.js holds publishes while it reconnects): the broker's outage, not
+      // the message's fault. It is not charged even though the stream may have stored it before
+      // the ack was lost: its retry carries the same Nats-Msg-Id, which the stream's duplicate
+      // window drops, so charging it would only send messages dead for an outage. A JetStream
+      // error for the message, or one no retry can fix, still counts.
+      if (!delivery.ok && !delivery.permanent && !(error instanceof JetStreamApiError)) {
+        if (link.down || link.drops !== drops || nc.isClosed())
+          return { ...delivery, unavailable: true };
+      }
+      return delivery;
     }
   };
 
@@ -151,7 +169,7 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
         signal.addEventListener('abort', onAbort, { once: true });
       });
       try {
-        let js: JetStreamClient | typeof ABORTED;
+        let js: Client | typeof ABORTED;
         try {
           js = await Promise.race([jetStream(), aborted]);
         } catch (error) {
@@ -159,19 +177,25 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
             { reason: 'nats_connect_failed', error: errorText(error) },
             'could not connect to NATS; the batch is retried',
           );
-          return messages.map(() => failed(error));
+          // Refused, unresolvable, or turned away at the handshake: nothing was sent, and the
+          // relay waits out the outage rather than spend the messages' attempts on it.
+          return messages.map(() => failed(error, { unavailable: true }));
         }
         // Aborted while connecting (a server that accepts the socket and stalls the handshake
         // outlasts the batch's deadline): nothing was published. Before, each message spent an
         // attempt and could go dead without ever being sent (audit).
         if (js === ABORTED) return messages.map(() => abortedUnsent);
         const ready = js;
+        const drops = ready.link.drops;
         // An abort leaves its publishes running (nats.js cannot cancel a request) and drops their
         // acks; a message the stream stored regardless is a duplicate on its retry.
         const results = await Promise.all(
           messages.map((message) => Promise.race([publish(ready, message), aborted])),
         );
-        return results.map((result) => (result === ABORTED ? abortedDelivery : result));
+        const lost = ready.link.down || ready.link.drops !== drops;
+        return results.map((result) =>
+          result !== ABORTED ? result : lost ? abortedDisconnected : abortedDelivery,
+        );
       } finally {
         signal.removeEventListener('abort', onAbort);
       }
@@ -230,10 +254,21 @@ export async function ensureStream(options: EnsureStreamOptions): Promise<Stream
   }
 }
 
-async function open(
-  servers: string | string[] | undefined,
-  logger?: Logger,
-): Promise<NatsConnection> {
+/** A connection, its JetStream client, and what the sink saw of the connection's state. */
+interface Client {
+  readonly nc: NatsConnection;
+  readonly js: JetStreamClient;
+  readonly link: Link;
+}
+
+interface Link {
+  /** Disconnected now (nats.js is reconnecting). */
+  down: boolean;
+  /** Disconnections seen so far: one that came and went during a publish still counts. */
+  drops: number;
+}
+
+async function open(servers: string | string[] | undefined): Promise<NatsConnection> {
   const nc = await connect({
     servers: servers ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
     name: CONNECTION_NAME,
@@ -245,34 +280,39 @@ async function open(
     // way): 21 % of the relay process's profile samples in the relay benchmark to NATS.
     noAsyncTraces: true,
   });
-  if (logger) void watch(nc, logger);
   return nc;
 }
 
-/** Logs the connection's state changes; ends when the connection closes. */
-async function watch(nc: NatsConnection, logger: Logger): Promise<void> {
+/**
+ * Follows the connection's state for `link` and logs its changes; ends when the connection closes.
+ * A caller's connection is followed too: nats.js gives each `status()` its own iterator.
+ */
+async function watch(nc: NatsConnection, link: Link, logger?: Logger): Promise<void> {
   for await (const status of nc.status()) {
     switch (status.type) {
       case 'disconnect':
-        logger.warn(
+        link.down = true;
+        link.drops += 1;
+        logger?.warn(
           { reason: 'nats_disconnect', server: status.server },
           'NATS connection lost; reconnecting',
         );
         break;
       case 'reconnect':
-        logger.info({ reason: 'nats_reconnect', server: status.server }, 'NATS reconnected');
+        link.down = false;
+        logger?.info({ reason: 'nats_reconnect', server: status.server }, 'NATS reconnected');
         break;
       case 'ldm':
-        logger.warn(
+        logger?.warn(
           { reason: 'nats_lame_duck', server: status.server },
           'NATS server entering lame duck mode',
         );
         break;
       case 'staleConnection':
-        logger.warn({ reason: 'nats_stale_connection' }, 'NATS connection stale');
+        logger?.warn({ reason: 'nats_stale_connection' }, 'NATS connection stale');
         break;
       case 'error':
-        logger.warn({ reason: 'nats_error', error: errorText(status.error) }, 'NATS error');
+        logger?.warn({ reason: 'nats_error', error: errorText(status.error) }, 'NATS error');
         break;
     }
   }

@@ -63,6 +63,31 @@ function lostReason(link: Link): string {
   return link.error ?? link.connection.lost ?? 'channel closed';
 }
 
+/**
+ * A message failed by its channel's close. A lost connection (the broker down or restarting, an
+ * operator's close, the network) is not the message's fault: `unavailable`, whether the message
+ * went out or not. That covers one published whose confirm was lost with the connection: the
+ * broker may hold it, but its retry carries the same `messageId` for consumers to drop, and
+ * charging it would send messages dead for an outage. A channel error on a live connection (a
+ * missing exchange: 404; a message over the broker's size limit: 406) is the broker's verdict on
+ * what was published: those messages count an attempt, and the ones the loop had not sent yet
+ * are `notSent`.
+ */
+function lostDelivery(link: Link, sent: boolean): Delivery {
+  const reason = lostReason(link);
+  if (link.connection.lost !== undefined || link.error === undefined)
+    return failed(reason, { unavailable: true });
+  return failed(reason, sent ? {} : { notSent: true });
+}
+
+/** A failure to open the connection, or one lost while opening the channel: nothing was sent. */
+class Unreachable extends Error {
+  constructor(cause: unknown) {
+    super(errorText(cause), { cause });
+    this.name = 'Unreachable';
+  }
+}
+
 const exchangeTypes = new Set(['topic', 'direct', 'fanout', 'headers']);
 
 /**
@@ -128,10 +153,17 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
   async function openConnection(): Promise<Connection> {
     if (connection && !connection.lost) return connection;
     const reconnect = hadConnection;
-    const model = await connect(url, {
-      timeout: connectTimeoutMs,
-      clientProperties: { connection_name: connectionName },
-    });
+    let model: ChannelModel;
+    try {
+      model = await connect(url, {
+        timeout: connectTimeoutMs,
+        clientProperties: { connection_name: connectionName },
+      });
+    } catch (error) {
+      // Refused, timed out, or turned away at the handshake (credentials too): no connection,
+      // no message sent, and the relay waits the outage out instead of charging them.
+      throw new Unreachable(error);
+    }
     const conn: Connection = { model };
     // Without an 'error' listener, an error event would throw out of amqplib's socket handler.
     model.on('error', (error: Error) => {
@@ -163,7 +195,12 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
 
   async function openLink(): Promise<Link> {
     const conn = await openConnection();
-    const channel = await conn.model.createConfirmChannel();
+    let channel: ConfirmChannel;
+    try {
+      channel = await conn.model.createConfirmChannel();
+    } catch (error) {
+      throw conn.lost === undefined ? error : new Unreachable(error);
+    }
     const opened: Link = { channel, connection: conn, open: true, returned: new Map() };
     // A channel error (a publish to a missing exchange: 404) closes only this channel; the next
     // deliver opens a new one on the same connection.
@@ -190,7 +227,14 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
           `returned by the broker as unroutable (routing key "${message.fields.routingKey}")`,
         );
     });
-    if (exchangeType) await channel.assertExchange(exchange, exchangeType, { durable: true });
+    if (exchangeType) {
+      try {
+        await channel.assertExchange(exchange, exchangeType, { durable: true });
+      } catch (error) {
+        // An exchange of another type (406) is the broker's refusal; a lost connection is not.
+        throw conn.lost === undefined ? error : new Unreachable(error);
+      }
+    }
     link = opened;
     return opened;
   }
@@ -222,7 +266,9 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
           'AMQP connect failed',
         );
       return messages.map(() =>
-        signal.aborted ? failed(abortText(signal), { notSent: true }) : failed(error),
+        signal.aborted
+          ? failed(abortText(signal), { notSent: true })
+          : failed(error, { unavailable: error instanceof Unreachable }),
       );
     }
 
@@ -246,10 +292,15 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
     try {
       for (const [i, message] of messages.entries()) {
         if (signal.aborted) break;
+        // Reached after the channel closed (while waiting for a drain): never sent, so never
+        // charged for the connection's loss (before, it counted an attempt).
+        if (!current.open) {
+          settle(i, lostDelivery(current, false));
+          continue;
+        }
         sent[i] = true;
-        if (!current.open) settle(i, failed(lostReason(current)));
         // False: amqplib is buffering what the socket cannot take; wait before adding more.
-        else if (!publish(current, message, (delivery) => settle(i, delivery)))
+        if (!publish(current, message, (delivery) => settle(i, delivery)))
           await drained(current, signal);
       }
       await settledPromise;
@@ -297,14 +348,14 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
           // the channel and connection report that (and why) they closed.
           else
             queueMicrotask(() =>
-              done(failed(current.open ? 'nacked by the broker' : lostReason(current))),
+              done(current.open ? failed('nacked by the broker') : lostDelivery(current, true)),
             );
         },
       );
     } catch (error) {
       // A closed channel throws; anything else is about this message (headers too large).
       const channelGone = !current.open || isIllegalOperation(error);
-      done(failed(channelGone ? lostReason(current) : error, { permanent: !channelGone }));
+      done(channelGone ? lostDelivery(current, false) : failed(error, { permanent: true }));
       return true;
     }
   }

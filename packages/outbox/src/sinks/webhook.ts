@@ -166,6 +166,9 @@ export function webhookSink(options: WebhookSinkOptions): Sink {
         logger?.debug({ ...log, reason: 'webhook_timeout', timeoutMs }, 'webhook timed out');
         return failed(`webhook request timed out after ${timeoutMs} ms`);
       }
+      // Counted as an attempt, refused connections too, not `unavailable` as a broker's are: a
+      // webhook sink's URL (or one per message) names a receiver, and a wrong URL or port must
+      // still end dead rather than wait for good without an operator hearing of it.
       const cause = networkCause(error);
       logger?.debug(
         { ...log, reason: 'webhook_network_error', code: cause.code },
