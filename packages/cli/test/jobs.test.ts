@@ -351,4 +351,20 @@ describe('skiplock jobs', () => {
     expect((await statusOf(waiter))!.status).toBe('pending');
     expect((await runInProcess(['jobs', 'list', '--concurrency-key', ''], env)).code).toBe(2);
   });
+
+  it('names every word of a timeline event: a job waiting for a concurrency slot "waits for slot"', async () => {
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO skiplock.jobs (queue, job_type, status, concurrency_key, concurrency_limit)
+       VALUES ('slots', 'sync', 'waiting', 'tenant-7', 1) RETURNING id::text`,
+    );
+    const id = rows[0]!.id;
+    try {
+      const shown = await runInProcess(['jobs', 'show', id], env);
+      expect(shown.code, shown.stderr).toBe(0);
+      // Before: "waits for_slot" (only the first underscore was replaced).
+      expect(shown.stdout).toMatch(/waits for slot\s+attempt 1 concurrency key tenant-7, limit 1/);
+    } finally {
+      await db.pool.query('DELETE FROM skiplock.jobs WHERE id = $1', [id]);
+    }
+  });
 });

@@ -138,7 +138,7 @@ function renderJob(job: Job, timeline: TimelineEntry[], now: Date, holders: Job[
       timeline.map((t) => [
         t.at,
         relativeTime(new Date(t.at), now),
-        t.event.replace('_', ' '),
+        t.event.replaceAll('_', ' '),
         detail(t),
       ]),
     )
