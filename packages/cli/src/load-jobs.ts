@@ -6,6 +6,32 @@ export interface LoadedJobs {
   jobs: AnyJobDefinition[];
   /** The module's `workerOptions` export, if any; command-line flags override it. */
   workerOptions: Partial<WorkerOptions>;
+  /** Its saga runtimes (`createSagaRuntime` results), each with the name it is exported as. */
+  sagaRuntimes: { runtime: SagaRuntimeLike; where: string }[];
+}
+
+/**
+ * What the worker uses of a saga runtime: its reconciler, which moves on sagas whose job died
+ * where no saga hook ran. Recognized by shape, not `instanceof`: the module may import another
+ * copy of @skiplock/saga than the CLI's.
+ */
+export interface SagaRuntimeLike {
+  jobs: readonly unknown[];
+  reconciler: { start(): void; stop(): Promise<void>; runOnce(): Promise<unknown> };
+}
+
+function looksLikeSagaRuntime(value: unknown): value is SagaRuntimeLike {
+  if (typeof value !== 'object' || value === null) return false;
+  const v = value as Record<string, unknown>;
+  const r = v.reconciler as Record<string, unknown> | null | undefined;
+  return (
+    Array.isArray(v.jobs) &&
+    typeof r === 'object' &&
+    r !== null &&
+    typeof r.start === 'function' &&
+    typeof r.stop === 'function' &&
+    typeof r.runOnce === 'function'
+  );
 }
 
 /** The CLI owns these: the database, the logger, and the job list itself. */
@@ -85,7 +111,18 @@ export async function loadJobModule(specifier: string, cwd: string): Promise<Loa
         'array, or one by one (each made with defineJob)',
     );
   }
-  return { jobs: [...seen.values()], workerOptions: readWorkerOptions(exports.workerOptions) };
+  // One runtime is often exported twice (by name and as the default); start its reconciler once.
+  const sagaRuntimes = new Map<SagaRuntimeLike, string>();
+  for (const [name, value] of Object.entries(exports)) {
+    if (looksLikeSagaRuntime(value) && !sagaRuntimes.has(value)) {
+      sagaRuntimes.set(value, name === 'default' ? 'default export' : `export "${name}"`);
+    }
+  }
+  return {
+    jobs: [...seen.values()],
+    workerOptions: readWorkerOptions(exports.workerOptions),
+    sagaRuntimes: [...sagaRuntimes].map(([runtime, where]) => ({ runtime, where })),
+  };
 }
 
 function readWorkerOptions(value: unknown): Partial<WorkerOptions> {

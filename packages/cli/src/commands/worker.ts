@@ -9,6 +9,7 @@ import {
   positionalArgs,
 } from '../args.js';
 import { logDestination, type Command } from '../io.js';
+import type { LoadedJobs } from '../load-jobs.js';
 
 // The worker's own default; used here only to size the pool before the worker exists.
 const DEFAULT_CONCURRENCY = 10;
@@ -22,7 +23,10 @@ export const workerCommand: Command = {
     '',
     '<module> is a .ts or .js file exporting job definitions (made with defineJob): a default',
     'export array, a "jobs" array, or each one as its own export. It may also export',
-    '"workerOptions" (createWorker options); the flags below override them.',
+    '"workerOptions" (createWorker options); the flags below override them. A module that runs',
+    'sagas exports its saga runtime too (export const runtime = createSagaRuntime(...), beside',
+    'export const jobs = runtime.jobs): the worker runs its reconciler, which moves on sagas whose',
+    'job died where no saga hook ran, and warns (saga_reconciler_missing) when there is none.',
     '',
     '  --queue Q                 claim from queue Q (repeat; default: the queues of the jobs)',
     '  --concurrency N           jobs run at once, 1 to 1000 (default 10)',
@@ -98,14 +102,16 @@ export const workerCommand: Command = {
       if (error instanceof ConfigError) throw new UsageError(error.message);
       throw error;
     }
+    const reconcilers = sagaReconcilers(loaded, logger);
     // The handlers go in before the line that tells a supervisor the worker is up: a SIGTERM sent
     // on seeing that line used to arrive first about one time in three and kill the process.
-    const exitCode = untilSignal(worker, logger, shutdownTimeoutMs, db.close);
+    const exitCode = untilSignal(worker, logger, shutdownTimeoutMs, reconcilers.stop, db.close);
     logger.info(
       { reason: 'jobs_loaded', module: specifier, jobTypes: loaded.jobs.map((j) => j.type) },
       'job definitions loaded',
     );
     await worker.start();
+    reconcilers.start();
     return exitCode;
   },
 };
@@ -118,6 +124,7 @@ function untilSignal(
   worker: Worker,
   logger: Logger,
   timeoutMs: number | undefined,
+  stopReconcilers: () => Promise<void>,
   closePool: () => Promise<void>,
 ): Promise<number> {
   return new Promise((resolve) => {
@@ -132,8 +139,10 @@ function untilSignal(
         process.exit(1);
       }
       logger.info({ reason: 'signal', signal }, 'stopping: no new claims, draining running jobs');
-      worker
-        .stop(timeoutMs === undefined ? {} : { timeoutMs })
+      // The reconcilers first: a pass that started while the worker drains would still move
+      // sagas after the process reported it had stopped.
+      stopReconcilers()
+        .then(() => worker.stop(timeoutMs === undefined ? {} : { timeoutMs }))
         .then(closePool)
         .then(
           () => resolve(0),
@@ -146,4 +155,39 @@ function untilSignal(
     process.on('SIGTERM', onSignal);
     process.on('SIGINT', onSignal);
   });
+}
+
+/**
+ * The reconcilers of the saga runtimes the module exports: started once the worker has started,
+ * stopped before it drains. Without one, a saga whose step job died where no saga hook ran (the
+ * last attempt's worker was killed and a worker without the saga's job types swept the lease, or
+ * an operator cancelled the job) stays `running` for good (found in an audit); so a module that
+ * runs saga jobs and exports no runtime is warned about.
+ */
+function sagaReconcilers(loaded: LoadedJobs, logger: Logger) {
+  const runtimes = loaded.sagaRuntimes;
+  if (runtimes.length === 0 && loaded.jobs.some((j) => j.type.startsWith('saga:'))) {
+    logger.warn(
+      { reason: 'saga_reconciler_missing' },
+      'the module runs saga jobs but exports no saga runtime, so no reconciler moves on sagas ' +
+        'whose job died where no saga hook ran: export the runtime beside its jobs ' +
+        '(export const runtime = createSagaRuntime(...); export const jobs = runtime.jobs)',
+    );
+  }
+  let stopped = false;
+  return {
+    start() {
+      // A signal during the worker's start stopped them already: they stay stopped.
+      if (stopped || runtimes.length === 0) return;
+      for (const { runtime } of runtimes) runtime.reconciler.start();
+      logger.info(
+        { reason: 'saga_reconciler_started', exports: runtimes.map((r) => r.where) },
+        'saga reconciler started',
+      );
+    },
+    async stop() {
+      stopped = true;
+      await Promise.all(runtimes.map(({ runtime }) => runtime.reconciler.stop()));
+    },
+  };
 }
