@@ -15,6 +15,7 @@ import {
 } from './commands/saga-actions.js';
 import { sagasGraphCommand } from './commands/sagas-graph.js';
 import { sagasListCommand } from './commands/sagas-list.js';
+import { sagasReconcileCommand } from './commands/sagas-reconcile.js';
 import { sagasShowCommand } from './commands/sagas-show.js';
 import {
   schedulesListCommand,
@@ -41,6 +42,7 @@ const commands: Command[] = [
   sagasCancelCommand,
   sagasRetryCommand,
   sagasSignalCommand,
+  sagasReconcileCommand,
   sagasGraphCommand,
   schedulesListCommand,
   schedulesPauseCommand,

@@ -121,6 +121,7 @@ describe('skiplock sagas cancel, retry and signal', () => {
       status: 'cancelled',
       reason: 'finished',
       childrenNotCancelled: [],
+      stranded: null,
     });
     expect(again.stderr).toContain('saga "ap-cancel" is cancelled; cancel refused (finished)');
   });
@@ -166,6 +167,7 @@ describe('skiplock sagas cancel, retry and signal', () => {
       status: 'waiting',
       reason: null,
       childrenNotCancelled: ['fan/both/a'],
+      stranded: null,
     });
     expect(partly.stderr).toContain(
       'skiplock sagas cancel: saga "fan": the cancel is recorded, but child saga "fan/both/a"',

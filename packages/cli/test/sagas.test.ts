@@ -116,9 +116,11 @@ describe('skiplock sagas', () => {
       history: Record<string, unknown>[];
       signals: unknown[];
       children: unknown[];
+      stranded: unknown;
     };
-    expect(Object.keys(view)).toEqual(['saga', 'history', 'signals', 'children']);
+    expect(Object.keys(view)).toEqual(['saga', 'history', 'signals', 'children', 'stranded']);
     expect(view.children).toEqual([]);
+    expect(view.stranded).toBeNull();
     expect(view.saga).toMatchObject({
       id: 'order-declined',
       name: 'order',

@@ -168,6 +168,8 @@ const NOTICES: Record<string, (n: number) => string> = {
   outbox_kept: (n) =>
     `${n} dead message${n === 1 ? '' : 's'} sent again; the others were not dead any more, or stay dead while their key has a pending message (send them again once those settle).`,
   saga_cancel_accepted: () => 'Cancel accepted: the saga compensates its completed steps.',
+  saga_cancel_stranded: () =>
+    "Cancel recorded, but the saga is stranded: nothing moves it until a saga runtime's reconciler runs (skiplock sagas reconcile --module FILE); it then compensates its completed steps.",
   saga_cancel_finished: () => 'Not cancelled: the saga has finished.',
   saga_cancel_pivoted: () => 'Not cancelled: the saga is past its pivot.',
   saga_cancel_compensating: () => 'Not cancelled: the saga is compensating already.',
@@ -200,6 +202,7 @@ const BAD_NOTICES = new Set([
   'bulk_discarded_kept',
   'job_not_retried',
   'job_not_cancelled',
+  'saga_cancel_stranded',
   'saga_cancel_finished',
   'saga_cancel_pivoted',
   'saga_cancel_compensating',
@@ -1052,6 +1055,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     path: string,
   ) {
     const result = await runtime.cancel(id);
+    // A stranded saga (its job died where no saga hook ran) keeps the cancel until a reconciler
+    // moves it: the notice must not say it compensates now (found in an audit).
+    const stranded = result.accepted && (await runtime.getSaga(id))?.stranded != null;
     logger.info(
       {
         reason: 'dashboard_saga_cancel',
@@ -1066,7 +1072,11 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       r.res,
       withNotice(
         path,
-        result.accepted ? 'saga_cancel_accepted' : `saga_cancel_${result.reason ?? 'finished'}`,
+        stranded
+          ? 'saga_cancel_stranded'
+          : result.accepted
+            ? 'saga_cancel_accepted'
+            : `saga_cancel_${result.reason ?? 'finished'}`,
       ),
     );
   }

@@ -50,6 +50,7 @@ export type {
   SagaView,
   SignalRecord,
   StepRecord,
+  StrandedJob,
 } from './read.js';
 export type { FaultHook, FaultPoint } from './engine.js';
 export { isSagaJobType, SAGA_JOB_PREFIX, sagaIdOfKey } from './keys.js';

@@ -81,6 +81,21 @@ export interface SagaView extends SagaSummary {
   signals: SignalRecord[];
   /** The child sagas its `.child()` steps started (each `getSaga` shows its own tree below). */
   children: { id: string; name: string; step: string; status: SagaStatus }[];
+  /**
+   * Set while the saga is `running` or `compensating` on a job that can no longer move it: dead
+   * or cancelled where no saga hook ran (a worker or sweeper without the saga's job types, an
+   * operator's cancel), or deleted. Only a saga runtime's reconciler moves such a saga on.
+   */
+  stranded: StrandedJob | null;
+}
+
+/** The job a stranded saga is on (see `SagaView.stranded`). */
+export interface StrandedJob {
+  jobId: string;
+  /** `missing`: the job no longer exists (deleted by hand, or pruned by retention). */
+  status: 'dead' | 'cancelled' | 'missing';
+  /** The job's last error (why it went dead), if it recorded one. */
+  lastError: string | null;
 }
 
 export interface SagaListOptions {
@@ -233,8 +248,24 @@ export function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
         step: c.parent_step,
         status: c.status,
       })),
+      stranded: await readStranded(tx, row),
     };
   });
+}
+
+/**
+ * The job a live saga is on, when it can no longer move the saga: the reconciler's own test (see
+ * `createReconciler`), read on the saga's snapshot. A job that dies runs its saga's hook in the
+ * transaction that kills it, so a dead job seen on the same snapshot as a saga still on it was
+ * killed where no hook ran.
+ */
+async function readStranded(tx: Queryable, row: SagaReadRow): Promise<StrandedJob | null> {
+  const jobId = row.current_job_id;
+  if (jobId === null || (row.status !== 'running' && row.status !== 'compensating')) return null;
+  const job = (await jobStates(tx, [jobId])).get(jobId);
+  if (!job) return { jobId, status: 'missing', lastError: null };
+  if (job.status !== 'dead' && job.status !== 'cancelled') return null;
+  return { jobId, status: job.status, lastError: job.lastError };
 }
 
 /**

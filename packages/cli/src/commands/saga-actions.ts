@@ -9,7 +9,8 @@ import {
   positionalArgs,
 } from '../args.js';
 import { printJson, type CliIo, type Command } from '../io.js';
-import type { CancelResult, RetryResult, SagaRuntime } from '@skiplock/saga';
+import type { CancelResult, RetryResult, SagaRuntime, StrandedJob } from '@skiplock/saga';
+import { strandedText } from '../format/saga.js';
 
 const MODULE_HELP = [
   '  --module FILE   the module (TypeScript or JavaScript) that exports the saga definitions',
@@ -107,26 +108,41 @@ export const sagasCancelCommand: Command = {
     '',
     'A queued or waiting saga starts compensating at once; a running step finishes first. The',
     'compensations run on your workers. Exits 1 when the cancel is refused: the saga has ended',
-    '(finished), passed its pivot (pivoted) or is compensating already.',
+    '(finished), passed its pivot (pivoted) or is compensating already. A saga stranded on a job',
+    'that died where no saga hook ran (see `sagas show`) keeps the cancel until a reconciler moves',
+    'it (`sagas reconcile`); the command says so.',
   ].join('\n'),
   async run(args, io) {
     const action = parseSagaAction(args, io);
     const { id } = action;
-    const json = (result: CancelResult, childrenNotCancelled: string[] = []) =>
+    const json = (
+      result: CancelResult,
+      childrenNotCancelled: string[] = [],
+      stranded: StrandedJob | null = null,
+    ) =>
       printJson(io, {
         id,
         accepted: result.accepted,
         status: result.status,
         reason: result.reason ?? null,
         childrenNotCancelled,
+        stranded,
       });
+    let stranded: StrandedJob | null = null;
     const result = await withSagaRuntime(
       io,
       action,
-      (runtime) => runtime.cancel(id),
+      async (runtime) => {
+        const result = await runtime.cancel(id);
+        // A cancel only asks: the saga's step moves it to compensation when it ends. A saga on a
+        // job that died unseen has no step left to end, so the cancel waits for a reconciler
+        // (found in an audit: "compensates what it completed" was printed and nothing moved).
+        if (result.accepted) stranded = (await runtime.getSaga(id))?.stranded ?? null;
+        return result;
+      },
       (partial, children) => action.json && json(partial, children),
     );
-    if (action.json) json(result);
+    if (action.json) json(result, [], stranded);
     if (!result.accepted) {
       throw new CliError(
         `saga ${JSON.stringify(id)} is ${result.status}; cancel refused (${result.reason ?? 'finished'})`,
@@ -134,7 +150,10 @@ export const sagasCancelCommand: Command = {
     }
     if (!action.json) {
       io.stdout(
-        `saga ${id}: cancel accepted; it is ${result.status} and compensates what it completed\n`,
+        stranded
+          ? `saga ${id}: cancel recorded, but nothing moves the saga yet; ${strandedText(stranded)}, ` +
+              'and it then compensates what it completed\n'
+          : `saga ${id}: cancel accepted; it is ${result.status} and compensates what it completed\n`,
       );
     }
     return 0;

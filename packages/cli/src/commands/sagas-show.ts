@@ -8,7 +8,7 @@ import {
   parseOptions,
   positionalArgs,
 } from '../args.js';
-import { sagaJson } from '../format/saga.js';
+import { sagaJson, strandedText } from '../format/saga.js';
 import { cell, renderTable } from '../format/table.js';
 import { formatDuration, relativeTime, timestamp } from '../format/time.js';
 import { printJson, type Command } from '../io.js';
@@ -77,6 +77,8 @@ function renderSaga(saga: SagaView, now: Date): string {
   const lines = [
     `saga ${saga.id}  ${saga.name} v${saga.version}  ${saga.status}`,
     '',
+    // Above the fields: its history shows the step `pending` while nothing will run it.
+    ...(saga.stranded ? [strandedText(saga.stranded), ''] : []),
     ...fields.map(([k, v]) => `  ${k.padEnd(width)}  ${indent(v)}`),
     '',
     'history',

@@ -1,4 +1,5 @@
-import type { SagaSummary, SagaView } from '@skiplock/saga';
+import type { SagaSummary, SagaView, StrandedJob } from '@skiplock/saga';
+import { cell } from './table.js';
 
 const iso = (d: Date | null) => (d === null ? null : d.toISOString());
 
@@ -46,5 +47,21 @@ export function sagaJson(view: SagaView) {
       consumedAt: iso(s.consumedAt),
     })),
     children: view.children,
+    stranded: view.stranded,
   };
+}
+
+/**
+ * What an operator reads of a stranded saga (see `SagaView.stranded`): the job it is on, why that
+ * job cannot move it, and what does.
+ */
+export function strandedText(s: StrandedJob): string {
+  const job =
+    s.status === 'missing'
+      ? `job ${s.jobId} no longer exists`
+      : `job ${s.jobId} is ${s.status}${s.lastError === null ? '' : ` (${cell(s.lastError, 200)})`}`;
+  return (
+    `stranded: ${job}; a saga runtime's reconciler moves it on ` +
+    '(skiplock sagas reconcile --module FILE)'
+  );
 }

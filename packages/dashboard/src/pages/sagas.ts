@@ -234,6 +234,25 @@ export interface SagaPageOptions {
 // A queued saga is live too: it can take signals (kept for its wait) and be cancelled.
 const LIVE: readonly SagaStatus[] = ['queued', 'running', 'waiting', 'compensating'];
 
+/**
+ * A live saga on a job that can no longer move it (see `SagaView.stranded`): its timeline shows
+ * the step pending while nothing will run it, so the page says what does.
+ */
+function strandedNotice(saga: SagaView): Html | string {
+  const s = saga.stranded;
+  if (!s) return '';
+  const job =
+    s.status === 'missing'
+      ? html`job ${s.jobId} no longer exists`
+      : html`job ${s.jobId} is
+        ${s.status}${s.lastError === null ? '' : html` (${clip(s.lastError, 200)})`}`;
+  return html`<p class="notice bad" role="status" data-testid="saga-stranded">
+    Stranded: ${job}; a saga runtime's reconciler moves it on (<code
+      >skiplock sagas reconcile --module FILE</code
+    >).
+  </p>`;
+}
+
 export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOptions) {
   const { def, canRun } = options;
   const show = options.show && showForBranch(options.show, saga, options.parentDef ?? null);
@@ -316,6 +335,7 @@ export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOpti
       ${saga.pivoted ? html`<span class="tag">pivoted</span>` : ''}
       ${saga.cancelRequested ? html`<span class="tag">cancel requested</span>` : ''} ${actions}
     </div>
+    <div data-live="saga-stranded">${strandedNotice(saga)}</div>
     ${live ? signalForm : ''} ${noRuntime} ${actionsHint(ctx)}
     <div class="columns">
       <section class="panel" data-live="saga-fields">

@@ -1,0 +1,85 @@
+import {
+  UsageError,
+  databaseOption,
+  databaseUrl,
+  jsonOption,
+  parseInteger,
+  parseOptions,
+  positionalArgs,
+} from '../args.js';
+import { printJson, type Command } from '../io.js';
+
+export const sagasReconcileCommand: Command = {
+  name: 'sagas reconcile',
+  summary: "run one pass of a saga runtime's reconciler: move on sagas whose job died unseen",
+  usage: [
+    'usage: skiplock sagas reconcile --module FILE [--batch-size N] [--json] [--database-url URL]',
+    '',
+    '  --module FILE     the module (TypeScript or JavaScript) that exports the saga definitions',
+    '                    (as for `sagas graph`): every version still in flight',
+    '  --batch-size N    live sagas one pass looks at, least recently moved first (default 100)',
+    '',
+    'A saga whose step job died where no saga hook ran (a worker or sweeper without its job types,',
+    'a job cancelled or deleted by hand) stays running until a reconciler looks at it; `sagas show`',
+    'calls it stranded. `skiplock worker` runs the reconciler of a saga runtime its module exports;',
+    'this runs one pass of it now. A stranded step fails for good: the saga compensates (or fails',
+    'past its pivot); a stranded compensation fails the saga. A stranded saga of a version the',
+    'module does not export fails too, as no runtime could move it. Exits 0 also when another',
+    'process was running a pass (nothing done here; it says so).',
+  ].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, {
+      ...databaseOption,
+      ...jsonOption,
+      module: { type: 'string' },
+      'batch-size': { type: 'string' },
+    });
+    positionalArgs(positionals, []);
+    if (typeof values.module !== 'string') throw new UsageError('--module FILE is required');
+    const batchSize = parseInteger('--batch-size', values['batch-size'], { min: 1, max: 10_000 });
+    const url = databaseUrl(values['database-url'], io.env);
+    const [{ loadSagaModule }, { withDatabase }, { createSagaRuntime }, { pino }] =
+      await Promise.all([
+        import('../load-sagas.js'),
+        import('../database.js'),
+        import('@skiplock/saga'),
+        import('pino'),
+      ]);
+    const sagas = await loadSagaModule(values.module, io.cwd);
+    const { ran, moved } = await withDatabase(url, async (db) => {
+      // Its own log lines would repeat what the command prints.
+      const runtime = createSagaRuntime({
+        pool: db.pool,
+        sagas,
+        logger: pino({ level: 'silent' }),
+        reconciler: { batchSize },
+      });
+      try {
+        const result = await runtime.reconciler.runOnce();
+        const moved: { id: string; status: string }[] = [];
+        for (const id of result.sagaIds) {
+          moved.push({ id, status: (await runtime.getSaga(id))?.status ?? 'gone' });
+        }
+        return { ran: result.ran, moved };
+      } finally {
+        await runtime.close();
+      }
+    });
+    if (values.json) {
+      printJson(io, { ran, reconciled: moved.length, sagas: moved });
+      return 0;
+    }
+    if (!ran) {
+      io.stdout('another process is running a reconciler pass now; nothing done here\n');
+    } else if (moved.length === 0) {
+      io.stdout('no stranded saga found\n');
+    } else {
+      const n = moved.length;
+      io.stdout(
+        `${n} saga${n === 1 ? '' : 's'} moved on:\n` +
+          moved.map((m) => `  ${m.id}  now ${m.status}\n`).join(''),
+      );
+    }
+    return 0;
+  },
+};
