@@ -3,6 +3,8 @@ import { runSql, withTransaction, type Queryable } from '@skiplock/queue/engine'
 import {
   countMessages,
   countMessagesCapped,
+  countPendingByTopic,
+  killPending,
   lockKeysOfDead,
   retryDead,
   selectDead,
@@ -146,4 +148,113 @@ export async function retryDeadMessages(pool: pg.Pool, ids: readonly string[]): 
     const { rows } = await runSql<{ id: string }>(tx, retryDead(ids, held[0]?.locked ?? []));
     return rows.map((r) => r.id);
   });
+}
+
+export interface TopicPending {
+  topic: string;
+  pending: number;
+  /** Age of the topic's oldest pending message in ms. */
+  oldestPendingMs: number;
+  /** Its first pending message (lowest id), which an operator may kill, and that message's key. */
+  oldestId: string;
+  oldestKey: string | null;
+}
+
+export interface PendingByTopic {
+  /** The topics with the oldest pending messages, oldest first, `limit` at most. */
+  topics: TopicPending[];
+  /** The other topics' pending messages summed, or null when every topic is shown. */
+  others: { topics: number; pending: number; oldestPendingMs: number } | null;
+  /**
+   * True when `cap` pending messages were read: the counts are of the first `cap` due (lower
+   * bounds), and a topic whose messages all wait out a backoff or are parked may be missing.
+   */
+  atLeast: boolean;
+}
+
+/**
+ * Pending messages by topic, the topics with the oldest first: a topic no relay serves (its
+ * messages, and the later ones of their keys on other topics, wait for ever) stands out by its
+ * age. Reads the first `cap` pending messages due (default 10,000) through the claim's index,
+ * as the dashboard's counts do, and shows `limit` topics (default 20, up to 1,000), the rest
+ * summed in `others`.
+ */
+export async function pendingByTopic(
+  db: Queryable,
+  options: { limit?: number; cap?: number } = {},
+): Promise<PendingByTopic> {
+  const limit = options.limit ?? 20;
+  const cap = options.cap ?? 10_000;
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > 1_000) {
+    throw new TypeError(`pendingByTopic: limit must be an integer from 1 to 1,000, not ${limit}`);
+  }
+  if (!Number.isSafeInteger(cap) || cap < 1 || cap > 10_000_000) {
+    throw new TypeError(`pendingByTopic: cap must be an integer from 1 to 10,000,000, not ${cap}`);
+  }
+  const { rows } = await runSql<{
+    topic: string | null;
+    pending: number;
+    oldest_ms: number;
+    oldest_id: string | null;
+    oldest_key: string | null;
+    topics: number;
+    rank: number | null;
+  }>(db, countPendingByTopic(cap, limit));
+  const ms = (v: number) => Math.max(0, Math.round(Number(v)));
+  // Oldest first, the first published first among those of one age (one transaction's).
+  const shown = rows.filter((r) => r.topic !== null).sort((a, b) => a.rank! - b.rank!);
+  const rest = rows.find((r) => r.topic === null);
+  return {
+    topics: shown.map((r) => ({
+      topic: r.topic!,
+      pending: r.pending,
+      oldestPendingMs: ms(r.oldest_ms),
+      oldestId: r.oldest_id!,
+      oldestKey: r.oldest_key,
+    })),
+    others: rest
+      ? { topics: rest.topics, pending: rest.pending, oldestPendingMs: ms(rest.oldest_ms) }
+      : null,
+    atLeast: rows.reduce((n, r) => n + r.pending, 0) >= cap,
+  };
+}
+
+export interface KilledMessage {
+  id: string;
+  topic: string;
+  key: string | null;
+}
+
+const MAX_REASON = 500;
+
+/**
+ * Sends pending messages to dead by an operator's word, with `last_error` "killed by an
+ * operator: <reason>"; returns those it killed, in id order. For a message no relay will take:
+ * one of a topic no relay serves, which holds back its key's later messages on every topic (key
+ * order spans topics), or one its receiver will never accept. Its key goes on as after any dead
+ * message (its next message, parked or held behind it, is freed). A message a relay holds now
+ * (leased, the lease not run out) is not killed: it may be delivered yet, and killing it would
+ * let its key's next go beside it; kill it once its attempt settled. `retryDeadMessages` sends a
+ * killed message again. Up to 1,000 ids per call.
+ */
+export async function killPendingMessages(
+  pool: pg.Pool,
+  ids: readonly string[],
+  options: { reason?: string } = {},
+): Promise<KilledMessage[]> {
+  if (ids.length > MAX_IDS) {
+    throw new TypeError(`killPendingMessages: ${ids.length} ids, more than ${MAX_IDS} per call`);
+  }
+  for (const id of ids) checkId(id, 'killPendingMessages');
+  const reason = options.reason;
+  if (reason !== undefined && (typeof reason !== 'string' || reason.length > MAX_REASON)) {
+    throw new TypeError(
+      `killPendingMessages: reason must be a string of ${MAX_REASON} characters at most`,
+    );
+  }
+  if (ids.length === 0) return [];
+  const said = reason?.trim();
+  const lastError = said ? `killed by an operator: ${said}` : 'killed by an operator';
+  const { rows } = await runSql<KilledMessage>(pool, killPending(ids, lastError));
+  return rows;
 }

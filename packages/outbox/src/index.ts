@@ -9,5 +9,17 @@ export { encodePayload, failed, KEY_HEADER, TOPIC_HEADER } from './sink.js';
 export type { Delivery, OutboxMessage, Sink } from './sink.js';
 export { migrate, outboxMigrations } from './migrate.js';
 export { outboxGrants } from './roles.js';
-export { deadMessages, outboxCounts, retryDeadMessages } from './admin.js';
-export type { DeadMessage, OutboxCounts } from './admin.js';
+export {
+  deadMessages,
+  killPendingMessages,
+  outboxCounts,
+  pendingByTopic,
+  retryDeadMessages,
+} from './admin.js';
+export type {
+  DeadMessage,
+  KilledMessage,
+  OutboxCounts,
+  PendingByTopic,
+  TopicPending,
+} from './admin.js';
