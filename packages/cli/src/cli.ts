@@ -6,7 +6,12 @@ import { jobsListCommand } from './commands/jobs-list.js';
 import { jobsRetryCommand } from './commands/jobs-retry.js';
 import { jobsShowCommand } from './commands/jobs-show.js';
 import { migrateCommand } from './commands/migrate.js';
-import { outboxDeadCommand, outboxRetryCommand, outboxStatsCommand } from './commands/outbox.js';
+import {
+  outboxDeadCommand,
+  outboxKillCommand,
+  outboxRetryCommand,
+  outboxStatsCommand,
+} from './commands/outbox.js';
 import { rolesCommand } from './commands/roles.js';
 import {
   sagasCancelCommand,
@@ -51,6 +56,7 @@ const commands: Command[] = [
   outboxStatsCommand,
   outboxDeadCommand,
   outboxRetryCommand,
+  outboxKillCommand,
   rolesCommand,
   dashboardCommand,
 ];

@@ -63,6 +63,7 @@ describe('skiplock outbox', () => {
       delivered: 1,
       dead: 2,
       oldestPendingMs: null,
+      pendingByTopic: { topics: [], others: null, atLeast: false },
     });
     // Through the real entry point once; the rest in process.
     const table = await runCli(['outbox', 'stats'], env);
@@ -131,6 +132,76 @@ describe('skiplock outbox', () => {
     await relay.stop();
   });
 
+  it('names the topic no relay serves, whose message holds its key on another topic, and kills it', async () => {
+    // The audit's case: key order spans topics, and no relay serves `retired.topic`.
+    const [retired, held, other] = await publishMany(db.pool, [
+      { topic: 'retired.topic', key: 'order-9', payload: { n: 1 } },
+      { topic: 'orders', key: 'order-9', payload: { n: 2 } },
+      { topic: 'orders', key: 'order-10', payload: { n: 3 } },
+    ]);
+    const relay = createRelay({
+      pool: db.pool,
+      sink: refusing,
+      logger: pino({ level: 'silent' }),
+      topics: ['orders'],
+    });
+    for (let pass = 0; pass < 3; pass += 1) await relay.runOnce();
+    await relay.retainOnce();
+    expect((await statuses([retired!, held!, other!])).map((r) => r.status)).toEqual([
+      'pending',
+      'pending',
+      'delivered',
+    ]);
+
+    const table = await runInProcess(['outbox', 'stats'], env);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toContain('pending by topic, oldest first:');
+    expect(table.stdout).toMatch(
+      new RegExp(`retired\\.topic\\s+1\\s+\\S+\\s+${retired}\\s+order-9`),
+    );
+    expect(table.stdout).toMatch(new RegExp(`orders\\s+1\\s+\\S+\\s+${held}\\s+order-9`));
+    expect(table.stdout.indexOf('retired.topic')).toBeLessThan(table.stdout.indexOf('orders'));
+    const json = JSON.parse((await runInProcess(['outbox', 'stats', '--json'], env)).stdout) as {
+      pendingByTopic: { topics: { topic: string; oldestId: string; oldestKey: string }[] };
+    };
+    // The first test left its revived messages of `refused` pending.
+    const mine = json.pendingByTopic.topics.filter((t) => t.topic !== 'refused');
+    expect(mine.map((t) => [t.topic, t.oldestId, t.oldestKey])).toEqual([
+      ['retired.topic', retired, 'order-9'],
+      ['orders', held, 'order-9'],
+    ]);
+
+    // One pending, one delivered, one that does not exist: the first is killed, the rest named.
+    const killed = await runInProcess(
+      ['outbox', 'kill', retired!, other!, '99999999', '--reason', 'topic retired'],
+      env,
+    );
+    expect(killed.code).toBe(1);
+    expect(killed.stdout).toMatch(new RegExp(`${retired}\\s+retired\\.topic\\s+order-9`));
+    expect(killed.stderr).toContain(`not killed: ${other}, 99999999 (not pending`);
+    const dead = await runInProcess(['outbox', 'dead', '--json'], env);
+    expect(JSON.parse(dead.stdout).messages).toEqual([
+      expect.objectContaining({ id: retired, lastError: 'killed by an operator: topic retired' }),
+    ]);
+    // The key goes on: its message on `orders` is delivered.
+    await relay.runOnce();
+    expect((await statuses([held!]))[0]?.status).toBe('delivered');
+
+    // Killed again after a retry, with --json: exit 0, no reason given.
+    expect((await runInProcess(['outbox', 'retry', retired!], env)).code).toBe(0);
+    const again = await runInProcess(['outbox', 'kill', retired!, '--json'], env);
+    expect(again.code, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout)).toEqual({
+      killed: [{ id: retired, topic: 'retired.topic', key: 'order-9' }],
+      notKilled: [],
+    });
+    const left = await runInProcess(['outbox', 'kill', retired!, '--json'], env);
+    expect(left.code).toBe(1);
+    expect(JSON.parse(left.stdout)).toEqual({ killed: [], notKilled: [retired] });
+    expect(left.stderr).toContain(`not killed: ${retired}`);
+    await relay.stop();
+  });
+
   it('refuses bad input with exit 2, naming what was wrong, and changes nothing', async () => {
     const cases: [string[], string][] = [
       [['outbox', 'retry'], 'missing <id>'],
@@ -138,6 +209,9 @@ describe('skiplock outbox', () => {
       [['outbox', 'retry', '0'], '<id> must be a message id'],
       [['outbox', 'dead', '--limit', '0'], '--limit must be an integer from 1 to 1000, got "0"'],
       [['outbox', 'dead', '--before-id', 'latest'], '--before-id must be a message id'],
+      [['outbox', 'kill'], 'missing <id>'],
+      [['outbox', 'kill', '1', '9223372036854775808'], '<id> must be a message id'],
+      [['outbox', 'kill', '1', '--reason', 'x'.repeat(501)], '--reason is 501 characters, more'],
       [['outbox', 'stats', 'extra'], 'unexpected argument "extra"'],
       [['outbox', 'stats', '--verbose'], 'unknown option --verbose'],
     ];
@@ -174,6 +248,7 @@ describe('skiplock outbox', () => {
       delivered: 0,
       dead: 0,
       oldestPendingMs: null,
+      pendingByTopic: { topics: [], others: null, atLeast: false },
     });
   });
 

@@ -1,4 +1,4 @@
-import type { DeadMessage, OutboxCounts } from '@skiplock/outbox';
+import type { DeadMessage, OutboxCounts, PendingByTopic } from '@skiplock/outbox';
 import {
   databaseOption,
   databaseUrl,
@@ -14,16 +14,58 @@ import { formatDuration, relativeTime } from '../format/time.js';
 import { printJson, type Command } from '../io.js';
 import { loadOutbox } from '../load-outbox.js';
 
-/** Most ids one `outbox retry` takes, as `retryDeadMessages` does. */
+/** Most ids one `outbox retry` or `outbox kill` takes, as the package's functions do. */
 const MAX_RETRY_IDS = 1_000;
+/** Longest `--reason` of `outbox kill`, as `killPendingMessages` takes. */
+const MAX_REASON = 500;
+/** Topics `outbox stats` shows by name; the rest are summed in one row. */
+const TOPICS_SHOWN = 20;
+/** Pending messages `outbox stats` reads for them, due first, as the dashboard does. */
+const TOPICS_CAP = 10_000;
 const parseMessageId = (value: string, flag: string) => parseId(value, flag, 'a message id');
 
-const countsJson = (c: OutboxCounts) => ({
+const countsJson = (c: OutboxCounts, t: PendingByTopic) => ({
   pending: c.pending,
   delivered: c.delivered,
   dead: c.dead,
   oldestPendingMs: c.oldestPendingMs,
+  pendingByTopic: t,
 });
+
+/** Pending messages by topic, oldest first: a topic no relay serves stands out by its age. */
+function topicTable(t: PendingByTopic): string {
+  const rows = t.topics.map((p) => [
+    cell(p.topic, 40),
+    String(p.pending),
+    formatDuration(p.oldestPendingMs),
+    p.oldestId,
+    cell(p.oldestKey ?? '-', 30),
+  ]);
+  if (t.others) {
+    const o = t.others;
+    rows.push([
+      `(${o.topics} other topics)`,
+      String(o.pending),
+      formatDuration(o.oldestPendingMs),
+      '-',
+      '-',
+    ]);
+  }
+  const table = renderTable(
+    [
+      { header: 'topic' },
+      { header: 'pending', align: 'right' },
+      { header: 'oldest' },
+      { header: 'oldest id', align: 'right' },
+      { header: 'its key' },
+    ],
+    rows,
+  );
+  const note = t.atLeast
+    ? `counted among the first ${TOPICS_CAP.toLocaleString('en')} pending messages due; parked ones and backoffs may be left out\n`
+    : '';
+  return `\npending by topic, oldest first:\n${table}${note}`;
+}
 
 export const outboxStatsCommand: Command = {
   name: 'outbox stats',
@@ -34,21 +76,29 @@ export const outboxStatsCommand: Command = {
     'Messages of the transactional outbox (@skiplock/outbox) by status: pending (not yet',
     'delivered, or waiting out a retry), delivered (kept for the relay retention), and dead',
     '(out of attempts, or refused for good by the sink; see `skiplock outbox dead`). A growing',
-    'oldest-pending age means no relay runs, or the relays fall behind.',
+    'oldest-pending age means no relay runs, or the relays fall behind. Then the pending messages',
+    `by topic, the ${TOPICS_SHOWN} with the oldest first, each with its oldest message's id and key:`,
+    'a topic no relay serves stands out by its age, and holds back the later messages of those',
+    'keys on every topic (key order spans topics); `skiplock outbox kill <id>` ends such a message.',
   ].join('\n'),
   async run(args, io) {
     const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
     positionalArgs(positionals, []);
     const url = databaseUrl(values['database-url'], io.env);
-    const [{ withDatabase }, { outboxCounts }] = await Promise.all([
+    const [{ withDatabase }, { outboxCounts, pendingByTopic }] = await Promise.all([
       import('../database.js'),
       loadOutbox(),
     ]);
-    const counts = await withDatabase(url, (db) => outboxCounts(db.pool), {
-      requireSchema: false,
-    });
+    const { counts, topics } = await withDatabase(
+      url,
+      async (db) => ({
+        counts: await outboxCounts(db.pool),
+        topics: await pendingByTopic(db.pool, { limit: TOPICS_SHOWN, cap: TOPICS_CAP }),
+      }),
+      { requireSchema: false },
+    );
     if (values.json) {
-      printJson(io, countsJson(counts));
+      printJson(io, countsJson(counts, topics));
       return 0;
     }
     io.stdout(
@@ -65,6 +115,7 @@ export const outboxStatsCommand: Command = {
         ],
       ),
     );
+    if (topics.topics.length > 0) io.stdout(topicTable(topics));
     return 0;
   },
 };
@@ -186,6 +237,66 @@ export const outboxRetryCommand: Command = {
       io.stderr(
         `not revived: ${left.join(', ')} (not dead, no such message, or its key has a ` +
           'pending message; `skiplock outbox dead` lists the dead ones)\n',
+      );
+    }
+    return left.length === 0 ? 0 : 1;
+  },
+};
+
+export const outboxKillCommand: Command = {
+  name: 'outbox kill',
+  summary: 'send pending outbox messages dead by hand (one no relay will take holds its key)',
+  usage: [
+    'usage: skiplock outbox kill <id>... [--reason TEXT] [--json] [--database-url URL]',
+    '',
+    `Up to ${MAX_RETRY_IDS} ids. Each pending message is sent dead with the last error "killed by`,
+    `an operator: TEXT" (--reason, ${MAX_REASON} characters at most), and its key's next message is`,
+    'delivered: for one of a topic no relay serves (see `skiplock outbox stats`), or one its',
+    'receiver will never accept. `skiplock outbox retry <id>` sends a killed one again. A message',
+    'a relay is delivering now is not killed (kill it once that attempt settled), nor one not',
+    'pending (delivered, dead, or no such message). Exits 1 naming any id not killed.',
+  ].join('\n'),
+  async run(args, io) {
+    const { values, positionals } = parseOptions(args, {
+      ...databaseOption,
+      ...jsonOption,
+      reason: { type: 'string' },
+    });
+    if (positionals.length === 0) throw new UsageError('missing <id>');
+    if (positionals.length > MAX_RETRY_IDS) {
+      throw new UsageError(`${positionals.length} ids, more than ${MAX_RETRY_IDS} per call`);
+    }
+    const reason = values.reason;
+    if (reason !== undefined && reason.length > MAX_REASON) {
+      throw new UsageError(`--reason is ${reason.length} characters, more than ${MAX_REASON}`);
+    }
+    const ids = [...new Set(positionals.map((id) => parseMessageId(id, '<id>')))];
+    const url = databaseUrl(values['database-url'], io.env);
+    const [{ withDatabase }, { killPendingMessages }] = await Promise.all([
+      import('../database.js'),
+      loadOutbox(),
+    ]);
+    const killed = await withDatabase(
+      url,
+      (db) => killPendingMessages(db.pool, ids, reason === undefined ? {} : { reason }),
+      { requireSchema: false },
+    );
+    const done = new Set(killed.map((m) => m.id));
+    const left = ids.filter((id) => !done.has(id));
+    if (values.json) printJson(io, { killed, notKilled: left });
+    else if (killed.length > 0) {
+      io.stdout(
+        renderTable(
+          [{ header: 'killed', align: 'right' }, { header: 'topic' }, { header: 'key' }],
+          killed.map((m) => [m.id, cell(m.topic, 40), cell(m.key ?? '-', 30)]),
+        ),
+      );
+    }
+    // On stderr with --json too: exit 1 always comes with its reason.
+    if (left.length > 0) {
+      io.stderr(
+        `not killed: ${left.join(', ')} (not pending: delivered, dead or no such message; or a ` +
+          'relay is delivering it now)\n',
       );
     }
     return left.length === 0 ? 0 : 1;
