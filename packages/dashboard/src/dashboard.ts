@@ -148,6 +148,8 @@ const MAX_BODY_BYTES = 64 * 1024;
 /** Counts on the outbox page stop here ("10,000+"): the page refreshes every few seconds. */
 const OUTBOX_COUNT_CAP = 10_000;
 const DEAD_MESSAGES_PER_PAGE = 50;
+/** Topics the outbox page shows by name, the oldest pending first; the rest are summed. */
+const OUTBOX_TOPICS_SHOWN = 20;
 
 const NOTICES: Record<string, (n: number) => string> = {
   job_retried: () => 'Job retried: it runs again now.',
@@ -165,6 +167,9 @@ const NOTICES: Record<string, (n: number) => string> = {
   bulk_discarded_kept: (n) =>
     `${n} dead job${n === 1 ? '' : 's'} discarded; the others were not dead any more, or are saga steps (they move only with their saga).`,
   outbox_retried: (n) => `${n} dead message${n === 1 ? '' : 's'} sent again.`,
+  outbox_killed: () => "Message killed: it is dead now, and its key's next message goes on.",
+  outbox_not_killed: () =>
+    'Not killed: the message is no longer pending (delivered, dead or gone), or a relay is delivering it now.',
   outbox_kept: (n) =>
     `${n} dead message${n === 1 ? '' : 's'} sent again; the others were not dead any more, or stay dead while their key has a pending message (send them again once those settle).`,
   saga_cancel_accepted: () => 'Cancel accepted: the saga compensates its completed steps.',
@@ -198,6 +203,7 @@ const NOTICES: Record<string, (n: number) => string> = {
 };
 const BAD_NOTICES = new Set([
   'outbox_kept',
+  'outbox_not_killed',
   'bulk_retried_kept',
   'bulk_discarded_kept',
   'job_not_retried',
@@ -242,7 +248,7 @@ function sagaRead<T>(read: Promise<T>, status: number): Promise<T> {
 
 type OutboxAdmin = Pick<
   typeof import('@skiplock/outbox'),
-  'outboxCounts' | 'deadMessages' | 'retryDeadMessages'
+  'outboxCounts' | 'pendingByTopic' | 'deadMessages' | 'retryDeadMessages' | 'killPendingMessages'
 >;
 
 /**
@@ -668,6 +674,10 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       if ((error as { code?: string }).code !== '42P01') throw error;
       return page(r, outboxPage(r.ctx, { missing: 'table' }));
     }
+    const byTopic = await outbox.pendingByTopic(pool, {
+      cap: OUTBOX_COUNT_CAP,
+      limit: OUTBOX_TOPICS_SHOWN,
+    });
     // One more than a page, to know whether an older page exists.
     const dead = await outbox.deadMessages(pool, {
       limit: DEAD_MESSAGES_PER_PAGE + 1,
@@ -680,6 +690,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       outboxPage(r.ctx, {
         missing: null,
         counts,
+        byTopic,
         dead: shown,
         nextBeforeId: more ? shown[shown.length - 1]!.id : null,
         before,
@@ -717,6 +728,44 @@ export function createDashboard(options: DashboardOptions): Dashboard {
         revived.length === ids.length ? 'outbox_retried' : 'outbox_kept',
         revived.length,
       ),
+    );
+  }
+
+  /** Kills one pending message (a topic's oldest, from the pending-by-topic table). */
+  async function outboxKill(r: Request) {
+    const form = await readForm(r.req);
+    const operator = authorize(r, form, 'outbox_kill');
+    if (operator === null) return;
+    const given = form.get('id') ?? '';
+    const id = rowId(given);
+    if (id === null) throw new HttpError(400, `"${given.slice(0, 40)}" is not a message id.`);
+    const reason = (form.get('reason') ?? '').trim();
+    if (reason.length > 400) throw new HttpError(400, 'The reason is longer than 400 characters.');
+    const outbox = await loadOutbox();
+    if (outbox === null) throw new HttpError(409, OUTBOX_NOT_INSTALLED);
+    const killed = await outbox
+      .killPendingMessages(pool, [id], {
+        reason: reason ? `${reason} (${operator})` : `by ${operator}`,
+      })
+      .catch((error: unknown) => {
+        if ((error as { code?: string }).code === '42P01') {
+          throw new HttpError(409, 'This database has no outbox table.');
+        }
+        throw error;
+      });
+    logger.info(
+      {
+        reason: 'dashboard_outbox_kill',
+        operator,
+        messageId: id,
+        killed: killed.length === 1,
+      },
+      'a pending outbox message killed by an operator',
+    );
+    const back = localPath(form.get('return'), `${base}/outbox`);
+    redirect(
+      r.res,
+      withNotice(back, killed.length === 1 ? 'outbox_killed' : 'outbox_not_killed', 1),
     );
   }
 
@@ -1194,6 +1243,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     if (first === 'sign-out' && second === undefined) return signOut(r);
     if (first === 'jobs' && second === 'bulk' && third === undefined) return bulkAction(r);
     if (first === 'outbox' && second === 'retry' && third === undefined) return outboxRetry(r);
+    if (first === 'outbox' && second === 'kill' && third === undefined) return outboxKill(r);
     if (
       first === 'schedules' &&
       (second === 'pause' || second === 'resume' || second === 'remove') &&

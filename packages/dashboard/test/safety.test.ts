@@ -430,6 +430,136 @@ describe('dashboard safety', () => {
     expect(await isDead()).toBe(false);
   });
 
+  it('outbox: a topic no relay serves is listed first, and its oldest message is killed only by an operator with a right to it', async () => {
+    const ok: Sink = {
+      name: 'ok',
+      deliver: async (messages) => messages.map(() => ({ ok: true as const })),
+      close: async () => {},
+    };
+    const [retired, held] = await publishMany(db.pool, [
+      { topic: 'retired.topic', key: 'order-9', payload: { n: 1 } },
+      { topic: 'orders', key: 'order-9', payload: { n: 2 } },
+      { topic: 'orders', key: 'order-10', payload: { n: 3 } },
+    ]);
+    const relay = createRelay({ pool: db.pool, sink: ok, logger: silent, topics: ['orders'] });
+    await relay.runOnce();
+    await relay.runOnce();
+    const status = async (id: string) =>
+      (
+        await db.pool.query<{ status: string; last_error: string | null }>(
+          'SELECT status::text, last_error FROM skiplock.outbox_messages WHERE id = $1',
+          [id],
+        )
+      ).rows[0];
+    expect(await status(held!)).toMatchObject({ status: 'pending' });
+
+    const host = { host: `127.0.0.1:${port}` };
+    const shown = await send('GET', '/outbox', host);
+    const rows = [...shown.text.matchAll(/<tr data-topic="([^"]+)">([\s\S]*?)<\/tr>/g)];
+    const mine = rows.filter((m) => m[1] === 'retired.topic' || m[1] === 'orders');
+    expect(mine.map((m) => m[1])).toEqual(['retired.topic', 'orders']);
+    expect(mine[0]![2]).toContain(`>${retired}<`);
+    expect(mine[0]![2]).toContain('order-9');
+    // Signed out: no kill form.
+    expect(shown.text).not.toContain('/outbox/kill');
+
+    const post = { ...host, origin: `http://127.0.0.1:${port}` };
+    const urlencoded = { 'content-type': 'application/x-www-form-urlencoded' };
+    const body = `id=${retired}&reason=topic+retired`;
+    expect((await send('POST', '/outbox/kill', { ...post, ...urlencoded }, body)).status).toBe(401);
+    const wrongToken = {
+      authorization: 'Bearer not-the-operator-token',
+      'x-skiplock-operator': 'ada',
+    };
+    expect(
+      (await send('POST', '/outbox/kill', { ...post, ...urlencoded, ...wrongToken }, body)).status,
+    ).toBe(401);
+    const readOnly = createDashboard({ pool: db.pool, token, readOnly: true, logger: silent });
+    const readOnlyServed = await serve(readOnly);
+    try {
+      const refused = await fetch(`${readOnlyServed.url}/outbox/kill`, {
+        method: 'POST',
+        redirect: 'manual',
+        headers: {
+          authorization: `Bearer ${token}`,
+          'x-skiplock-operator': 'ada',
+          'content-type': 'application/x-www-form-urlencoded',
+        },
+        body,
+      });
+      expect(refused.status).toBe(403);
+    } finally {
+      await readOnlyServed.close();
+      await readOnly.close();
+    }
+    const signIn = await send(
+      'POST',
+      '/sign-in',
+      { ...post, ...urlencoded },
+      new URLSearchParams({ operator: 'ada', token, next: '/outbox' }).toString(),
+    );
+    const session = { cookie: signIn.cookie };
+    expect(
+      (
+        await send(
+          'POST',
+          '/outbox/kill',
+          { ...post, ...urlencoded, ...session },
+          `_csrf=forged&${body}`,
+        )
+      ).status,
+    ).toBe(403);
+    const page = await send('GET', '/outbox', { ...host, ...session });
+    const csrf = /name="_csrf" value="([^"]+)"/.exec(page.text)?.[1];
+    expect(page.text).toMatch(
+      new RegExp(`action="/outbox/kill"[\\s\\S]*?name="id" value="${retired}"`),
+    );
+    const elsewhere = await send(
+      'POST',
+      '/outbox/kill',
+      { ...post, ...urlencoded, ...session, origin: 'https://evil.example' },
+      `_csrf=${csrf}&${body}`,
+    );
+    expect(elsewhere.status).toBe(403);
+    expect(await status(retired!)).toMatchObject({ status: 'pending' }); // none changed anything
+
+    const killed = await send(
+      'POST',
+      '/outbox/kill',
+      { ...post, ...urlencoded, ...session },
+      `_csrf=${csrf}&${body}&return=/outbox`,
+    );
+    expect(killed.status).toBe(303);
+    expect(killed.location).toMatch(/^\/outbox\?notice=outbox_killed&/);
+    expect(await status(retired!)).toEqual({
+      status: 'dead',
+      last_error: 'killed by an operator: topic retired (ada)',
+    });
+    const notice = await send('GET', killed.location!, { ...host, ...session });
+    expect(notice.text).toContain('Message killed');
+    // The key goes on: its message on `orders` is delivered.
+    await relay.runOnce();
+    expect(await status(held!)).toMatchObject({ status: 'delivered' });
+
+    // Dead now: not killed again, and the notice says so; a bad id is refused by name.
+    const again = await send(
+      'POST',
+      '/outbox/kill',
+      { ...post, ...urlencoded, ...session },
+      `_csrf=${csrf}&id=${retired}`,
+    );
+    expect(again.location).toContain('notice=outbox_not_killed');
+    const bad = await send(
+      'POST',
+      '/outbox/kill',
+      { ...post, ...urlencoded, ...session },
+      `_csrf=${csrf}&id=order-9`,
+    );
+    expect(bad.status).toBe(400);
+    expect(bad.text).toContain('&quot;order-9&quot; is not a message id');
+    await relay.stop();
+  });
+
   it('outbox: past 10,000 pending, the count and the oldest age are shown as lower bounds', async () => {
     const host = { host: `127.0.0.1:${port}` };
     const tile = (text: string, status: string) =>

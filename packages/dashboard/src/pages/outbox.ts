@@ -1,7 +1,7 @@
-import type { DeadMessage, OutboxCounts } from '@skiplock/outbox';
+import type { DeadMessage, OutboxCounts, PendingByTopic } from '@skiplock/outbox';
 import { clip, count, formatDuration, when } from '../format.js';
 import { html, type Html } from '../html.js';
-import { actionsHint, href, layout, type PageContext } from './layout.js';
+import { actionForm, actionsHint, href, layout, type PageContext } from './layout.js';
 
 export type OutboxData =
   | {
@@ -13,6 +13,8 @@ export type OutboxData =
 interface OutboxShown {
   missing: null;
   counts: OutboxCounts;
+  /** Pending messages by topic, the oldest first. */
+  byTopic: PendingByTopic;
   dead: DeadMessage[];
   /** The id to page on from (`?before=`), when there may be older dead messages. */
   nextBeforeId: string | null;
@@ -48,6 +50,68 @@ function tiles(counts: OutboxCounts): Html {
     ${tile('Delivered (kept)', counts.delivered, 'delivered')}
     ${tile('Dead', counts.dead, 'dead', counts.dead > 0 ? 'bad' : '')} ${oldestTile(counts)}
   </section>`;
+}
+
+/**
+ * Pending messages by topic, the oldest first: a topic no relay serves (whose messages, and the
+ * later ones of their keys on every topic, wait for ever) stands out by its age. Each row offers
+ * to kill its oldest message, which a relay that is delivering it keeps (the kill names it).
+ */
+function topicTable(ctx: PageContext, t: PendingByTopic): Html {
+  if (t.topics.length === 0) {
+    return html`<p class="empty" data-testid="no-pending-topics">Nothing pending.</p>`;
+  }
+  const kill = (id: string, topic: string) =>
+    actionForm(ctx, '/outbox/kill', `Kill ${id}`, {
+      danger: true,
+      confirm: `Kill message ${id} of ${topic}? It goes dead, and its key's next message is delivered.`,
+      fields: html`<input type="hidden" name="id" value="${id}" />
+        <input type="hidden" name="return" value="${ctx.self}" />
+        <input
+          type="text"
+          name="reason"
+          maxlength="400"
+          placeholder="reason"
+          aria-label="why message ${id} is killed"
+        />`,
+    });
+  return html`<table class="grid" data-testid="pending-topics">
+    <thead>
+      <tr>
+        <th>topic</th>
+        <th class="num">pending</th>
+        <th>oldest</th>
+        <th class="num">oldest id</th>
+        <th>its key</th>
+        ${ctx.mode === 'act' ? html`<th></th>` : ''}
+      </tr>
+    </thead>
+    <tbody>
+      ${t.topics.map(
+        (p) =>
+          html`<tr data-topic="${p.topic}">
+            <td>${clip(p.topic, 40)}</td>
+            <td class="num">${count(p.pending, t.atLeast)}</td>
+            <td>${formatDuration(p.oldestPendingMs)}</td>
+            <td class="num">${p.oldestId}</td>
+            <td>${clip(p.oldestKey, 32)}</td>
+            ${ctx.mode === 'act' ? html`<td>${kill(p.oldestId, p.topic)}</td>` : ''}
+          </tr>`,
+      )}
+      ${
+        t.others
+          ? html`<tr data-testid="other-topics">
+              <td>${t.others.topics} other topics</td>
+              <td class="num">${count(t.others.pending, t.atLeast)}</td>
+              <td>${formatDuration(t.others.oldestPendingMs)}</td>
+              <td></td>
+              <td></td>
+              ${ctx.mode === 'act' ? html`<td></td>` : ''}
+            </tr>`
+          : ''
+      }
+    </tbody>
+  </table>`;
 }
 
 function deadTable(ctx: PageContext, data: OutboxShown, selectable: boolean): Html {
@@ -119,6 +183,14 @@ export function outboxPage(ctx: PageContext, data: OutboxData) {
   </nav>`;
   const body = html`<h1>Outbox</h1>
     ${tiles(data.counts)}
+    <h2>Pending by topic</h2>
+    <p class="hint">
+      The topics with the oldest pending messages first. A message no relay takes (its topic served
+      by none) holds back the later messages of its key on every topic: kill it, and the key goes
+      on; a killed message can be sent again from the dead ones.
+      ${data.byTopic.atLeast ? 'Counted among the first 10,000 due.' : ''}
+    </p>
+    <section data-live="outbox-topics">${topicTable(ctx, data.byTopic)}</section>
     <h2>Dead messages</h2>
     <p class="hint">
       Sent again, a message gets fresh attempts and keeps its id, so a broker's de-duplication still
