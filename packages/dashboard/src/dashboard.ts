@@ -366,7 +366,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   }
   const allowedHosts = new Set((options.allowedHosts ?? []).map((h) => h.toLowerCase()));
   const guard = new Guard(token);
-  const notices = new NoticeSigner(token);
+  const notices = new NoticeSigner();
   const owned = resolvePool(
     { pool: options.pool, connectionString: options.connectionString, maxConnections: 4 },
     logger,
@@ -518,7 +518,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       const header = r.req.headers['x-skiplock-operator'];
       const operator = operatorName(Array.isArray(header) ? header[0] : header);
       if (throttled(r)) return null;
-      if (!guard.tokenMatches(bearer)) {
+      if (guard.tokenMatches(bearer)) {
+        throttle?.succeeded(clientOf(r.req.socket.remoteAddress));
+      } else {
         tokenFailed(r, 'bearer');
         return refuse(
           401,
@@ -898,6 +900,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     if (throttled(r)) return;
     const tokenMatches = guard.tokenMatches(form.get('token'));
     if (!tokenMatches) tokenFailed(r, 'sign_in');
+    else throttle?.succeeded(clientOf(r.req.socket.remoteAddress));
     if (operator === null || !tokenMatches) {
       logger.warn(
         { reason: 'dashboard_sign_in_refused', operator },

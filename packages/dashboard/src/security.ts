@@ -177,18 +177,14 @@ const NOTICE_MINUTES = 10;
  * that only the dashboard's own redirects show one: any `?notice=` in an address was shown, so a
  * crafted link made a dead job's page say it was retried, or counted "-25000 dead jobs
  * discarded" (found in an audit). The signature covers the page's path, the notice, its count
- * and the minute it was made; after `NOTICE_MINUTES` it is not shown. The key comes from the
- * operator token, as the sessions' does, so every dashboard process with the token shows the
- * others' notices (several behind one address, or one restarted); without a token (where only
- * signing in and out make notices) it is made at start.
+ * and the minute it was made; after `NOTICE_MINUTES` it is not shown. The key is made at start,
+ * never from the operator token: a sign-out needs no session, so anyone got a signature over a
+ * known text from the token's key and could test guesses of the token offline, past the
+ * wrong-token limit (found in review: a 4-digit PIN in milliseconds). So a notice made by
+ * another process (a second replica, or before a restart) is not shown: it only decorates a page.
  */
 export class NoticeSigner {
-  private readonly key: Buffer;
-
-  constructor(token: string | null) {
-    this.key =
-      token === null ? randomBytes(32) : createHmac('sha256', token).update('notice-key').digest();
-  }
+  private readonly key = randomBytes(32);
 
   /** `notice`, `n` and when, with their signature for the page at `path`, as query parameters. */
   params(

@@ -18,6 +18,8 @@ export const DEFAULT_TOKEN_FAILURE_LIMIT = {
 
 /** Clients remembered at most: past it the oldest is forgotten (memory stays bounded). */
 const MAX_CLIENTS = 10_000;
+/** How long a client that gave the right token is spared the limit on everyone's wrong tokens. */
+const TRUSTED_MS = 24 * 3_600_000;
 
 interface Window {
   failures: number;
@@ -31,10 +33,14 @@ interface Window {
  * token checks are refused (429 with `Retry-After`) until the window ends, the right token too:
  * else a guess that hit would show. Past `total` from everyone (many addresses: an IPv6 attacker
  * has a /64 of them), every client's are, which keeps the token safe at the cost of signing in
- * for a while; reads and signed-in sessions go on. Kept in memory per process.
+ * for a while; reads and signed-in sessions go on. Clients that gave the right token in the last
+ * day are spared that one: else anyone could keep every operator out by sending 100 wrong tokens
+ * per window (found in review). Kept in memory per process.
  */
 export class TokenThrottle {
   private readonly clients = new Map<string, Window>();
+  /** Clients that gave the right token, and until when they are spared the total. */
+  private readonly trusted = new Map<string, number>();
   private total: Window = { failures: 0, endsAt: 0 };
   private readonly perClient: number;
   private readonly totalLimit: number;
@@ -55,7 +61,8 @@ export class TokenThrottle {
     const own = this.current(client, now);
     const waits = [0];
     if (own && own.failures >= this.perClient) waits.push(own.endsAt - now);
-    if (this.total.endsAt > now && this.total.failures >= this.totalLimit) {
+    const spared = (this.trusted.get(client) ?? 0) > now;
+    if (!spared && this.total.endsAt > now && this.total.failures >= this.totalLimit) {
       waits.push(this.total.endsAt - now);
     }
     return Math.max(...waits);
@@ -76,6 +83,13 @@ export class TokenThrottle {
     if (this.total.endsAt <= now) this.total = { failures: 0, endsAt: now + this.windowMs };
     this.total.failures += 1;
     return own.failures === this.perClient || this.total.failures === this.totalLimit;
+  }
+
+  /** `client` gave the right token: spared the limit on everyone's wrong tokens for a day. */
+  succeeded(client: string): void {
+    this.trusted.delete(client);
+    if (this.trusted.size >= MAX_CLIENTS) this.trusted.delete(this.trusted.keys().next().value!);
+    this.trusted.set(client, this.now() + TRUSTED_MS);
   }
 
   /** The client's window while it lasts (an ended one is forgotten). */
