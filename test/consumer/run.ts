@@ -371,6 +371,27 @@ try {
     'skiplock worker loads a TypeScript module of a CommonJS project through tsx',
     `exit ${cjsWorker.code} signal ${cjsWorker.signal}\n${cjsWorker.stdout}\n${cjsWorker.stderr}`,
   );
+  // `.mts` and `.cts` modules, in an ES module project and in a CommonJS one. A `.cts` module
+  // failed to load ("Cannot read properties of undefined (reading 'exports')"): imported, it went
+  // to Node's CommonJS loader, whose require() of @skiplock/queue (an ES module) under tsx's
+  // hooks fails on Node 20 (found in a trial).
+  for (const [dir, file] of [
+    [app, 'jobs.mts'],
+    [app, 'jobs.cts'],
+    [cjsApp, 'jobs.cts'],
+  ] as const) {
+    await cp(join(root, 'test/consumer/app/jobs.ts'), join(dir, file));
+    const loaded = await runUntil(bin, ['worker', file], {
+      cwd: dir,
+      env: { ...env, SKIPLOCK_LOG_LEVEL: 'info' },
+      readyLine: '"reason":"jobs_loaded"',
+    });
+    check(
+      loaded.code === 0 && loaded.stdout.includes('"jobTypes":["noop"]'),
+      `skiplock worker loads a ${file} module of ${dir === app ? 'an ES module' : 'a CommonJS'} project through tsx`,
+      `exit ${loaded.code} signal ${loaded.signal}\n${loaded.stdout}\n${loaded.stderr}`,
+    );
+  }
   console.log('consumer test passed');
 } finally {
   await registry?.close();

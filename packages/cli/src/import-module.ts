@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { CliError, UsageError } from './args.js';
-import { prepareImport } from './typescript-loader.js';
+import { prepareImport, requireCommonJs } from './typescript-loader.js';
 
 /**
  * Imports a module named on the command line (TypeScript through tsx, or JavaScript), relative
@@ -16,7 +16,10 @@ export async function importModule(
   if (!existsSync(path)) throw new UsageError(`module not found: ${specifier}`);
   await prepareImport(path);
   try {
-    return namedExports((await import(pathToFileURL(path).href)) as Record<string, unknown>);
+    const loaded = path.endsWith('.cts')
+      ? await requireCommonJs(path)
+      : ((await import(pathToFileURL(path).href)) as Record<string, unknown>);
+    return namedExports(loaded);
   } catch (error) {
     throw new CliError(`could not load ${specifier}: ${(error as Error)?.message ?? error}`);
   }

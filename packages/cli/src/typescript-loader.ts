@@ -30,3 +30,21 @@ export function prepareImport(path: string): Promise<void> {
   })();
   return registered;
 }
+
+/**
+ * A `.cts` module's exports, through tsx's own `require`. Imported, Node handed it to its
+ * CommonJS loader, whose `require()` of an ES module package (`@skiplock/queue`) under the
+ * registered hooks failed on Node 20: the installed CLI said "could not load jobs.cts: Cannot
+ * read properties of undefined (reading 'exports')", a bare import "request for './define.js'
+ * is not in cache" (found in a trial from the packed tarballs). tsx's `require` loads the module
+ * and what it requires. Call `prepareImport` first.
+ */
+export async function requireCommonJs(path: string): Promise<Record<string, unknown>> {
+  const { require } = (await import('tsx/cjs/api')) as {
+    require(id: string, fromFile: string): unknown;
+  };
+  const exported = require(path, import.meta.url);
+  return typeof exported === 'object' && exported !== null
+    ? (exported as Record<string, unknown>)
+    : { default: exported };
+}
