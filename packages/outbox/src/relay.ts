@@ -210,7 +210,11 @@ export function createRelay(options: RelayOptions): Relay {
 
   /** The delay for a batch with `unavailable` deliveries; opens or extends the outage. */
   function unavailableBatch(delivered: boolean, count: number, err: string): number {
-    if (delivered) return wholeMs(computeBackoffMs(1, backoff));
+    // At least the poll interval: a `backoff.baseMs` of 0 made the pause 0, and a relay claimed,
+    // connected and settled against a down broker over a thousand times a second (found in
+    // review), where before the messages' attempts ran out.
+    const delay = (streak: number) => Math.max(wholeMs(computeBackoffMs(streak, backoff)), pollMs);
+    if (delivered) return delay(1);
     if (!outage) {
       outage = { since: Date.now(), batches: 0, streak: 0 };
       // Once per outage, not per batch: a broker down for an hour is one line, not thousands.
@@ -221,7 +225,7 @@ export function createRelay(options: RelayOptions): Relay {
     }
     outage.batches += 1;
     outage.streak = Math.min(outage.streak + 1, 1_000);
-    return wholeMs(computeBackoffMs(outage.streak, backoff));
+    return delay(outage.streak);
   }
 
   /** A delivery went through: the outage, if any, is over. */

@@ -386,4 +386,67 @@ describe('a running relay against a down broker', () => {
     expect(rows.filter((r) => r.attempts !== 0 || r.status !== 'pending')).toEqual([]);
     expect(rows.filter((r) => r.last_error !== null)).toHaveLength(4);
   });
+
+  it('pauses at least its poll interval when the backoff starts at 0 ms', async () => {
+    const topic = `outage.zero.${randomUUID().slice(0, 8)}`;
+    await publishMany(db.pool, [{ topic, key: `${topic}:a`, payload: { n: 1 } }]);
+    const down = rabbitmqSink({
+      url: `amqp://guest:guest@127.0.0.1:${await freePort()}`,
+      exchange: 'unused',
+    });
+    closers.push(() => down.close());
+    let batches = 0;
+    const sink: Sink = {
+      name: 'counted',
+      deliver: (messages, signal) => {
+        batches += 1;
+        return down.deliver(messages, signal);
+      },
+      close: async () => {},
+    };
+    const relay = createRelay({
+      pool: db.pool,
+      sink,
+      topics: [topic],
+      listen: false,
+      pollIntervalMs: 300,
+      logger: silent,
+      backoff: { baseMs: 0, maxMs: 0, factor: 1, jitter: 0 },
+    });
+    relay.start();
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await relay.stop();
+    // Before: over a thousand batches a second (claim, connect, settle), the message never dead.
+    expect(batches).toBeGreaterThan(0);
+    expect(batches).toBeLessThanOrEqual(5);
+    expect((await rowsOf(topic))[0]).toMatchObject({ status: 'pending', attempts: 0 });
+  });
+});
+
+describe.skipIf(!natsUp)('a NATS connection the caller gave the sink', () => {
+  it('counts attempts once it is closed for good, since the sink never replaces it, and says so', async () => {
+    const topic = `outage.given.${randomUUID().slice(0, 8)}`;
+    await publishThree(topic);
+    const nc = await natsConnect({ servers: natsUrl });
+    await nc.close();
+    const logs = captureLogs();
+    const relay = createRelay({
+      pool: db.pool,
+      sink: natsSink({ connection: nc, logger: logs.logger }),
+      topics: [topic],
+      maxAttempts: 2,
+      logger: silent,
+      backoff: { baseMs: 60_000, maxMs: 60_000, factor: 1, jitter: 0 },
+    });
+    for (let pass = 0; pass < 3; pass++) {
+      await makeDue(topic);
+      await relay.runOnce();
+    }
+    await relay.stop();
+    // Before: unavailable each pass, pending for good with 0 attempts, and no way back.
+    expect((await rowsOf(topic)).map((r) => r.status)).toEqual(['dead', 'dead', 'dead']);
+    expect(logs.lines.filter((l) => l.reason === 'nats_connection_closed').length).toBeGreaterThan(
+      0,
+    );
+  });
 });

@@ -148,7 +148,9 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
       // window drops, so charging it would only send messages dead for an outage. A JetStream
       // error for the message, or one no retry can fix, still counts.
       if (!delivery.ok && !delivery.permanent && !(error instanceof JetStreamApiError)) {
-        if (link.down || link.drops !== drops || nc.isClosed())
+        // A closed connection of the sink's own is replaced next batch; a caller's is not (see
+        // `deliver`), so its failures count.
+        if (link.down || link.drops !== drops || (!connection && nc.isClosed()))
           return { ...delivery, unavailable: true };
       }
       return delivery;
@@ -162,6 +164,17 @@ export function natsSink(options: NatsSinkOptions): NatsSink {
       if (messages.length === 0) return [];
       if (closed) return messages.map(() => failed('the NATS sink is closed'));
       if (signal.aborted) return messages.map(() => abortedUnsent);
+      if (connection?.isClosed()) {
+        // nats.js closes a connection for good after its reconnect attempts (10 by default,
+        // about 20 s of outage), and the sink never replaces a caller's. Reported unavailable,
+        // its messages waited for good, never dead, while nothing could recover (found in
+        // review): they count attempts, and each batch says so.
+        logger?.error(
+          { reason: 'nats_connection_closed' },
+          'the NATS connection given to the sink is closed; give the sink a live one (or none, so that it connects itself)',
+        );
+        return messages.map(() => failed('the NATS connection given to the sink is closed'));
+      }
       // One listener for the batch: one per message would trip Node's listener-leak warning.
       let onAbort = () => {};
       const aborted = new Promise<typeof ABORTED>((resolve) => {
