@@ -367,4 +367,18 @@ describe('skiplock jobs', () => {
       await db.pool.query('DELETE FROM skiplock.jobs WHERE id = $1', [id]);
     }
   });
+
+  it('says a delayed waiting job with no key holders waits until it is due, not for an admission pass', async () => {
+    const delayed = (
+      await client.enqueue(
+        sendEmail,
+        { to: 'later@example.com' },
+        { concurrencyKey: 'tenant-later', concurrencyLimit: 1, delayMs: 3_600_000 },
+      )
+    ).id;
+    expect((await statusOf(delayed))!.status).toBe('waiting');
+    const shown = await runInProcess(['jobs', 'show', delayed], env);
+    // Before: "the next admission pass admits it", which it would not for an hour.
+    expect(shown.stdout).toMatch(/waits behind\s+not due until \S+ \(in (59m|1h)/);
+  });
 });

@@ -113,7 +113,9 @@ function renderJob(job: Job, timeline: TimelineEntry[], now: Date, holders: Job[
           [
             'waits behind',
             holders.length === 0
-              ? 'no job holds a slot now: the next admission pass admits it'
+              ? job.runAt > now
+                ? `not due until ${timestamp(job.runAt, now)}; admitted then, while a slot is free`
+                : "no job holds a slot now: the next admission pass admits it (unless its key's rate limit holds it)"
               : holders.map((h) => holderLine(h, now)).join('\n') +
                 (holders.length === MAX_HOLDERS
                   ? '\n… (skiplock jobs list --concurrency-key)'

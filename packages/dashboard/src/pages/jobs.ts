@@ -227,11 +227,17 @@ const CANCELLABLE: readonly JobStatus[] = ['pending', 'retryable', 'waiting'];
  * and queue (a holder in a queue no worker serves kept its key's waiting jobs for good, and the
  * page named neither it nor why: found in an audit). Ids and queues only, never their keys.
  */
-function keyHolders(ctx: PageContext, holders: readonly Job[]): Html {
+function keyHolders(ctx: PageContext, job: Job, holders: readonly Job[]): Html {
   if (holders.length === 0) {
-    return html`<span class="none"
-      >no job holds a slot now: the next admission pass admits it</span
-    >`;
+    // A delayed job of a key is stored waiting until it is due (found in review).
+    return job.runAt.getTime() > ctx.now
+      ? html`<span class="none"
+          >not due until ${when(job.runAt, ctx.now)}; admitted then, while a slot is free</span
+        >`
+      : html`<span class="none"
+          >no job holds a slot now: the next admission pass admits it (unless its key's rate limit
+          holds it)</span
+        >`;
   }
   return html`<ul class="holders" data-testid="key-holders">
     ${holders.map(
@@ -318,7 +324,7 @@ export function jobPage(
           ${field('timeout', job.timeoutMs === null ? null : formatDuration(job.timeoutMs))}
           ${field('idempotency key', sagaId !== null ? html`<code>${job.idempotencyKey}</code>` : key(job.idempotencyKey, html`<code>${job.idempotencyKey}</code>`))}
           ${field('concurrency key', key(job.concurrencyKey, `${job.concurrencyKey} (limit ${job.concurrencyLimit})`))}
-          ${holders ? field('waits behind', keyHolders(ctx, holders)) : ''}
+          ${holders ? field('waits behind', keyHolders(ctx, job, holders)) : ''}
           ${field('singleton key', key(job.singletonKey, job.singletonKey))}
           ${field('last error', job.lastError ? html`<span class="error">${job.lastError}</span>` : null)}
         </table>
