@@ -7,7 +7,9 @@ export interface JobAction {
   /** Verb for messages: "retried", "cancelled". */
   verb: string;
   allowed: readonly JobStatus[];
-  apply(client: Client, id: string): Promise<boolean>;
+  apply(client: Client, id: string, flagged: boolean): Promise<boolean>;
+  /** Said after the refusal of a running job when the flag was not given. */
+  runningHint?: string;
 }
 
 /**
@@ -18,6 +20,7 @@ export async function applyJobAction(
   url: string,
   id: string,
   action: JobAction,
+  flagged = false,
 ): Promise<{ before: Job; after: Job }> {
   return withDatabase(url, async (db) => {
     const client = await silentClient(db.pool);
@@ -37,12 +40,15 @@ export async function applyJobAction(
           (sagaId === null ? '' : `; skiplock sagas show ${sagaId} shows where it stands`),
       );
     }
-    const changed = await action.apply(client, id);
+    const changed = await action.apply(client, id, flagged);
     const after = await client.getJob(id);
     if (!changed || !after) {
       const status = after?.status ?? 'gone';
       throw new CliError(
-        `job ${id} is ${status}; only ${action.allowed.join(', ')} jobs, and processing ones whose lease has expired, can be ${action.verb}`,
+        `job ${id} is ${status}; only ${action.allowed.join(', ')} jobs, and processing ones whose lease has expired, can be ${action.verb}` +
+          (status === 'processing' && !flagged && action.runningHint
+            ? `; ${action.runningHint}`
+            : ''),
       );
     }
     return { before, after };

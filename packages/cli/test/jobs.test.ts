@@ -255,9 +255,23 @@ describe('skiplock jobs', () => {
     const refused = await runCli(['jobs', 'cancel', ids.processing], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(
-      `job ${ids.processing} is processing; only pending, retryable, waiting jobs, and processing ones whose lease has expired, can be cancelled`,
+      `job ${ids.processing} is processing; only pending, retryable, waiting jobs, and processing ones whose lease has expired, can be cancelled; to stop a running job, add --running`,
     );
     expect((await statusOf(ids.processing))!.status).toBe('processing');
+    // Asked to, it cancels a running one; its worker stops the handler at its next renewal.
+    const stopped = await runCli(['jobs', 'cancel', ids.processing, '--running', '--json'], env);
+    expect(stopped.code, stopped.stderr).toBe(0);
+    expect(JSON.parse(stopped.stdout)).toEqual({
+      id: ids.processing,
+      previousStatus: 'processing',
+      status: 'cancelled',
+    });
+    // Put back as the worker left it, for the other tests.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', lease_expires_at = now() + interval '30 seconds'
+       WHERE id = $1`,
+      [ids.processing],
+    );
   });
 
   it("prints an application's escape sequences as text, never to the terminal", async () => {

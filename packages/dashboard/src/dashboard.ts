@@ -981,7 +981,12 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     if (job && isSagaJobType(job.jobType)) {
       throw new HttpError(409, 'This job is a saga step: act on its saga instead.');
     }
-    const changed = action === 'retry' ? await client.retryJob(id) : await client.cancelJob(id);
+    // A running job is cancelled only from the form its own page showed while it ran: a page read
+    // while the job still waited must not stop it once it has started.
+    const changed =
+      action === 'retry'
+        ? await client.retryJob(id)
+        : await client.cancelJob(id, { running: form.get('running') === '1' });
     logger.info(
       { reason: `dashboard_job_${action}`, operator, jobId: id, changed },
       changed

@@ -272,7 +272,7 @@ describe('dashboard safety', () => {
     expect((await send('GET', '/sagas/no-such-saga', host)).status).toBe(404);
   });
 
-  it('offers retry and cancel for a running job whose lease expired, and not while the lease is kept', async () => {
+  it('offers retry and cancel for a running job whose lease expired; while the lease is kept, a stop that only its own form sends', async () => {
     const client = createClient({ pool: db.pool, logger: silent });
     const def = defineJob({ type: 'stranded-run', payload: z.object({}), handler: () => {} });
     const { id } = await client.enqueue(def, {});
@@ -298,10 +298,19 @@ describe('dashboard safety', () => {
         ...(await send('GET', `/jobs/${id}`, host)).text.matchAll(/action="\/jobs\/\d+\/(\w+)"/g),
       ].map((m) => m[1]);
     await runAs('1 minute');
-    expect(await actions()).toEqual([]);
+    const running = await send('GET', `/jobs/${id}`, host);
+    expect(await actions()).toEqual(['cancel']);
+    expect(running.text).toContain('name="running" value="1"');
+    // A cancel without the running form's field (a page read while the job still waited) does
+    // not stop it.
     expect((await send('POST', `/jobs/${id}/cancel`, operatorForm, '')).location).toMatch(
       /notice=job_not_cancelled/,
     );
+    expect((await client.getJob(id))?.status).toBe('processing');
+    // Before: no way to stop a running job from the dashboard.
+    const stopped = await send('POST', `/jobs/${id}/cancel`, operatorForm, 'running=1');
+    expect(stopped.location).toMatch(/notice=job_cancelled&/);
+    expect((await client.getJob(id))?.status).toBe('cancelled');
     await runAs('-1 minute');
     // Before: no action for a processing job, and the cancel refused.
     expect(await actions()).toEqual(['retry', 'cancel']);

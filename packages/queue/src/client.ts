@@ -252,9 +252,14 @@ export interface Client {
   /**
    * Cancels a job that has not started (pending, retry-waiting, slot-waiting) or whose run's lease
    * has expired (its worker is gone or stuck; its `onDead` hook is not run); false when it is in
-   * another state (or does not exist).
+   * another state (or does not exist). With `running: true`, a running job too: its worker aborts
+   * the handler (`ctx.signal`, a `LockLostError`) at its next lease renewal, within a third of the
+   * job's lease, and writes nothing for it; its concurrency slot is given back at once.
    */
-  cancelJob(id: string, options?: TransactionOption): Promise<boolean>;
+  cancelJob(
+    id: string,
+    options?: TransactionOption & { running?: boolean | undefined },
+  ): Promise<boolean>;
   /**
    * Runs a dead, cancelled, retry-waiting or slot-waiting job, or one whose run's lease has
    * expired, again now with a fresh set of attempts; false when it is in another state.
@@ -906,7 +911,10 @@ export function createClient(options: ClientOptions = {}): Client {
       return rows.map(toJob);
     },
     async cancelJob(id, opts = {}) {
-      const { rows } = await runSql<KeyedRow>(opts.tx ?? pool, cancelJob(checkId(id)));
+      const { rows } = await runSql<KeyedRow>(
+        opts.tx ?? pool,
+        cancelJob(checkId(id), opts.running === true),
+      );
       await admitAfter(rows[0], opts.tx);
       return rows.length === 1;
     },

@@ -984,6 +984,30 @@ describe('leases, fencing and the sweeper', () => {
     expect(await jobRow(db.pool, id)).toMatchObject({ status: 'completed', attempts: 1 });
   });
 
+  it('cancels a running job only when asked to, and its worker stops the handler at its next renewal and writes nothing', async () => {
+    const { def, release, started, signals } = gatedJob('cancelled-running', { leaseMs: 1_200 });
+    const { id } = await client.enqueue(def, {});
+    const worker = testWorker(db.pool, [def]);
+    const lost: string[] = [];
+    const completed: string[] = [];
+    worker.on('job:lock_lost', (e) => lost.push(e.jobId));
+    worker.on('job:completed', (e) => completed.push(e.jobId));
+    const run = worker.runOnce();
+    await waitFor(() => started.length === 1);
+    expect(await client.cancelJob(id)).toBe(false);
+    // Before: no way to stop a running job whose lease its worker keeps renewing.
+    expect(await client.cancelJob(id, { running: true })).toBe(true);
+    // At the next renewal, a third of the lease (400 ms) at most; the bound leaves a loaded
+    // machine room.
+    await waitFor(() => signals[0]!.aborted, { timeoutMs: 5_000 });
+    expect(signals[0]!.reason).toBeInstanceOf(LockLostError);
+    release();
+    await run;
+    expect(lost).toEqual([id]);
+    expect(completed).toEqual([]);
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'cancelled', attempts: 1 });
+  });
+
   it('runs one sweep at a time across hosts (advisory lock)', async () => {
     const holder = await db.pool.connect();
     try {

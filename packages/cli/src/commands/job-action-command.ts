@@ -18,7 +18,11 @@ export interface JobActionSpec {
   /** Verb for messages: "cancelled", "retried". */
   verb: string;
   allowed: readonly JobStatus[];
-  apply(client: Client, id: string): Promise<boolean>;
+  /** A boolean flag of the command (`running` for `--running`), given to `apply`. */
+  flag?: string;
+  /** Said after the refusal of a running job when the flag was not given. */
+  runningHint?: string;
+  apply(client: Client, id: string, flagged: boolean): Promise<boolean>;
   /** What the job is now, read after the action, for the human-readable line. */
   outcome(after: Job): string;
 }
@@ -29,17 +33,23 @@ export function jobActionCommand(spec: JobActionSpec): Command {
     name: `jobs ${spec.action}`,
     summary: spec.summary,
     usage: [
-      `usage: skiplock jobs ${spec.action} <id> [--json] [--database-url URL]`,
+      `usage: skiplock jobs ${spec.action} <id>${spec.flag ? ` [--${spec.flag}]` : ''} [--json] [--database-url URL]`,
       '',
       ...spec.help,
     ].join('\n'),
     async run(args, io) {
-      const { values, positionals } = parseOptions(args, { ...databaseOption, ...jsonOption });
+      const { values, positionals } = parseOptions(args, {
+        ...databaseOption,
+        ...jsonOption,
+        ...(spec.flag ? { [spec.flag]: { type: 'boolean' as const } } : {}),
+      });
       const id = parseJobId(positionalArgs(positionals, ['<id>'])[0]!);
       const url = databaseUrl(values['database-url'], io.env);
       // Loaded late so `--help` and argument errors never pay for the queue and pg modules.
       const { applyJobAction } = await import('../job-action.js');
-      const { before, after } = await applyJobAction(url, id, spec);
+      const flagged =
+        spec.flag !== undefined && (values as Record<string, unknown>)[spec.flag] === true;
+      const { before, after } = await applyJobAction(url, id, spec, flagged);
       if (values.json) {
         printJson(io, { id, previousStatus: before.status, status: after.status });
       } else {

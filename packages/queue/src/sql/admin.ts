@@ -55,12 +55,14 @@ const expiredRun = sql`(status = 'processing' AND lease_expires_at < now())`;
 
 /**
  * Cancels a job that has not started (pending, retry-waiting or slot-waiting) or whose run's
- * lease has expired. Returns the job's concurrency key, whose slot a cancelled job gives back.
+ * lease has expired; with `running`, any running one too. Its worker finds the job no longer its
+ * own at its next lease renewal (the fence checks the status) and aborts the handler, as for a
+ * lease taken back. Returns the job's concurrency key, whose slot a cancelled job gives back.
  */
-export function cancelJob(id: string) {
+export function cancelJob(id: string, running = false) {
   return sql`
     UPDATE skiplock.jobs SET status = 'cancelled', lease_expires_at = NULL, updated_at = now()
-    WHERE id = ${id} AND (status IN ('pending', 'retryable', 'waiting') OR ${expiredRun})
+    WHERE id = ${id} AND (status IN ('pending', 'retryable', 'waiting') OR ${running ? sql`status = 'processing'` : expiredRun})
     RETURNING id::text AS id, concurrency_key`;
 }
 
