@@ -2,7 +2,7 @@ import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDashboard } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { serve } from './support.js';
+import { serve, operatorPost } from './support.js';
 import { order } from './fixtures.js';
 
 // A database where only the queue was migrated: the saga's tables are dropped from this file's own.
@@ -30,16 +30,7 @@ describe('dashboard on a database without the saga tables', () => {
       expect(res.status, path).not.toBe(500);
       expect(text, path).toContain('The saga tables do not exist in this database');
     }
-    const cancel = await fetch(`${served.url}/sagas/some-saga/cancel`, {
-      method: 'POST',
-      redirect: 'manual',
-      headers: {
-        authorization: `Bearer ${token}`,
-        'x-skiplock-operator': 'ada',
-        'content-type': 'application/x-www-form-urlencoded',
-      },
-      body: '',
-    });
+    const cancel = await operatorPost(`${served.url}/sagas/some-saga/cancel`, token, '');
     expect(cancel.status).toBe(409);
     expect(await cancel.text()).toContain('The saga tables do not exist in this database');
   });

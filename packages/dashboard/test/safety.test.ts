@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { createDashboard } from '../src/index.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { rawHttp, serve } from './support.js';
+import { rawHttp, serve, operatorPost } from './support.js';
 
 const db = await useTestDatabase();
 const silent = pino({ level: 'silent' });
@@ -17,7 +17,7 @@ afterAll(async () => {
   await served.close();
   await dashboard.close();
 });
-const { port, operatorForm, send } = rawHttp(served, token);
+const { port, operatorForm, send, signIn: signInHere } = rawHttp(served, token);
 
 describe('dashboard safety', () => {
   it('answers reads only for loopback host names: a rebound domain gets nothing', async () => {
@@ -282,16 +282,7 @@ describe('dashboard safety', () => {
                 locked_at = now(), lease_expires_at = now() + $2::interval WHERE id = $1`,
         [id, lease],
       );
-    const signIn = await send(
-      'POST',
-      '/sign-in',
-      {
-        host: `127.0.0.1:${port}`,
-        origin: `http://127.0.0.1:${port}`,
-        'content-type': 'application/x-www-form-urlencoded',
-      },
-      new URLSearchParams({ operator: 'ada', token }).toString(),
-    );
+    const signIn = await signInHere();
     const host = { host: `127.0.0.1:${port}`, cookie: signIn.cookie };
     const actions = async () =>
       [
@@ -368,16 +359,11 @@ describe('dashboard safety', () => {
       expect(hiddenText).toContain('hidden');
 
       // Read-only: refused whatever the token.
-      const refusedReadOnly = await fetch(`${readOnlyServed.url}/outbox/retry`, {
-        method: 'POST',
-        redirect: 'manual',
-        headers: {
-          authorization: `Bearer ${token}`,
-          'x-skiplock-operator': 'ada',
-          'content-type': 'application/x-www-form-urlencoded',
-        },
-        body: `id=${id}`,
-      });
+      const refusedReadOnly = await operatorPost(
+        `${readOnlyServed.url}/outbox/retry`,
+        token,
+        `id=${id}`,
+      );
       expect(refusedReadOnly.status).toBe(403);
     } finally {
       await Promise.all([hidingServed.close(), readOnlyServed.close()]);
@@ -399,12 +385,7 @@ describe('dashboard safety', () => {
         .status,
     ).toBe(401);
     // Signed in, but a forged CSRF token, then the right one from another origin.
-    const signIn = await send(
-      'POST',
-      '/sign-in',
-      { ...post, ...urlencoded },
-      new URLSearchParams({ operator: 'ada', token, next: '/outbox' }).toString(),
-    );
+    const signIn = await signInHere({ next: '/outbox' });
     expect(signIn.status).toBe(303);
     const session = { cookie: signIn.cookie };
     expect(signIn.cookie).toContain('=');
@@ -486,27 +467,13 @@ describe('dashboard safety', () => {
     const readOnly = createDashboard({ pool: db.pool, token, readOnly: true, logger: silent });
     const readOnlyServed = await serve(readOnly);
     try {
-      const refused = await fetch(`${readOnlyServed.url}/outbox/kill`, {
-        method: 'POST',
-        redirect: 'manual',
-        headers: {
-          authorization: `Bearer ${token}`,
-          'x-skiplock-operator': 'ada',
-          'content-type': 'application/x-www-form-urlencoded',
-        },
-        body,
-      });
+      const refused = await operatorPost(`${readOnlyServed.url}/outbox/kill`, token, body);
       expect(refused.status).toBe(403);
     } finally {
       await readOnlyServed.close();
       await readOnly.close();
     }
-    const signIn = await send(
-      'POST',
-      '/sign-in',
-      { ...post, ...urlencoded },
-      new URLSearchParams({ operator: 'ada', token, next: '/outbox' }).toString(),
-    );
+    const signIn = await signInHere({ next: '/outbox' });
     const session = { cookie: signIn.cookie };
     expect(
       (

@@ -6,7 +6,7 @@ import { createSagaRuntime, defineSaga, readSaga, type SagaStatus } from '@skipl
 import { createDashboard } from '../src/index.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { serve } from './support.js';
+import { serve, operatorPost } from './support.js';
 
 /** Waits for `go`, books (the pivot), then notifies: that fails for good while `failing`. */
 let failing = true;
@@ -66,16 +66,7 @@ const until = (id: string, status: SagaStatus) =>
   });
 /** An operator's POST of `action` on saga `id`, as a script would send it (with the token). */
 const act = (id: string, action: 'retry' | 'cancel') =>
-  fetch(`${served.url}/sagas/${id}/${action}`, {
-    method: 'POST',
-    redirect: 'manual',
-    headers: {
-      authorization: `Bearer ${token}`,
-      'x-skiplock-operator': 'ada',
-      'content-type': 'application/x-www-form-urlencoded',
-    },
-    body: '',
-  });
+  operatorPost(`${served.url}/sagas/${id}/${action}`, token, '');
 const retry = async (id: string) => {
   const res = await act(id, 'retry');
   expect(res.status).toBe(303);

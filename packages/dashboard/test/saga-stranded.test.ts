@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { createSagaRuntime, defineSaga } from '@skiplock/saga';
 import { createDashboard } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { serve } from './support.js';
+import { serve, operatorPost } from './support.js';
 
 const order = defineSaga({ name: 'order', version: 1, input: z.object({}) })
   .step('reserve', { run: () => ({}), compensate: () => {} })
@@ -61,16 +61,7 @@ describe('dashboard: a saga stranded on a job that died unseen', () => {
     await sagas.start(order, { id: 'cancel-me', input: {} });
     const job = (await sagas.getSaga('cancel-me'))!.currentJobId!;
     await db.pool.query(`UPDATE skiplock.jobs SET status = 'cancelled' WHERE id = $1`, [job]);
-    const res = await fetch(`${served.url}/sagas/cancel-me/cancel`, {
-      method: 'POST',
-      redirect: 'manual',
-      headers: {
-        authorization: `Bearer ${token}`,
-        'x-skiplock-operator': 'ada',
-        'content-type': 'application/x-www-form-urlencoded',
-      },
-      body: '',
-    });
+    const res = await operatorPost(`${served.url}/sagas/cancel-me/cancel`, token, '');
     expect(res.status).toBe(303);
     const shown = await page(res.headers.get('location')!);
     expect(shown).toContain('Cancel recorded, but the saga is stranded');

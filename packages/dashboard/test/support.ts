@@ -22,6 +22,23 @@ export async function serve(dashboard: Dashboard): Promise<Served> {
   };
 }
 
+/**
+ * An operator's form POST as a script sends it, with the bearer token and a name, to `url` (the
+ * redirect is not followed: its `location` says how the action went).
+ */
+export function operatorPost(url: string, token: string, body = ''): Promise<Response> {
+  return fetch(url, {
+    method: 'POST',
+    redirect: 'manual',
+    headers: {
+      authorization: `Bearer ${token}`,
+      'x-skiplock-operator': 'ada',
+      'content-type': 'application/x-www-form-urlencoded',
+    },
+    body,
+  });
+}
+
 export interface RawResponse {
   status: number;
   location: string | undefined;
@@ -81,5 +98,17 @@ export function rawHttp(served: Served, token: string, localAddress?: string) {
       req.end(body);
     });
   }
-  return { port, operatorForm, send };
+  /** Signs in from the dashboard's own origin; the answer's `cookie` is the session. */
+  const signIn = (fields: Record<string, string> = {}) =>
+    send(
+      'POST',
+      '/sign-in',
+      {
+        host: `127.0.0.1:${port}`,
+        origin: `http://127.0.0.1:${port}`,
+        'content-type': 'application/x-www-form-urlencoded',
+      },
+      new URLSearchParams({ operator: 'ada', token, ...fields }).toString(),
+    );
+  return { port, operatorForm, send, signIn };
 }
