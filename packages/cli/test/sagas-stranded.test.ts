@@ -145,4 +145,24 @@ describe('stranded sagas in the CLI', () => {
     expect(again.stdout).toBe('no stranded saga found\n');
     expect((await readSaga(db.pool, 'not-stranded'))?.status).toBe('running');
   });
+
+  it('sagas reconcile looks at every live saga, past a pass of --batch-size', async () => {
+    for (let i = 0; i < 5; i++) await start(`busy-${i}`);
+    await start('behind');
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'cancelled' WHERE id = $1`, [
+      await stepJob('behind'),
+    ]);
+    // The cancel touches the saga: least recently moved first, it is now the last one read.
+    expect((await runInProcess(['sagas', 'cancel', 'behind', '--module', mod], env)).code).toBe(0);
+    const result = await runInProcess(
+      ['sagas', 'reconcile', '--module', mod, '--batch-size', '3', '--json'],
+      env,
+    );
+    expect(result.code, result.stderr).toBe(0);
+    // Before: one pass of 3 said none was found, and the saga stayed running.
+    expect(
+      (JSON.parse(result.stdout) as { sagas: { id: string }[] }).sagas.map((x) => x.id),
+    ).toContain('behind');
+    expect((await readSaga(db.pool, 'behind'))?.status).not.toBe('running');
+  });
 });

@@ -254,7 +254,8 @@ export interface Client {
    * has expired (its worker is gone or stuck; its `onDead` hook is not run); false when it is in
    * another state (or does not exist). With `running: true`, a running job too: its worker aborts
    * the handler (`ctx.signal`, a `LockLostError`) at its next lease renewal, within a third of the
-   * job's lease, and writes nothing for it; its concurrency slot is given back at once.
+   * job's lease, and writes nothing for it; its concurrency slot is given back at once, so the
+   * key's next job may start before the stopped handler has returned.
    */
   cancelJob(
     id: string,

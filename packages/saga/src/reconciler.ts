@@ -38,6 +38,11 @@ export interface ReconcileResult {
   /** Sagas moved on: to compensation, or to `failed`. */
   reconciled: number;
   sagaIds: string[];
+  /**
+   * A page of sagas was left for the next pass (each pass reads `batchSize` of each kind, going on
+   * where the last stopped): run it again to have looked at every one.
+   */
+  more: boolean;
 }
 
 export interface ReconcilerOptions {
@@ -321,10 +326,11 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       stranded.push(...(await reconcileWaiting(tx)));
       return stranded;
     });
-    if (stranded === null) return { ran: false, reconciled: 0, sagaIds: [] };
+    if (stranded === null) return { ran: false, reconciled: 0, sagaIds: [], more: false };
     stranded.push(...(await reconcileEnds()));
     if (stranded.length > 0) e.metrics.reconciled.inc(stranded.length);
-    return { ran: true, reconciled: stranded.length, sagaIds: stranded };
+    const more = cursor !== null || waitingCursor !== null || parentCursor !== null;
+    return { ran: true, reconciled: stranded.length, sagaIds: stranded, more };
   }
 
   // The queue's own loop for singleton passes: one abort listener per sleep, removed when the

@@ -9,23 +9,29 @@ import {
 } from '../args.js';
 import { printJson, type Command } from '../io.js';
 
+/** Passes one command runs at most: 1,000 pages of `--batch-size` live sagas. */
+const MAX_PASSES = 1_000;
+
 export const sagasReconcileCommand: Command = {
   name: 'sagas reconcile',
-  summary: "run one pass of a saga runtime's reconciler: move on sagas whose job died unseen",
+  summary:
+    "run a saga runtime's reconciler over every live saga: move on those whose job died unseen",
   usage: [
     'usage: skiplock sagas reconcile --module FILE [--batch-size N] [--json] [--database-url URL]',
     '',
     '  --module FILE     the module (TypeScript or JavaScript) that exports the saga definitions',
     '                    (as for `sagas graph`): every version still in flight',
-    '  --batch-size N    live sagas one pass looks at, least recently moved first (default 100)',
+    '  --batch-size N    live sagas one pass looks at, least recently moved first (default 100);',
+    '                    passes go on until every live saga was looked at (1,000 at most)',
     '',
     'A saga whose step job died where no saga hook ran (a worker or sweeper without its job types,',
     'a job cancelled or deleted by hand) stays running until a reconciler looks at it; `sagas show`',
     'calls it stranded. `skiplock worker` runs the reconciler of a saga runtime its module exports;',
-    'this runs one pass of it now. A stranded step fails for good: the saga compensates (or fails',
-    'past its pivot); a stranded compensation fails the saga. A stranded saga of a version the',
-    'module does not export fails too, as no runtime could move it. Exits 0 also when another',
-    'process was running a pass (nothing done here; it says so).',
+    'this runs its passes now. A stranded step fails for good: the saga compensates (or fails',
+    'past its pivot); a stranded compensation fails the saga. A stranded saga of a name or version',
+    'the module does not export is failed without compensation, as a runtime does: give the module',
+    'that defines every saga and version in flight. Exits 0 also when another process was running',
+    'a pass (nothing done here; it says so).',
   ].join('\n'),
   async run(args, io) {
     const { values, positionals } = parseOptions(args, {
@@ -55,12 +61,21 @@ export const sagasReconcileCommand: Command = {
         reconciler: { batchSize },
       });
       try {
-        const result = await runtime.reconciler.runOnce();
+        // Pass after pass until every live saga was looked at: one pass reads `batchSize` of
+        // them, least recently moved first, and said "none found" while a stranded one waited
+        // further back (found in review). Bounded: MAX_PASSES pages.
+        const ids: string[] = [];
+        let result = await runtime.reconciler.runOnce();
+        ids.push(...result.sagaIds);
+        for (let pass = 1; result.ran && result.more && pass < MAX_PASSES; pass++) {
+          result = await runtime.reconciler.runOnce();
+          ids.push(...result.sagaIds);
+        }
         const moved: { id: string; status: string }[] = [];
-        for (const id of result.sagaIds) {
+        for (const id of new Set(ids)) {
           moved.push({ id, status: (await runtime.getSaga(id))?.status ?? 'gone' });
         }
-        return { ran: result.ran, moved };
+        return { ran: result.ran || ids.length > 0, moved };
       } finally {
         await runtime.close();
       }

@@ -27,6 +27,8 @@ export const workerCommand: Command = {
     'sagas exports its saga runtime too (export const runtime = createSagaRuntime(...), beside',
     'export const jobs = runtime.jobs): the worker runs its reconciler, which moves on sagas whose',
     'job died where no saga hook ran, and warns (saga_reconciler_missing) when there is none.',
+    'Its runtime must define every saga name and version in flight, as any runtime whose',
+    'reconciler runs: a stranded saga of one it does not know is failed without compensation.',
     '',
     '  --queue Q                 claim from queue Q (repeat; default: the queues of the jobs)',
     '  --concurrency N           jobs run at once, 1 to 1000 (default 10)',
@@ -139,10 +141,9 @@ function untilSignal(
         process.exit(1);
       }
       logger.info({ reason: 'signal', signal }, 'stopping: no new claims, draining running jobs');
-      // The reconcilers first: a pass that started while the worker drains would still move
-      // sagas after the process reported it had stopped.
-      stopReconcilers()
-        .then(() => worker.stop(timeoutMs === undefined ? {} : { timeoutMs }))
+      // Together: the worker stops claiming at once while a reconciler's pass ends, and both are
+      // done before the pool closes and the process says it stopped.
+      Promise.all([stopReconcilers(), worker.stop(timeoutMs === undefined ? {} : { timeoutMs })])
         .then(closePool)
         .then(
           () => resolve(0),
