@@ -6,9 +6,9 @@ export const jobsRetryCommand = jobActionCommand({
   help: [
     'Only dead, cancelled, retryable (waiting for a retry) and waiting (for a slot) jobs can be',
     'retried, and processing ones whose lease has expired (their worker is gone or stuck, or an',
-    'onDead hook keeps failing); the job keeps its error history. A job with a concurrency key waits for a slot of',
-    "its key first. Exits 1 when the job does not exist or is in another status, or is a saga's",
-    'job (type saga:...), which moves only with its saga.',
+    'onDead hook keeps failing); the job keeps its error history. A job with a concurrency key',
+    'waits for a slot of its key first. Exits 1 when the job does not exist or is in another',
+    "status, or is a saga's job (type saga:...), which moves only with its saga.",
   ],
   verb: 'retried',
   allowed: ['dead', 'cancelled', 'retryable', 'waiting'],

@@ -160,7 +160,7 @@ function untilSignal(
 
 /**
  * The reconcilers of the saga runtimes the module exports: started once the worker has started,
- * stopped before it drains. Without one, a saga whose step job died where no saga hook ran (the
+ * stopped with its drain. Without one, a saga whose step job died where no saga hook ran (the
  * last attempt's worker was killed and a worker without the saga's job types swept the lease, or
  * an operator cancelled the job) stays `running` for good (found in an audit); so a module that
  * runs saga jobs and exports no runtime is warned about.
