@@ -78,7 +78,8 @@ function fromArray(value: unknown, where: string): unknown[] {
 
 /**
  * Imports a module (TypeScript or JavaScript) and collects its job definitions: a default export
- * array (or single definition), a `jobs` array, and any other export shaped like a definition.
+ * array (or single definition), a `jobs` array, any other export shaped like a definition, and
+ * the jobs of each saga runtime it exports.
  */
 export async function loadJobModule(specifier: string, cwd: string): Promise<LoadedJobs> {
   const exports = await importModule(specifier, cwd);
@@ -91,6 +92,19 @@ export async function loadJobModule(specifier: string, cwd: string): Promise<Loa
   fromArray(exports.jobs, 'export "jobs"').forEach((v, i) => add(v, `export "jobs"[${i}]`));
   for (const [name, value] of Object.entries(exports)) {
     if (name !== 'default' && name !== 'jobs') add(value, `export "${name}"`);
+  }
+  // One runtime is often exported twice (by name and as the default); start its reconciler once.
+  const sagaRuntimes = new Map<SagaRuntimeLike, string>();
+  for (const [name, value] of Object.entries(exports)) {
+    if (looksLikeSagaRuntime(value) && !sagaRuntimes.has(value)) {
+      sagaRuntimes.set(value, name === 'default' ? 'default export' : `export "${name}"`);
+    }
+  }
+  // A runtime's own job definitions run too: a module that exported the runtime but not
+  // `runtime.jobs` was told it "exports no job definitions". The same objects exported as `jobs`
+  // as well are kept once, below.
+  for (const [runtime, where] of sagaRuntimes) {
+    runtime.jobs.forEach((v, i) => add(v, `${where}.jobs[${i}]`));
   }
   // One definition is often exported twice (by name and in the list); keep it once.
   const seen = new Map<unknown, AnyJobDefinition>();
@@ -110,13 +124,6 @@ export async function loadJobModule(specifier: string, cwd: string): Promise<Loa
       `${specifier} exports no job definitions: export them as a default array, a "jobs" ` +
         'array, or one by one (each made with defineJob)',
     );
-  }
-  // One runtime is often exported twice (by name and as the default); start its reconciler once.
-  const sagaRuntimes = new Map<SagaRuntimeLike, string>();
-  for (const [name, value] of Object.entries(exports)) {
-    if (looksLikeSagaRuntime(value) && !sagaRuntimes.has(value)) {
-      sagaRuntimes.set(value, name === 'default' ? 'default export' : `export "${name}"`);
-    }
   }
   return {
     jobs: [...seen.values()],

@@ -50,4 +50,14 @@ describe('skiplock worker with sagas', () => {
     expect((await worker.exited).code).toBe(0);
     expect(worker.lines.some(reason('saga_reconciler_started'))).toBe(false);
   }, 60_000);
+
+  it('runs the jobs of a runtime the module exports alone, beside its reconciler', async () => {
+    const worker = startCli(['worker', fixture('saga-runtime-only.ts'), '--no-listen'], env);
+    // Before: "exports no job definitions", exit 2.
+    const loaded = await worker.waitForLine(reason('jobs_loaded'), 30_000);
+    expect((loaded.jobTypes as string[]).sort()).toEqual(runtime.jobs.map((j) => j.type).sort());
+    await worker.waitForLine(reason('saga_reconciler_started'));
+    worker.child.kill('SIGTERM');
+    expect((await worker.exited).code).toBe(0);
+  }, 60_000);
 });
