@@ -7,6 +7,7 @@ import {
   removeSchedule,
   resumeSchedule,
   SkiplockError,
+  SLOT_HOLDING_STATUSES,
   type Logger,
 } from '@skiplock/queue';
 import {
@@ -519,7 +520,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       const operator = operatorName(Array.isArray(header) ? header[0] : header);
       if (throttled(r)) return null;
       if (guard.tokenMatches(bearer)) {
-        throttle?.succeeded(clientOf(r.req.socket.remoteAddress));
+        throttle?.succeeded(clientKey(r));
       } else {
         tokenFailed(r, 'bearer');
         return refuse(
@@ -651,7 +652,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       job.status === 'waiting' && job.concurrencyKey !== null
         ? await client.listJobs({
             concurrencyKey: job.concurrencyKey,
-            statuses: ['pending', 'retryable', 'processing'],
+            statuses: SLOT_HOLDING_STATUSES,
             limit: 20,
           })
         : null;
@@ -900,7 +901,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     if (throttled(r)) return;
     const tokenMatches = guard.tokenMatches(form.get('token'));
     if (!tokenMatches) tokenFailed(r, 'sign_in');
-    else throttle?.succeeded(clientOf(r.req.socket.remoteAddress));
+    else throttle?.succeeded(clientKey(r));
     if (operator === null || !tokenMatches) {
       logger.warn(
         { reason: 'dashboard_sign_in_refused', operator },
@@ -923,12 +924,17 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     redirect(r.res, withNotice(next, 'signed_in'), { 'set-cookie': cookie(r.req, value, 43_200) });
   }
 
+  /** Whom the request's token checks count against (see `clientOf`). */
+  function clientKey(r: Request): string {
+    return clientOf(r.req.socket.remoteAddress);
+  }
+
   /**
    * Refuses (429) a token check from a client past its wrong tokens (see `TokenThrottle`); true
    * when it did.
    */
   function throttled(r: Request): boolean {
-    const waitMs = throttle?.blockedFor(clientOf(r.req.socket.remoteAddress)) ?? 0;
+    const waitMs = throttle?.blockedFor(clientKey(r)) ?? 0;
     if (waitMs <= 0) return false;
     const seconds = Math.ceil(waitMs / 1000);
     r.res.setHeader('retry-after', String(seconds));
@@ -946,10 +952,11 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   }
 
   function tokenFailed(r: Request, action: string): void {
-    const client = clientOf(r.req.socket.remoteAddress);
-    if (throttle?.failed(client)) {
+    // Not `client`: that is the queue's client here.
+    const who = clientKey(r);
+    if (throttle?.failed(who)) {
       logger.warn(
-        { reason: 'dashboard_token_throttled', action, client },
+        { reason: 'dashboard_token_throttled', action, client: who },
         'too many wrong operator tokens: token checks refused for a while',
       );
     }

@@ -64,12 +64,9 @@ async function publishThree(topic: string): Promise<string[]> {
   ]);
 }
 
-/**
- * More passes than `maxAttempts` through `sink`, each as soon as the messages are due: with
- * every failure counted, the third would send them dead.
- */
-async function passesThrough(topic: string, sink: Sink, passes = 5) {
-  const relay = createRelay({
+/** A relay of `topic` through `sink` that would send a message dead on its third counted failure. */
+function outageRelay(topic: string, sink: Sink) {
+  return createRelay({
     pool: db.pool,
     sink,
     topics: [topic],
@@ -77,6 +74,14 @@ async function passesThrough(topic: string, sink: Sink, passes = 5) {
     logger: silent,
     backoff: { baseMs: 60_000, maxMs: 120_000, factor: 2, jitter: 0 },
   });
+}
+
+/**
+ * More passes than `maxAttempts` through `sink`, each as soon as the messages are due: with
+ * every failure counted, the third would send them dead.
+ */
+async function passesThrough(topic: string, sink: Sink, passes = 5) {
+  const relay = outageRelay(topic, sink);
   const results = [];
   for (let pass = 0; pass < passes; pass++) {
     await makeDue(topic);
@@ -233,14 +238,7 @@ describe.skipIf(!natsUp)('a NATS outage', () => {
       const topic = `${prefix}.lost`;
       const sink = natsSink({ servers: server.url, ackTimeoutMs: 300 });
       closers.push(() => sink.close());
-      const relay = createRelay({
-        pool: db.pool,
-        sink,
-        topics: [topic],
-        maxAttempts: 3,
-        logger: silent,
-        backoff: { baseMs: 60_000, maxMs: 120_000, factor: 2, jitter: 0 },
-      });
+      const relay = outageRelay(topic, sink);
       // Connected first, so what follows is a connection lost, not one never made.
       await publishMany(db.pool, [{ topic, key: `${topic}:a`, payload: { n: 0 } }]);
       expect(await relay.runOnce()).toMatchObject({ delivered: 1 });

@@ -131,6 +131,12 @@ export interface Job {
   updatedAt: Date;
 }
 
+/**
+ * The statuses of jobs holding a slot of their concurrency key (as `jobs_admitted_idx` says):
+ * with `listJobs({ concurrencyKey, statuses })`, what a `waiting` job of the key waits behind.
+ */
+export const SLOT_HOLDING_STATUSES: readonly JobStatus[] = ['pending', 'retryable', 'processing'];
+
 export interface QueueStats {
   queue: string;
   status: JobStatus;
@@ -233,7 +239,7 @@ export interface Client {
   ): Promise<EnqueueResult[]>;
   getJob(id: string, options?: TransactionOption): Promise<Job | null>;
   listJobs(filter?: {
-    statuses?: JobStatus[] | undefined;
+    statuses?: readonly JobStatus[] | undefined;
     queue?: string | undefined;
     jobType?: string | undefined;
     /**
@@ -242,8 +248,8 @@ export interface Client {
      */
     workerId?: string | undefined;
     /**
-     * Jobs of this concurrency key; with `statuses: ['pending', 'retryable', 'processing']`, the
-     * ones holding its slots (what a `waiting` job of the key waits behind).
+     * Jobs of this concurrency key; with `statuses: SLOT_HOLDING_STATUSES`, the ones holding its
+     * slots (what a `waiting` job of the key waits behind).
      */
     concurrencyKey?: string | undefined;
     limit?: number | undefined;

@@ -2,7 +2,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createClient, defineJob, SkiplockError } from '../src/index.js';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { jobRow, quiet, testWorker } from './fixtures.js';
+import { jobRow, quiet, sideNotes, testWorker } from './fixtures.js';
 
 // completeWith called inside its own work waited for the job's row, which the open transaction
 // holds: the attempt hung until its timeout. Called after it committed, it failed with a
@@ -10,16 +10,12 @@ import { jobRow, quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
-await db.pool.query('CREATE TABLE side (note text NOT NULL)');
-
-async function notes(): Promise<string[]> {
-  const { rows } = await db.pool.query<{ note: string }>('SELECT note FROM side ORDER BY note');
-  return rows.map((r) => r.note);
-}
+const side = await sideNotes(db.pool);
+const notes = side.notes;
 
 describe('completeWith called where it cannot run', () => {
   beforeEach(async () => {
-    await db.pool.query('TRUNCATE side');
+    await side.clear();
   });
 
   it('refuses a call inside the work of an open one at once, and nothing of either commits', async () => {

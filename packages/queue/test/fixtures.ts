@@ -49,3 +49,18 @@ export async function countByStatus(
   );
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }
+
+/**
+ * A table `side` of notes a job's own transaction writes, and a reader of them (sorted): what
+ * of a handler's writes committed.
+ */
+export async function sideNotes(pool: pg.Pool) {
+  await pool.query('CREATE TABLE side (note text NOT NULL)');
+  return {
+    notes: async (): Promise<string[]> => {
+      const { rows } = await pool.query<{ note: string }>('SELECT note FROM side ORDER BY note');
+      return rows.map((r) => r.note);
+    },
+    clear: () => pool.query('TRUNCATE side'),
+  };
+}

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { createClient, defineJob, SkiplockError } from '../src/index.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { jobRow, quiet, testWorker } from './fixtures.js';
+import { jobRow, quiet, sideNotes, testWorker } from './fixtures.js';
 
 // A statement of the caller's fails inside a transaction of skiplock's and the caller catches the
 // error: PostgreSQL answers the COMMIT with ROLLBACK, not an error. Each of these was reported as
@@ -12,12 +12,8 @@ import { jobRow, quiet, testWorker } from './fixtures.js';
 
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
-await db.pool.query('CREATE TABLE side (note text NOT NULL)');
-
-async function notes(): Promise<string[]> {
-  const { rows } = await db.pool.query<{ note: string }>('SELECT note FROM side ORDER BY note');
-  return rows.map((r) => r.note);
-}
+const side = await sideNotes(db.pool);
+const notes = side.notes;
 
 describe('a transaction rolled back at COMMIT', () => {
   it('fails completeWith, and the attempt, instead of reporting the completion', async () => {

@@ -39,7 +39,8 @@ export const jobsShowCommand: Command = {
         found?.status === 'waiting' && found.concurrencyKey !== null
           ? await client.listJobs({
               concurrencyKey: found.concurrencyKey,
-              statuses: ['pending', 'retryable', 'processing'],
+              // Loaded already by silentClient; imported here so that --help never pays for it.
+              statuses: (await import('@skiplock/queue')).SLOT_HOLDING_STATUSES,
               limit: MAX_HOLDERS,
             })
           : null;
