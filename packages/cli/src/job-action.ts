@@ -44,6 +44,20 @@ export async function applyJobAction(
     const after = await client.getJob(id);
     if (!changed || !after) {
       const status = after?.status ?? 'gone';
+      // A run stopped with `jobs cancel --running` keeps its lease until its handler returns:
+      // retried before that, the job could run twice at once.
+      if (
+        after &&
+        status === 'cancelled' &&
+        after.leaseExpiresAt &&
+        after.leaseExpiresAt > db.now
+      ) {
+        throw new CliError(
+          `job ${id} is cancelled, but its stopped run has not ended: its handler has not returned ` +
+            `(its lease, and its concurrency slot, are held until it does or until ` +
+            `${after.leaseExpiresAt.toISOString()}); it can be ${action.verb} once the run ends`,
+        );
+      }
       throw new CliError(
         `job ${id} is ${status}; only ${action.allowed.join(', ')} jobs, and processing ones whose lease has expired, can be ${action.verb}` +
           (status === 'processing' && !flagged && action.runningHint

@@ -252,6 +252,12 @@ describe('skiplock jobs', () => {
     );
     expect((await statusOf(ids.scheduled))!.status).toBe('cancelled');
 
+    // Its lease renewed, as its worker would: the file's earlier tests may outlast the first one
+    // (30 s), and a job whose lease has expired may be cancelled.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET lease_expires_at = now() + interval '10 minutes' WHERE id = $1`,
+      [ids.processing],
+    );
     const refused = await runCli(['jobs', 'cancel', ids.processing], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(
@@ -266,6 +272,16 @@ describe('skiplock jobs', () => {
       previousStatus: 'processing',
       status: 'cancelled',
     });
+    // Its handler has not returned (no worker here clears its lease): retried now, the job
+    // could run beside its stopped run.
+    const early = await runInProcess(['jobs', 'retry', ids.processing], env);
+    expect(early.code).toBe(1);
+    expect(early.stderr).toMatch(
+      new RegExp(
+        `job ${ids.processing} is cancelled, but its stopped run has not ended: its handler has not returned \\(its lease, and its concurrency slot, are held until it does or until \\S+Z\\); it can be retried once the run ends`,
+      ),
+    );
+    expect((await statusOf(ids.processing))!.status).toBe('cancelled');
     // Put back as the worker left it, for the other tests.
     await db.pool.query(
       `UPDATE skiplock.jobs SET status = 'processing', lease_expires_at = now() + interval '30 seconds'
@@ -360,8 +376,26 @@ describe('skiplock jobs', () => {
         `job ${holder} processing in queue retired \\(lease expired 5m ago: its worker is gone or stuck\\)`,
       ),
     );
-    const cancelled = await runInProcess(['jobs', 'cancel', holder], env);
-    expect(cancelled.code, cancelled.stderr).toBe(0);
+    // A holder stopped with --running still holds the slot until its handler returns.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET lease_expires_at = now() + interval '10 minutes' WHERE id = $1`,
+      [holder],
+    );
+    const stopped = await runInProcess(['jobs', 'cancel', holder, '--running'], env);
+    expect(stopped.code, stopped.stderr).toBe(0);
+    expect((await statusOf(waiter))!.status).toBe('waiting');
+    expect((await runInProcess(['jobs', 'show', waiter], env)).stdout).toMatch(
+      new RegExp(
+        `job ${holder} cancelled in queue retired \\(stopped; its handler has not returned: holds the slot until it does, or until its lease ends in (9m|10m)`,
+      ),
+    );
+    // Its worker gone, the lease runs out: the slot is free, and the waiter admitted.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`,
+      [holder],
+    );
+    const retried = await runInProcess(['jobs', 'retry', waiter], env);
+    expect(retried.code, retried.stderr).toBe(0);
     expect((await statusOf(waiter))!.status).toBe('pending');
     expect((await runInProcess(['jobs', 'list', '--concurrency-key', ''], env)).code).toBe(2);
   });

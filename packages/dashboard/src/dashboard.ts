@@ -7,7 +7,6 @@ import {
   removeSchedule,
   resumeSchedule,
   SkiplockError,
-  SLOT_HOLDING_STATUSES,
   type Logger,
 } from '@skiplock/queue';
 import {
@@ -157,7 +156,7 @@ const NOTICES: Record<string, (n: number) => string> = {
   job_retried_waiting: () =>
     'Job retried: it is waiting for a slot of its concurrency key (all are taken), then runs.',
   job_not_retried: () =>
-    'Not retried: only dead, cancelled, retry-waiting and slot-waiting jobs can be, and running ones whose lease has expired.',
+    'Not retried: only dead, cancelled, retry-waiting and slot-waiting jobs can be, and running ones whose lease has expired; a stopped run must end (its handler return) first.',
   job_cancelled: () => 'Job cancelled.',
   job_not_cancelled: () =>
     'Not cancelled: only pending, retry-waiting and slot-waiting jobs can be, and running ones whose lease has expired.',
@@ -652,7 +651,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       job.status === 'waiting' && job.concurrencyKey !== null
         ? await client.listJobs({
             concurrencyKey: job.concurrencyKey,
-            statuses: SLOT_HOLDING_STATUSES,
+            holdingSlot: true,
             limit: 20,
           })
         : null;

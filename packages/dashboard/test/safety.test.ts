@@ -302,6 +302,14 @@ describe('dashboard safety', () => {
     const stopped = await send('POST', `/jobs/${id}/cancel`, operatorForm, 'running=1');
     expect(stopped.location).toMatch(/notice=job_cancelled&/);
     expect((await client.getJob(id))?.status).toBe('cancelled');
+    // Its handler has not returned (its lease is kept): no retry, which could run it twice.
+    const stopping = await send('GET', `/jobs/${id}`, host);
+    expect(await actions()).toEqual([]);
+    expect(stopping.text).toContain('stopping: its handler has not returned');
+    expect((await send('POST', `/jobs/${id}/retry`, operatorForm, '')).location).toMatch(
+      /notice=job_not_retried/,
+    );
+    expect((await client.getJob(id))?.status).toBe('cancelled');
     await runAs('-1 minute');
     // Before: no action for a processing job, and the cancel refused.
     expect(await actions()).toEqual(['retry', 'cancel']);
@@ -324,6 +332,17 @@ describe('dashboard safety', () => {
     expect(holders).toMatch(/in queue\s+retired/);
     const free = await send('GET', `/jobs/${holder}`, { host: `127.0.0.1:${port}` });
     expect(free.text).not.toContain('waits behind');
+    // A holder stopped while it ran holds the slot until its handler returns: still named.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'w',
+              locked_at = now(), lease_expires_at = now() + interval '1 minute' WHERE id = $1`,
+      [holder],
+    );
+    expect(await client.cancelJob(holder, { running: true })).toBe(true);
+    const behind = await send('GET', `/jobs/${waiter}`, { host: `127.0.0.1:${port}` });
+    const stopped = /<ul class="holders"[^>]*>([\s\S]*?)<\/ul>/.exec(behind.text)?.[1] ?? '';
+    expect(stopped).toContain(`href="/jobs/${holder}"`);
+    expect(stopped).toContain('stopped; its handler has not returned');
   });
 
   it('outbox: hidePayloads hides the last error; a retry without a right to it changes nothing', async () => {

@@ -131,12 +131,6 @@ export interface Job {
   updatedAt: Date;
 }
 
-/**
- * The statuses of jobs holding a slot of their concurrency key (as `jobs_admitted_idx` says):
- * with `listJobs({ concurrencyKey, statuses })`, what a `waiting` job of the key waits behind.
- */
-export const SLOT_HOLDING_STATUSES: readonly JobStatus[] = ['pending', 'retryable', 'processing'];
-
 export interface QueueStats {
   queue: string;
   status: JobStatus;
@@ -247,11 +241,14 @@ export interface Client {
      * what it holds right now), or whose last attempt ran there.
      */
     workerId?: string | undefined;
-    /**
-     * Jobs of this concurrency key; with `statuses: SLOT_HOLDING_STATUSES`, the ones holding its
-     * slots (what a `waiting` job of the key waits behind).
-     */
+    /** Jobs of this concurrency key. */
     concurrencyKey?: string | undefined;
+    /**
+     * Only jobs holding a slot of their concurrency key: pending, retry-waiting and running ones,
+     * and a stopped run (`cancelled`, see `cancelJob`) until its handler returns or its lease
+     * runs out. With `concurrencyKey`, what a `waiting` job of the key waits behind.
+     */
+    holdingSlot?: boolean | undefined;
     limit?: number | undefined;
     beforeId?: string | undefined;
   }): Promise<Job[]>;
@@ -260,8 +257,10 @@ export interface Client {
    * has expired (its worker is gone or stuck; its `onDead` hook is not run); false when it is in
    * another state (or does not exist). With `running: true`, a running job too: its worker aborts
    * the handler (`ctx.signal`, a `LockLostError`) at its next lease renewal, within a third of the
-   * job's lease, and writes nothing for it; its concurrency slot is given back at once, so the
-   * key's next job may start before the stopped handler has returned.
+   * job's lease, and writes nothing for it. The stopped run keeps its lease, and so its
+   * concurrency slot, until its handler has returned (its worker then clears the lease) or the
+   * lease runs out (its worker gone, or a handler ignoring its signal for a whole lease); the job
+   * cannot be retried until then.
    */
   cancelJob(
     id: string,
@@ -324,6 +323,13 @@ export function checkJobFilter(filter: Record<string, unknown>): void {
         `statuses must be an array of ${[...JOB_STATUSES].join(', ')}; got ${JSON.stringify(bad)}`,
       );
     }
+  }
+  const { holdingSlot } = filter;
+  if (holdingSlot != null && typeof holdingSlot !== 'boolean') {
+    throw new SkiplockError(
+      'invalid_filter',
+      `holdingSlot must be a boolean, got ${JSON.stringify(holdingSlot)}`,
+    );
   }
   for (const name of ['queue', 'jobType', 'workerId', 'concurrencyKey'] as const) {
     const value = filter[name];

@@ -34,6 +34,7 @@ import { decideFailure, type FailureDecision } from './retry/policy.js';
 import { defaultBackoff } from './retry/backoff.js';
 import type { ClaimedRow } from './sql/claim.js';
 import { extendLease } from './sql/heartbeat.js';
+import { releaseStoppedRun } from './sql/admin.js';
 import { selectJobHolder, type JobHolderRow } from './sql/fence.js';
 import { completeJobs, failJob, releaseJobs, type LockToken } from './sql/settle.js';
 import { isThenable, issuesAt, runValidation } from './standard.js';
@@ -74,6 +75,11 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
   handlerSettled: Promise<void> = Promise.resolve();
   /** True from an async handler's start until it has returned or thrown. */
   handlerRunning = false;
+  /**
+   * Its lock was lost to an operator's stop (`cancelled`), or to a write not known: the run may
+   * still hold its lease, and its slot, until the handler returns (see `releaseStopped`).
+   */
+  stopped = false;
   /** How many hand-offs in a row led to this job; 0 for a job the worker claimed. */
   handOffDepth = 0;
   /** A hand-back of this buffered job failed: it may have committed, so check before starting. */
@@ -176,6 +182,11 @@ export interface ExecutorDeps {
   handlerDone(job: RunningJob, durationMs: number): void;
   /** A job of this concurrency key settled: its slot is free for the key's next waiting job. */
   slotFreed(key: string): void;
+  /**
+   * Work a run left behind it (a stopped run's release once its overrunning handler returned),
+   * which the worker's stop() waits for as it waits for runs.
+   */
+  track(task: Promise<void>): void;
   /** Hand-offs of successor jobs to this worker (see `HandOffSlot`); null: none. */
   handOff: {
     limit: number;
@@ -256,9 +267,17 @@ async function execute(d: ExecutorDeps, job: RunningJob): Promise<void> {
     await settle(d, job, outcome, durationMs);
     // A settled (or released) job of a concurrency key gave its slot back: admit the key's next
     // job once this handler has returned. After a lost lock the admission is harmless: it counts
-    // before admitting.
+    // before admitting. A run an operator stopped gives its slot back only now, by clearing the
+    // lease it kept (see `releaseStoppedRun`): as part of this run when its handler has returned
+    // already, else once it does; runOnce() and stop() wait for either.
     const key = job.row.concurrency_key;
-    if (key !== null) void job.handlerSettled.then(() => d.slotFreed(key));
+    if (job.stopped) {
+      if (job.handlerRunning) {
+        void job.handlerSettled.then(() => d.track(releaseStopped(d, job)));
+      } else {
+        await releaseStopped(d, job);
+      }
+    } else if (key !== null) void job.handlerSettled.then(() => d.slotFreed(key));
   } catch (error) {
     // The job stays processing under its lease; the sweeper will take it back.
     d.metrics.settleFailures.inc();
@@ -689,7 +708,30 @@ async function lockLost(d: ExecutorDeps, job: RunningJob, durationMs: number): P
     { ...jobFields(job), reason: 'lock_lost', current },
     'job no longer owned; result discarded',
   );
+  // Cancelled under this run (`cancelJob(id, { running: true })`), or not known: the run may
+  // hold its slot until its handler returns. Anything else took the job from it for good.
+  job.stopped = current === undefined || current?.status === 'cancelled';
   d.events.emit('job:lock_lost', { ...jobFields(job), current });
+}
+
+/**
+ * The handler of a run an operator stopped has returned: the lease it kept, and with it its
+ * concurrency key's slot, is given back, and the key's next job admitted. Should that fail, the
+ * slot is free once the lease runs out (within one `lease_ms`).
+ */
+async function releaseStopped(d: ExecutorDeps, job: RunningJob): Promise<void> {
+  try {
+    const { rows } = await withRetry(d, () =>
+      runSql<{ concurrency_key: string | null }>(d.pool, releaseStoppedRun(d.workerId, job.token)),
+    );
+    const key = rows[0]?.concurrency_key ?? job.row.concurrency_key;
+    if (key !== null) d.slotFreed(key);
+  } catch (error) {
+    d.logger.warn(
+      { ...jobFields(job), reason: 'settle_failed', err: errorMessage(error) },
+      "could not give back a stopped run's lease; its slot is free when the lease runs out",
+    );
+  }
 }
 
 async function settleFailure(

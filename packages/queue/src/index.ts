@@ -9,7 +9,7 @@ export type {
   JobOptions,
   PayloadOf,
 } from './define.js';
-export { createClient, SLOT_HOLDING_STATUSES } from './client.js';
+export { createClient } from './client.js';
 export type {
   BulkItem,
   Client,

@@ -396,6 +396,10 @@ export function createWorker(options: WorkerOptions): Worker {
       wake('slot');
     },
     slotFreed: (key) => admitter?.freed(key),
+    track: (task) => {
+      inflight.add(task);
+      void task.finally(() => inflight.delete(task));
+    },
     handOff:
       config.maxHandOffs === 0
         ? null

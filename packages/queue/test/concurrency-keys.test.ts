@@ -446,10 +446,14 @@ describe('concurrency keys', () => {
       WHERE j.concurrency_key = 'tenant:7' AND j.status = 'waiting' AND j.run_at <= now()
       ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1`);
     expect(head).toMatch(/Index Scan using jobs_waiting_idx/);
+    // A stopped run holds its slot too (migrations-flow/0005_stopping_runs_hold_slots.sql).
     const slots = await plan(`
       SELECT count(*) FROM skiplock.jobs j
-      WHERE j.concurrency_key = 'tenant:7' AND j.status IN ('pending', 'retryable', 'processing')`);
-    expect(slots).toMatch(/Index Only Scan using jobs_admitted_idx/);
+      WHERE j.concurrency_key = 'tenant:7'
+        AND (j.status IN ('pending', 'retryable', 'processing')
+             OR (j.status = 'cancelled' AND j.lease_expires_at IS NOT NULL
+                 AND j.lease_expires_at > clock_timestamp()))`);
+    expect(slots).toMatch(/Index Only Scan using jobs_slot_holders_idx/);
     const nextKey = await plan(`
       SELECT j.concurrency_key FROM skiplock.jobs j
       WHERE j.status = 'waiting' AND j.concurrency_key > 'tenant:7'
@@ -521,6 +525,92 @@ describe('concurrency keys', () => {
       await worker.stop();
     }
     expect(events).toEqual(['start 0', 'end 0', 'start 1', 'end 1']);
+  });
+
+  it('a stopped run holds its slot until its handler returns, and its job is not retried meanwhile', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const signals: AbortSignal[] = [];
+    const mutex = defineJob({
+      ...tenantJob,
+      type: 'tenant.mutex',
+      concurrencyLimit: 1,
+      leaseMs: 1_200,
+      // Ignores its signal until the gate opens: a handler busy in a call it cannot abort.
+      handler: async (_p, ctx) => {
+        signals.push(ctx.signal);
+        await gate;
+      },
+    });
+    const [a, b] = await client.enqueueMany(mutex, [
+      { payload: { tenant: 'm', n: 0 } },
+      { payload: { tenant: 'm', n: 1 } },
+    ]);
+    await admitter.runOnce();
+    const worker = testWorker(db.pool, [mutex], { queues: ['ck'] });
+    const lost: string[] = [];
+    worker.on('job:lock_lost', (e) => lost.push(e.jobId));
+    const run = worker.runOnce();
+    await waitFor(() => signals.length === 1);
+    expect(await client.cancelJob(a!.id, { running: true })).toBe(true);
+    // Its worker sees the stop at its next renewal, a third of the lease (400 ms) at most.
+    await waitFor(() => signals[0]!.aborted, { timeoutMs: 5_000 });
+    // Before: the stop gave the slot back at once, and job 1 was admitted beside the handler
+    // still running: two jobs of a key of limit 1 at once.
+    expect(await admitter.runOnce()).toEqual({ admitted: 0 });
+    expect(await byKey()).toEqual({ 'tenant:m': { cancelled: 1, waiting: 1 } });
+    const holders = await client.listJobs({ concurrencyKey: 'tenant:m', holdingSlot: true });
+    expect(holders.map((j) => [j.id, j.status])).toEqual([[a!.id, 'cancelled']]);
+    // Retried now, it would run beside its own stopped run.
+    expect(await client.retryJob(a!.id)).toBe(false);
+    release();
+    await run;
+    const lease = async () =>
+      (
+        await db.pool.query<{ lease_expires_at: Date | null }>(
+          'SELECT lease_expires_at FROM skiplock.jobs WHERE id = $1',
+          [a!.id],
+        )
+      ).rows[0]!.lease_expires_at;
+    // The handler returned: its worker clears the lease and admits the key's next job (a
+    // worker's stop() waits for that admission).
+    await waitFor(async () => (await lease()) === null);
+    await worker.stop();
+    expect(lost).toEqual([a!.id]);
+    expect(await byKey()).toEqual({ 'tenant:m': { cancelled: 1, pending: 1 } });
+    expect(await client.listJobs({ concurrencyKey: 'tenant:m', holdingSlot: true })).toMatchObject([
+      { id: b!.id, status: 'pending' },
+    ]);
+    expect(await client.retryJob(a!.id)).toBe(true);
+    expect(await byKey()).toEqual({ 'tenant:m': { pending: 1, waiting: 1 } });
+  });
+
+  it('a stopped run whose worker is gone holds its slot until its lease runs out', async () => {
+    const mutex = defineJob({ ...tenantJob, type: 'tenant.gone', concurrencyLimit: 1 });
+    const [a] = await client.enqueueMany(mutex, [
+      { payload: { tenant: 'g', n: 0 } },
+      { payload: { tenant: 'g', n: 1 } },
+    ]);
+    await admitter.runOnce();
+    // Running on a worker that is gone, its lease live for 1.5 s more.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
+              locked_at = now(), lease_expires_at = clock_timestamp() + interval '1500 ms'
+       WHERE id = $1`,
+      [a!.id],
+    );
+    expect(await client.cancelJob(a!.id, { running: true })).toBe(true);
+    expect(await admitter.runOnce()).toEqual({ admitted: 0 });
+    expect(await client.retryJob(a!.id)).toBe(false);
+    await waitFor(async () => (await admitter.runOnce()).admitted === 1, { timeoutMs: 10_000 });
+    expect(await byKey()).toEqual({ 'tenant:g': { cancelled: 1, pending: 1 } });
+    expect(await client.retryJob(a!.id)).toBe(true);
+  });
+
+  it('refuses a holdingSlot filter that is not a boolean', async () => {
+    await expect(client.listJobs({ holdingSlot: 'yes' as unknown as boolean })).rejects.toThrow(
+      'holdingSlot must be a boolean, got "yes"',
+    );
   });
 
   it("runOnce() on a worker never started admits the key's next job, and stop() waits for it", async () => {

@@ -1001,11 +1001,22 @@ describe('leases, fencing and the sweeper', () => {
     // machine room.
     await waitFor(() => signals[0]!.aborted, { timeoutMs: 5_000 });
     expect(signals[0]!.reason).toBeInstanceOf(LockLostError);
+    // Its handler has not returned: retried now, the job could run beside it.
+    expect(await client.retryJob(id)).toBe(false);
     release();
     await run;
     expect(lost).toEqual([id]);
     expect(completed).toEqual([]);
     expect(await jobRow(db.pool, id)).toMatchObject({ status: 'cancelled', attempts: 1 });
+    // The handler returned, so its worker gives the lease back, and the job may be retried.
+    await waitFor(async () => {
+      const { rows } = await db.pool.query<{ lease_expires_at: Date | null }>(
+        'SELECT lease_expires_at FROM skiplock.jobs WHERE id = $1',
+        [id],
+      );
+      return rows[0]!.lease_expires_at === null;
+    });
+    expect(await client.retryJob(id)).toBe(true);
   });
 
   it('runs one sweep at a time across hosts (advisory lock)', async () => {

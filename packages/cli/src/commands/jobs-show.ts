@@ -39,8 +39,7 @@ export const jobsShowCommand: Command = {
         found?.status === 'waiting' && found.concurrencyKey !== null
           ? await client.listJobs({
               concurrencyKey: found.concurrencyKey,
-              // Loaded already by silentClient; imported here so that --help never pays for it.
-              statuses: (await import('@skiplock/queue')).SLOT_HOLDING_STATUSES,
+              holdingSlot: true,
               limit: MAX_HOLDERS,
             })
           : null;
@@ -74,11 +73,13 @@ function holderJson(h: Job) {
 /** A key holder in a line: `job 12 processing in queue q (lease expired 3m ago: ...)`. */
 function holderLine(h: Job, now: Date): string {
   const lease =
-    h.status === 'processing' && h.leaseExpiresAt
-      ? h.leaseExpiresAt < now
-        ? ` (lease expired ${relativeTime(h.leaseExpiresAt, now)}: its worker is gone or stuck)`
-        : ` (lease ends ${relativeTime(h.leaseExpiresAt, now)})`
-      : '';
+    h.status === 'cancelled' && h.leaseExpiresAt
+      ? ` (stopped; its handler has not returned: holds the slot until it does, or until its lease ends ${relativeTime(h.leaseExpiresAt, now)})`
+      : h.status === 'processing' && h.leaseExpiresAt
+        ? h.leaseExpiresAt < now
+          ? ` (lease expired ${relativeTime(h.leaseExpiresAt, now)}: its worker is gone or stuck)`
+          : ` (lease ends ${relativeTime(h.leaseExpiresAt, now)})`
+        : '';
   return `job ${h.id} ${h.status} in queue ${h.queue}${lease}`;
 }
 

@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { JobStatus } from '../schema.js';
+import type { LockToken } from './fence.js';
 
 const jobColumns = sql`
   id::text AS id, queue, job_type, payload, idempotency_key, status, priority, attempts,
@@ -16,15 +17,22 @@ export interface JobFilter {
   jobType?: string | undefined;
   /** Jobs whose current (or, once settled, last) attempt ran on this worker: `locked_by`. */
   workerId?: string | undefined;
-  /**
-   * Jobs of this concurrency key. With the statuses that hold a slot (pending, retryable,
-   * processing) it reads `jobs_admitted_idx`: what a waiting job waits behind.
-   */
+  /** Jobs of this concurrency key. */
   concurrencyKey?: string | undefined;
+  /** Only jobs holding a slot of their key (`slotHolder`): through `jobs_slot_holders_idx`. */
+  holdingSlot?: boolean | undefined;
   limit: number;
   /** Keyset pagination: only jobs with a smaller id. */
   beforeId?: string | undefined;
 }
+
+/**
+ * A job holding a slot of its concurrency key, as `skiplock.admit()` counts them (see
+ * migrations-flow/0005_stopping_runs_hold_slots.sql): its predicate implies the index's.
+ */
+const slotHolder = sql`concurrency_key IS NOT NULL
+  AND (status IN ('pending', 'retryable', 'processing')
+       OR (status = 'cancelled' AND lease_expires_at IS NOT NULL AND lease_expires_at > now()))`;
 
 export function selectJobs(filter: JobFilter) {
   const where: SQL[] = [sql`true`];
@@ -35,6 +43,7 @@ export function selectJobs(filter: JobFilter) {
   if (filter.jobType) where.push(sql`job_type = ${filter.jobType}`);
   if (filter.workerId) where.push(sql`locked_by = ${filter.workerId}`);
   if (filter.concurrencyKey) where.push(sql`concurrency_key = ${filter.concurrencyKey}`);
+  if (filter.holdingSlot) where.push(slotHolder);
   if (filter.beforeId) where.push(sql`jobs.id < ${filter.beforeId}::bigint`);
   // ORDER BY names the table's column: a bare `id` would be the select list's `id::text`,
   // which sorts '99' after '241' and makes keyset pages skip jobs.
@@ -57,14 +66,38 @@ const expiredRun = sql`(status = 'processing' AND lease_expires_at < now())`;
  * Cancels a job that has not started (pending, retry-waiting or slot-waiting) or whose run's
  * lease has expired; with `running`, any running one too. Its worker finds the job no longer its
  * own at its next lease renewal (the fence checks the status) and aborts the handler, as for a
- * lease taken back. Returns the job's concurrency key, whose slot a cancelled job gives back.
+ * lease taken back. A run stopped so keeps its lease: it holds its concurrency slot (see
+ * migrations-flow/0005_stopping_runs_hold_slots.sql) until its worker clears the lease once the
+ * handler has returned (`releaseStoppedRun`), or the lease runs out. Returns the concurrency key
+ * of a job that gave its slot back now (null while its stopped run still holds it).
  */
 export function cancelJob(id: string, running = false) {
   return sql`
-    UPDATE skiplock.jobs SET status = 'cancelled', lease_expires_at = NULL, updated_at = now()
+    UPDATE skiplock.jobs
+    SET status = 'cancelled', updated_at = now(),
+        lease_expires_at = ${running ? sql`CASE WHEN status = 'processing' AND lease_expires_at > now() THEN lease_expires_at END` : sql`NULL`}
     WHERE id = ${id} AND (status IN ('pending', 'retryable', 'waiting') OR ${running ? sql`status = 'processing'` : expiredRun})
-    RETURNING id::text AS id, concurrency_key`;
+    RETURNING id::text AS id, CASE WHEN lease_expires_at IS NULL THEN concurrency_key END AS concurrency_key`;
 }
+
+/**
+ * A run stopped by `cancelJob(id, { running: true })` whose handler has now returned: its lease
+ * is cleared, and with it the slot of its concurrency key (returned, to admit the key's next
+ * job). Fenced by the attempt and the worker, as every write of a run is.
+ */
+export function releaseStoppedRun(workerId: string, token: LockToken) {
+  return sql`
+    UPDATE skiplock.jobs j SET lease_expires_at = NULL
+    WHERE j.id = ${token.id} AND j.attempts = ${token.attempt} AND j.locked_by = ${workerId}
+      AND j.status = 'cancelled' AND j.lease_expires_at IS NOT NULL
+    RETURNING j.concurrency_key`;
+}
+
+/**
+ * A cancelled job whose stopped run still holds its lease (its handler has not returned): it is
+ * not retried until the run ends, or the retried job could run beside it.
+ */
+const stoppingRun = sql`(status = 'cancelled' AND coalesce(lease_expires_at > now(), false))`;
 
 /**
  * Cancels a job that has not started, unless another transaction holds its row: for a caller that
@@ -134,6 +167,7 @@ export function retryJob(id: string) {
           singleton_key = CASE WHEN status IN ('dead', 'cancelled') THEN NULL
                                ELSE singleton_key END
       WHERE id = ${id} AND (status IN ('dead', 'cancelled', 'retryable', 'waiting') OR ${expiredRun})
+        AND NOT ${stoppingRun}
       RETURNING id, queue, concurrency_key
     )
     SELECT id::text AS id, concurrency_key,
