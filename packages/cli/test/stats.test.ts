@@ -16,6 +16,11 @@ const enqueue = (n: number, queue: string) =>
     Array.from({ length: n }, (_, i) => ({ payload: { n: i }, queue })),
   );
 const [mail, media] = [await enqueue(6, 'mail'), await enqueue(2, 'media')];
+// keyed: 1 waiting for a slot of its concurrency key for 3 minutes, 1 waiting and not yet due.
+const keyed = await client.enqueueMany(
+  job,
+  [0, 1].map((n) => ({ payload: { n }, queue: 'keyed', concurrencyKey: 'k', concurrencyLimit: 1 })),
+);
 const set = (ids: { id: string }[], assignments: string) =>
   db.pool.query(`UPDATE skiplock.jobs SET ${assignments} WHERE id = ANY($1::bigint[])`, [
     ids.map((r) => r.id),
@@ -33,6 +38,8 @@ await set(mail.slice(4, 6), "status = 'dead', attempts = 5");
 await set([mail[5]!], "updated_at = now() - interval '2 hours'");
 await set([media[0]!], "run_at = now() + interval '1 hour'");
 await set([media[1]!], "status = 'completed', completed_at = now()");
+await set([keyed[0]!], "run_at = now() - interval '3 minutes'");
+await set([keyed[1]!], "run_at = now() + interval '1 hour'");
 
 describe('skiplock stats', () => {
   it('reports depth, oldest waiting age, expired leases and recent dead jobs as JSON', async () => {
@@ -41,6 +48,7 @@ describe('skiplock stats', () => {
     const { stats } = JSON.parse(result.stdout) as { stats: Record<string, unknown>[] };
     const byKey = Object.fromEntries(stats.map((s) => [`${s.queue}/${s.status}`, s]));
     expect(Object.keys(byKey).sort()).toEqual([
+      'keyed/waiting',
       'mail/dead',
       'mail/pending',
       'mail/processing',
@@ -70,6 +78,11 @@ describe('skiplock stats', () => {
     expect(byKey['mail/dead']).toMatchObject({ count: 2, deadLastHour: 1 });
     // A job scheduled for later is not waiting yet.
     expect(byKey['media/pending']).toMatchObject({ count: 1, oldestRunnableAgeMs: null });
+    // How long the oldest due job has waited for a slot of its key (before: no age for these).
+    expect(byKey['keyed/waiting']).toMatchObject({ count: 2 });
+    const waited = byKey['keyed/waiting']!.oldestRunnableAgeMs as number;
+    expect(waited).toBeGreaterThanOrEqual(3 * 60_000);
+    expect(waited).toBeLessThan(8 * 60_000);
   });
 
   it('prints an aligned table', async () => {
@@ -87,7 +100,15 @@ describe('skiplock stats', () => {
           .slice(0, 2)
           .join('/'),
       ),
-    ).toEqual(['mail/pending', 'mail/processing', 'mail/dead', 'media/pending', 'media/completed']);
+    ).toEqual([
+      'keyed/waiting',
+      'mail/pending',
+      'mail/processing',
+      'mail/dead',
+      'media/pending',
+      'media/completed',
+    ]);
+    expect(lines).toContainEqual(expect.stringMatching(/^keyed\s+waiting\s+2\s+[3-7]m\s+-\s+-$/));
     expect(lines).toContainEqual(expect.stringMatching(/^mail\s+pending\s+2\s+[5-9]m\s+-\s+-$/));
     expect(lines).toContainEqual(expect.stringMatching(/^mail\s+processing\s+2\s+-\s+1\s+-$/));
     expect(lines).toContainEqual(expect.stringMatching(/^mail\s+dead\s+2\s+-\s+-\s+1$/));

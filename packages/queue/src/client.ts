@@ -135,6 +135,11 @@ export interface QueueStats {
   queue: string;
   status: JobStatus;
   count: number;
+  /**
+   * How long the oldest due job of a pending or retry-waiting row has been runnable, and of a
+   * `waiting` row how long its oldest due job has waited for a slot of its concurrency key; null
+   * for other statuses, and when no job of the row is due.
+   */
   oldestRunnableAgeMs: number | null;
   /** Processing jobs whose lease has passed: the sweeper has not taken them back yet. */
   expiredLeases: number;

@@ -191,7 +191,7 @@ export function selectQueueStats() {
   return sql`
     SELECT queue, status, count(*)::text AS count,
            (extract(epoch FROM now() - min(run_at) FILTER (
-              WHERE status IN ('pending', 'retryable') AND run_at <= now())) * 1000)::float8
+              WHERE status IN ('pending', 'retryable', 'waiting') AND run_at <= now())) * 1000)::float8
              AS oldest_runnable_age_ms,
            count(*) FILTER (WHERE status = 'processing' AND lease_expires_at < now())::int
              AS expired_leases,
