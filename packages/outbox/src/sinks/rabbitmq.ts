@@ -37,6 +37,8 @@ export interface RabbitMqSink extends Sink {
 
 /** A connection that hangs while opening (a black-holed host) fails the batch after this. */
 const connectTimeoutMs = 10_000;
+/** How long close() waits for the broker's close handshake before ending the socket. */
+const closeTimeoutMs = 5_000;
 /** AMQP routing keys are short strings; a longer one would corrupt the frame, not just fail. */
 const maxRoutingKeyBytes = 255;
 
@@ -56,6 +58,26 @@ interface Connection {
   readonly model: ChannelModel;
   /** Why it closed; set once it did. */
   lost?: string | undefined;
+  /**
+   * Why the broker blocks its publishes (a memory or disk alarm: `connection.blocked`), while it
+   * does; undefined once unblocked.
+   */
+  blocked?: string | undefined;
+  /** How many times the broker has blocked it, so a delivery knows whether a block overlapped it. */
+  blocks: number;
+}
+
+/**
+ * A broker under a resource alarm takes publishes but neither routes nor confirms them until the
+ * alarm clears: the broker's outage, not the message's fault. Each message a blocked connection
+ * left unconfirmed at the batch's deadline was charged an attempt, and a long alarm sent messages
+ * dead (left by an earlier session, found again in an audit).
+ */
+function blockedDelivery(conn: Connection, sent: boolean): Delivery {
+  return failed(`broker blocks publishing (${conn.blocked ?? 'blocked, since unblocked'})`, {
+    unavailable: true,
+    notSent: !sent,
+  });
 }
 
 /** Why a channel closed, for the failures of its unconfirmed messages. */
@@ -164,7 +186,7 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
       // no message sent, and the relay waits the outage out instead of charging them.
       throw new Unreachable(error);
     }
-    const conn: Connection = { model };
+    const conn: Connection = { model, blocks: 0 };
     // Without an 'error' listener, an error event would throw out of amqplib's socket handler.
     model.on('error', (error: Error) => {
       conn.lost ??= error.message;
@@ -178,12 +200,15 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
           'AMQP connection lost',
         );
     });
-    model.on('blocked', (blockReason: string) =>
-      logger?.warn({ ...log, reason: 'amqp_blocked', blockReason }, 'AMQP connection blocked'),
-    );
-    model.on('unblocked', () =>
-      logger?.info({ ...log, reason: 'amqp_unblocked' }, 'AMQP connection unblocked'),
-    );
+    model.on('blocked', (blockReason: string) => {
+      conn.blocked = blockReason || 'no reason given';
+      conn.blocks += 1;
+      logger?.warn({ ...log, reason: 'amqp_blocked', blockReason }, 'AMQP connection blocked');
+    });
+    model.on('unblocked', () => {
+      conn.blocked = undefined;
+      logger?.info({ ...log, reason: 'amqp_unblocked' }, 'AMQP connection unblocked');
+    });
     hadConnection = true;
     connection = conn;
     logger?.info(
@@ -272,6 +297,12 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
       );
     }
 
+    // Blocked now: nothing published would be confirmed before the alarm clears. Not sent, so
+    // the broker's buffer does not grow by what a relay would only send again.
+    const conn = current.connection;
+    if (conn.blocked !== undefined) return messages.map(() => blockedDelivery(conn, false));
+    const blocksBefore = conn.blocks;
+
     const results: (Delivery | undefined)[] = messages.map(() => undefined);
     let unsettled = messages.length;
     let allSettled!: () => void;
@@ -284,8 +315,18 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
     // An unconfirmed message may still reach the broker; failing it only means it is sent again.
     // Messages the loop never reached were not sent: their attempts do not count.
     const sent = new Array<boolean>(messages.length).fill(false);
-    const onAbort = () =>
-      messages.forEach((_, i) => settle(i, failed(abortText(signal), { notSent: !sent[i] })));
+    // At the deadline, a message a block of the broker overlapped is the alarm's, not its own.
+    const onAbort = () => {
+      const blocked = conn.blocked !== undefined || conn.blocks !== blocksBefore;
+      messages.forEach((_, i) =>
+        settle(
+          i,
+          blocked
+            ? blockedDelivery(conn, sent[i]!)
+            : failed(abortText(signal), { notSent: !sent[i] }),
+        ),
+      );
+    };
     signal.addEventListener('abort', onAbort, { once: true });
     if (signal.aborted) onAbort();
 
@@ -368,11 +409,39 @@ export function rabbitmqSink(options: RabbitMqSinkOptions): RabbitMqSink {
     const conn = connection;
     link = undefined;
     connection = undefined;
-    if (current?.open) await current.channel.close().catch(() => undefined);
-    if (conn && !conn.lost) await conn.model.close().catch(() => undefined);
+    if (!conn || conn.lost) return;
+    // A blocked connection's socket is not read by the broker until its alarm clears, so the
+    // close handshake waited that long: close() hung for the whole of a disk alarm (found with
+    // one). Then, and for a close that does not finish in time, the socket is simply ended.
+    if (conn.blocked === undefined) {
+      const graceful = (async () => {
+        if (current?.open) await current.channel.close().catch(() => undefined);
+        await conn.model.close().catch(() => undefined);
+        return true;
+      })();
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<false>((resolve) => {
+        timer = setTimeout(() => resolve(false), closeTimeoutMs);
+      });
+      const done = await Promise.race([graceful, late]);
+      clearTimeout(timer);
+      if (done) return;
+    }
+    conn.lost ??= 'closed by the sink';
+    destroySocket(conn.model);
   }
 
   return { name: 'rabbitmq', deliver, close };
+}
+
+/**
+ * Ends a connection's socket without the close handshake. amqplib's typings do not name the
+ * socket (`connection.stream`, there since its first releases); amqplib sees it end and emits
+ * 'close', as for a broker gone.
+ */
+function destroySocket(model: ChannelModel): void {
+  const socket = (model.connection as unknown as { stream?: { destroy(): void } }).stream;
+  socket?.destroy();
 }
 
 /** Resolves when the channel can take more, closed, or the batch was aborted. */
