@@ -1,5 +1,5 @@
-import { createWorker, defineJob } from '@skiplock/queue';
-import { createSagaRuntime, readSaga } from '@skiplock/saga';
+import { createClient, createWorker, defineJob } from '@skiplock/queue';
+import { createSagaRuntime, defineSaga, readSaga } from '@skiplock/saga';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -86,11 +86,83 @@ describe('stranded sagas in the CLI', () => {
     expect(JSON.parse(json.stdout).stranded).toMatchObject({ jobId: dead, status: 'dead' });
     expect(cancelledShown.stdout).toContain(`stranded: job ${cancelled} is cancelled`);
     expect(JSON.parse(deletedShown.stdout).stranded).toEqual({
+      kind: 'step',
       jobId: deleted,
+      key: 'saga:stranded-deleted:reserve',
       status: 'missing',
       lastError: null,
     });
     expect(JSON.parse(fine.stdout).stranded).toBeNull();
+  });
+
+  it('sagas show says a waiting saga is stranded on a cancelled or deleted timeout job', async () => {
+    // Its own queue, so this file's worker runs only its jobs; the CLI reads it with no
+    // definition at hand. The deadline makes the wait's timeout job one a definition-free read
+    // can miss (a wait timed by its own timeoutMs alone looks like a wait for a signal only).
+    const gate = defineSaga({ name: 'gate', version: 1, input: z.object({}), queue: 'gates' })
+      .step('open', { run: () => 1, compensate: () => {} })
+      .waitFor('go', { payload: z.object({}), timeoutMs: 60_000 });
+    const gates = createSagaRuntime({ pool: db.pool, sagas: [gate], logger: silent });
+    const worker = createWorker({
+      pool: db.pool,
+      jobs: gates.jobs,
+      logger: silent,
+      sweeper: false,
+      retention: false,
+      listen: false,
+    });
+    const keyOf = (id: string) => `saga:${id}:timeout:go`;
+    const timeoutJob = async (id: string) =>
+      (
+        await db.pool.query<{ id: string }>(
+          `SELECT id::text FROM skiplock.jobs WHERE idempotency_key = $1`,
+          [keyOf(id)],
+        )
+      ).rows[0]!.id;
+    try {
+      for (const id of ['gate-cut', 'gate-gone']) {
+        await gates.start(gate, { id, input: {}, deadlineMs: 60_000 });
+        await waitFor(
+          async () => {
+            await worker.runOnce();
+            return (await readSaga(db.pool, id))?.status === 'waiting';
+          },
+          { what: `saga ${id} to wait` },
+        );
+      }
+      const cut = await timeoutJob('gate-cut');
+      const client = createClient({ pool: db.pool, logger: silent });
+      expect(await client.cancelJob(cut)).toBe(true);
+      await client.close();
+      await db.pool.query(`DELETE FROM skiplock.jobs WHERE id = $1`, [
+        await timeoutJob('gate-gone'),
+      ]);
+
+      const [human, json] = await Promise.all([
+        runInProcess(['sagas', 'show', 'gate-cut'], env),
+        runInProcess(['sagas', 'show', 'gate-cut', '--json'], env),
+      ]);
+      expect(human.code, human.stderr).toBe(0);
+      // Before: only "waiting", as if its timeout would still end the wait.
+      expect(human.stdout).toContain(
+        `stranded: its wait's timeout job ${cut} is cancelled; a saga runtime's reconciler ` +
+          'moves it on (skiplock sagas reconcile --module FILE)',
+      );
+      expect(JSON.parse(json.stdout).stranded).toEqual({
+        kind: 'timeout',
+        jobId: cut,
+        key: keyOf('gate-cut'),
+        status: 'cancelled',
+        lastError: null,
+      });
+      // No id to name: the saga does not record its timeout job, found by key.
+      expect((await runInProcess(['sagas', 'show', 'gate-gone'], env)).stdout).toContain(
+        `stranded: its wait's timeout job (key ${keyOf('gate-gone')}) no longer exists;`,
+      );
+    } finally {
+      await worker.stop({ timeoutMs: 1_000 });
+      await gates.close();
+    }
   });
 
   it('sagas cancel on a stranded saga says the cancel waits for a reconciler', async () => {

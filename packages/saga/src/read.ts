@@ -1,4 +1,5 @@
 import {
+  findJobsByKey,
   jobStates,
   runSql,
   withSnapshot,
@@ -6,7 +7,7 @@ import {
   type Queryable,
 } from '@skiplock/queue/engine';
 import type pg from 'pg';
-import { MAX_SAGA_ID_CHARS, SAGA_ID_UNFIT } from './keys.js';
+import { compensationKey, MAX_SAGA_ID_CHARS, SAGA_ID_UNFIT, stepKey, timeoutKey } from './keys.js';
 import { SagaError } from './errors.js';
 import { sagaStatus, type SagaStatus, type SagaStepKind, type SagaStepStatus } from './schema.js';
 import {
@@ -84,14 +85,39 @@ export interface SagaView extends SagaSummary {
   /**
    * Set while the saga is `running` or `compensating` on a job that can no longer move it: dead
    * or cancelled where no saga hook ran (a worker or sweeper without the saga's job types, an
-   * operator's cancel), or deleted. Only a saga runtime's reconciler moves such a saga on.
+   * operator's cancel), or deleted. Also while it is `waiting` before its pivot on a timed wait
+   * or a sleep whose timeout or wake job can no longer end it (`kind: 'timeout'`): one found dead
+   * or cancelled under the step's timeout key, or none found on a saga with a deadline (whose
+   * every wait has a timeout job). Only a saga runtime's reconciler moves such a saga on.
+   *
+   * Read without the saga's definition, so some waits the reconciler would fail are not told:
+   * one timed only by its own `timeoutMs` whose job was deleted (nothing in the database says
+   * it had a timeout), and one after the pivot (a sleep's lost wake job there looks like what
+   * is left of a wait an operator retried, which waits on with no timeout job). A wait for a
+   * signal only, with no deadline, has no timeout job and is never stranded.
    */
   stranded: StrandedJob | null;
 }
 
 /** The job a stranded saga is on (see `SagaView.stranded`). */
 export interface StrandedJob {
-  jobId: string;
+  /**
+   * Which of the saga's jobs: `step` or `compensation`, the job of the step or compensation a
+   * `running` or `compensating` saga is on; `timeout`, the job that was to end a `waiting`
+   * saga's wait (a wait's timeout job, a sleep's wake job).
+   */
+  kind: 'step' | 'compensation' | 'timeout';
+  /**
+   * The job's id; null for a `timeout` job that no longer exists (a saga does not record its
+   * timeout job's id: it is looked up by `key`).
+   */
+  jobId: string | null;
+  /**
+   * The job's idempotency key: `saga:<id>:<step>`, `saga:<id>:compensate:<step>` or
+   * `saga:<id>:timeout:<step>` (the saga id percent-encoded where it holds `%`, `:` or other
+   * characters than printable ASCII).
+   */
+  key: string;
   /** `missing`: the job no longer exists (deleted by hand, or pruned by retention). */
   status: 'dead' | 'cancelled' | 'missing';
   /** The job's last error (why it went dead), if it recorded one. */
@@ -248,7 +274,7 @@ export function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
         step: c.parent_step,
         status: c.status,
       })),
-      stranded: await readStranded(tx, row),
+      stranded: await readStranded(tx, row, children.rows),
     };
   });
 }
@@ -259,13 +285,72 @@ export function readSaga(pool: pg.Pool, id: string): Promise<SagaView | null> {
  * transaction that kills it, so a dead job seen on the same snapshot as a saga still on it was
  * killed where no hook ran.
  */
-async function readStranded(tx: Queryable, row: SagaReadRow): Promise<StrandedJob | null> {
+async function readStranded(
+  tx: Queryable,
+  row: SagaReadRow,
+  children: readonly ChildRow[],
+): Promise<StrandedJob | null> {
+  if (row.status === 'waiting') return readStrandedWait(tx, row, children);
   const jobId = row.current_job_id;
-  if (jobId === null || (row.status !== 'running' && row.status !== 'compensating')) return null;
+  const step = row.current_step;
+  if (
+    jobId === null ||
+    step === null ||
+    (row.status !== 'running' && row.status !== 'compensating')
+  ) {
+    return null;
+  }
+  const kind = row.current_kind === 'compensation' ? 'compensation' : 'step';
+  const key = kind === 'step' ? stepKey(row.id, step) : compensationKey(row.id, step);
   const job = (await jobStates(tx, [jobId])).get(jobId);
-  if (!job) return { jobId, status: 'missing', lastError: null };
+  if (!job) return { kind, jobId, key, status: 'missing', lastError: null };
   if (job.status !== 'dead' && job.status !== 'cancelled') return null;
-  return { jobId, status: job.status, lastError: job.lastError };
+  return { kind, jobId, key, status: job.status, lastError: job.lastError };
+}
+
+/**
+ * The timeout or wake job of a waiting saga's step, when it can no longer end the wait: the test
+ * of the reconciler's `reconcileWaiting` as far as the database tells it without the saga's
+ * definition. The saga does not record the job (its pointer stays on the step's own job, which
+ * parked it) and only the definition names its queue, so it is looked up by its key in every
+ * queue (the queue's `findJobsByKey`). Its hook, like a step job's, runs in the transaction that
+ * kills it and fails the wait, so one found dead on this snapshot died where no hook ran.
+ */
+async function readStrandedWait(
+  tx: Queryable,
+  row: SagaReadRow,
+  children: readonly ChildRow[],
+): Promise<StrandedJob | null> {
+  const step = row.current_step;
+  // After the pivot an ended job under the key may be what is left of a wait an operator
+  // retried, which waits on with no timeout job, and the reconciler leaves a wait there alone;
+  // only a sleep's lost wake job it ends early, and without the definition the two look alike.
+  if (step === null || row.pivoted) return null;
+  const key = timeoutKey(row.id, step);
+  // Newest first; one in any queue that can still run (or ran) leaves the wait to it.
+  const ids = await findJobsByKey(tx, key);
+  const states = await jobStates(tx, ids);
+  const jobs = ids.flatMap((id) => {
+    const job = states.get(id);
+    return job ? [{ id, ...job }] : [];
+  });
+  if (jobs.some((j) => j.status !== 'dead' && j.status !== 'cancelled')) return null;
+  const ended = jobs[0];
+  if (ended && (ended.status === 'dead' || ended.status === 'cancelled')) {
+    return {
+      kind: 'timeout',
+      jobId: ended.id,
+      key,
+      status: ended.status,
+      lastError: ended.lastError,
+    };
+  }
+  // None at all: a wait is timed, so had a job, when the saga has a deadline (before its pivot
+  // every wait's job is due by then), unless the step waits on child sagas, which take the
+  // deadline themselves and no timeout job. A wait timed by its own `timeoutMs` alone cannot be
+  // told from a wait for a signal only, which has no job.
+  if (row.deadline === null || children.some((c) => c.parent_step === step)) return null;
+  return { kind: 'timeout', jobId: null, key, status: 'missing', lastError: null };
 }
 
 /**

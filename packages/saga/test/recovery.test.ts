@@ -116,6 +116,13 @@ describe('sagas their runtime no longer has a definition for', () => {
     const { runtime, worker } = await startSagas(db.pool, [retiredV2]);
     await untilDead('saga:sleeper:timeout:nap');
     await waitFor(() => worker.inFlight === 0 || null, { what: 'the worker to let go of the job' });
+    // getSaga says so before any pass (before: null, the saga shown waiting).
+    expect((await runtime.getSaga('sleeper'))?.stranded).toMatchObject({
+      kind: 'timeout',
+      key: 'saga:sleeper:timeout:nap',
+      status: 'dead',
+      lastError: expect.stringMatching(/^unknown_type: /),
+    });
     // Before: skipped (no definition to tell whether the wait is timed), waiting for good.
     expect(await runtime.reconciler.runOnce()).toMatchObject({ sagaIds: ['sleeper'] });
     const saga = await runtime.getSaga('sleeper');
@@ -147,7 +154,10 @@ describe('sagas their runtime no longer has a definition for', () => {
     // to waiting with no timeout job, the dead one still under the key): before, failed again
     // on every pass of a runtime without this version.
     expect((await runtime.reconciler.runOnce()).reconciled).toBe(0);
-    expect((await runtime.getSaga('past-pivot'))?.status).toBe('waiting');
+    expect(await runtime.getSaga('past-pivot')).toMatchObject({
+      status: 'waiting',
+      stranded: null,
+    });
   });
 
   it('refuses to cancel, and the reconciler fails, a saga at a step its version no longer has', async () => {
@@ -361,5 +371,119 @@ describe('the reconciler', () => {
     }
     expect((await runtime.reconciler.runOnce()).ran).toBe(true);
     await runtime.close();
+  });
+});
+
+describe("getSaga's stranded on a waiting saga", () => {
+  const timed = defineSaga({ name: 'stuck-wait', version: 1, input })
+    .step('a', { ...fast, run: () => 1, compensate: () => {} })
+    .waitFor('go', { payload: z.object({}), timeoutMs: 60_000 })
+    .step('b', { ...fast, run: () => 2 });
+  // Waits for its signal only, unless started with a deadline (then its timeout job is due then).
+  const untimed = defineSaga({ name: 'signal-only', version: 1, input })
+    .step('a', { ...fast, run: () => 1, compensate: () => {} })
+    .waitFor('go', { payload: z.object({}) })
+    .step('b', { ...fast, run: () => 2 });
+  const napper = defineSaga({ name: 'napper', version: 1, input })
+    .step('a', { ...fast, run: () => 1, compensate: () => {} })
+    .sleep('nap', 60_000)
+    .step('b', { ...fast, run: () => 2 });
+  const paid = defineSaga({ name: 'paid-wait', version: 1, input })
+    .step('charge', { ...fast, pivot: true, run: () => 1 })
+    .waitFor('go', { payload: z.object({}), timeoutMs: 60_000 })
+    .step('ship', { ...fast, retriable: true, run: () => 2 });
+  // Its parent waits on it (no timeout job of its own, even under a deadline).
+  const child = defineSaga({ name: 'held-child', version: 1, input }).waitFor('go', {
+    payload: z.object({}),
+  });
+  const parent = defineSaga({ name: 'held-parent', version: 1, input })
+    .step('a', { ...fast, run: () => 1, compensate: () => {} })
+    .child('sub', child, () => ({}));
+  const all = [timed, untimed, napper, paid, child, parent];
+
+  const timeoutJob = async (key: string) =>
+    (
+      await db.pool.query<{ id: string }>(
+        `SELECT id::text FROM skiplock.jobs WHERE idempotency_key = $1`,
+        [key],
+      )
+    ).rows[0]!.id;
+
+  it('names a timeout job an operator cancelled, and says nothing of a live one or a wait with none', async () => {
+    const { runtime } = await startSagas(db.pool, all);
+    await runtime.start(timed, { id: 'sw-cut', input: {} });
+    await runtime.start(timed, { id: 'sw-live', input: {} });
+    await runtime.start(untimed, { id: 'sw-signal', input: {} });
+    await runtime.start(paid, { id: 'sw-paid', input: {} });
+    for (const id of ['sw-cut', 'sw-live', 'sw-signal', 'sw-paid']) {
+      await settled(runtime, id, ['waiting']);
+    }
+    const cut = await timeoutJob('saga:sw-cut:timeout:go');
+    const client = createClient({ pool: db.pool, logger: silent });
+    expect(await client.cancelJob(cut)).toBe(true);
+    // After the pivot the reconciler leaves a wait alone (one an operator retried there waits
+    // with its old timeout job still under the key): so does getSaga.
+    expect(await client.cancelJob(await timeoutJob('saga:sw-paid:timeout:go'))).toBe(true);
+    await client.close();
+
+    // Before: null, the saga shown `waiting` as if its timeout would still end the wait.
+    expect((await runtime.getSaga('sw-cut'))?.stranded).toEqual({
+      kind: 'timeout',
+      jobId: cut,
+      key: 'saga:sw-cut:timeout:go',
+      status: 'cancelled',
+      lastError: null,
+    });
+    expect((await runtime.getSaga('sw-live'))?.stranded).toBeNull();
+    expect((await runtime.getSaga('sw-signal'))?.stranded).toBeNull();
+    expect((await runtime.getSaga('sw-paid'))?.stranded).toBeNull();
+    // The reconciler agrees on each.
+    const moved = (await runtime.reconciler.runOnce()).sagaIds;
+    expect(moved).toContain('sw-cut');
+    for (const id of ['sw-live', 'sw-signal', 'sw-paid']) expect(moved).not.toContain(id);
+  });
+
+  it('names a dead wake job, and a timeout job deleted under a deadline by its key', async () => {
+    const { runtime } = await startSagas(db.pool, all);
+    await runtime.start(napper, { id: 'sw-dead', input: {} });
+    await runtime.start(untimed, { id: 'sw-gone', input: {}, deadlineMs: 60_000 });
+    await runtime.start(timed, { id: 'sw-kept', input: {}, deadlineMs: 60_000 });
+    await runtime.start(parent, { id: 'sw-parent', input: {}, deadlineMs: 60_000 });
+    for (const id of ['sw-dead', 'sw-gone', 'sw-kept', 'sw-parent']) {
+      await settled(runtime, id, ['waiting']);
+    }
+    const dead = await timeoutJob('saga:sw-dead:timeout:nap');
+    // As a worker without the saga's job types leaves it: dead, no saga hook ran.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'dead', attempts = 1,
+         last_error = 'unknown job type "saga:napper:v1:nap:timeout"' WHERE id = $1`,
+      [dead],
+    );
+    await db.pool.query(`DELETE FROM skiplock.jobs WHERE id = $1`, [
+      await timeoutJob('saga:sw-gone:timeout:go'),
+    ]);
+
+    // Before: null for both, each shown `waiting` for good.
+    expect((await runtime.getSaga('sw-dead'))?.stranded).toEqual({
+      kind: 'timeout',
+      jobId: dead,
+      key: 'saga:sw-dead:timeout:nap',
+      status: 'dead',
+      lastError: 'unknown job type "saga:napper:v1:nap:timeout"',
+    });
+    expect((await runtime.getSaga('sw-gone'))?.stranded).toEqual({
+      kind: 'timeout',
+      jobId: null,
+      key: 'saga:sw-gone:timeout:go',
+      status: 'missing',
+      lastError: null,
+    });
+    expect((await runtime.getSaga('sw-kept'))?.stranded).toBeNull();
+    // A parent waiting on its child under a deadline has no timeout job to miss.
+    expect((await runtime.getSaga('sw-parent'))?.stranded).toBeNull();
+    const moved = (await runtime.reconciler.runOnce()).sagaIds;
+    expect(moved).toEqual(expect.arrayContaining(['sw-dead', 'sw-gone']));
+    for (const id of ['sw-kept', 'sw-parent']) expect(moved).not.toContain(id);
+    expect((await runtime.getSaga('sw-gone'))?.stranded).toBeNull();
   });
 });

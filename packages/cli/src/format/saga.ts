@@ -52,16 +52,22 @@ export function sagaJson(view: SagaView) {
 }
 
 /**
- * What an operator reads of a stranded saga (see `SagaView.stranded`): the job it is on, why that
- * job cannot move it, and what does.
+ * What an operator reads of a stranded saga (see `SagaView.stranded`): the job it is on (or, for
+ * a waiting saga, the timeout or wake job that was to end its wait), why that job cannot move it,
+ * and what does.
  */
 export function strandedText(s: StrandedJob): string {
+  // A timeout job that no longer exists has no id the saga knows: it is named by its key.
   const job =
+    s.kind === 'timeout'
+      ? `its wait's timeout job ${s.jobId ?? `(key ${s.key})`}`
+      : `job ${s.jobId}`;
+  const what =
     s.status === 'missing'
-      ? `job ${s.jobId} no longer exists`
-      : `job ${s.jobId} is ${s.status}${s.lastError === null ? '' : ` (${cell(s.lastError, 200)})`}`;
+      ? `${job} no longer exists`
+      : `${job} is ${s.status}${s.lastError === null ? '' : ` (${cell(s.lastError, 200)})`}`;
   return (
-    `stranded: ${job}; a saga runtime's reconciler moves it on ` +
+    `stranded: ${what}; a saga runtime's reconciler moves it on ` +
     '(skiplock sagas reconcile --module FILE)'
   );
 }

@@ -236,16 +236,21 @@ const LIVE: readonly SagaStatus[] = ['queued', 'running', 'waiting', 'compensati
 
 /**
  * A live saga on a job that can no longer move it (see `SagaView.stranded`): its timeline shows
- * the step pending while nothing will run it, so the page says what does.
+ * the step pending (or waiting) while nothing will run it (or end the wait), so the page says
+ * what does.
  */
 function strandedNotice(saga: SagaView): Html | string {
   const s = saga.stranded;
   if (!s) return '';
+  // A timeout job that no longer exists has no id the saga knows: it is named by its key.
+  const name =
+    s.kind === 'timeout'
+      ? html`its wait's timeout job ${s.jobId ?? html`(key <code>${clip(s.key, 200)}</code>)`}`
+      : html`job ${s.jobId}`;
   const job =
     s.status === 'missing'
-      ? html`job ${s.jobId} no longer exists`
-      : html`job ${s.jobId} is
-        ${s.status}${s.lastError === null ? '' : html` (${clip(s.lastError, 200)})`}`;
+      ? html`${name} no longer exists`
+      : html`${name} is ${s.status}${s.lastError === null ? '' : html` (${clip(s.lastError, 200)})`}`;
   return html`<p class="notice bad" role="status" data-testid="saga-stranded">
     Stranded: ${job}; a saga runtime's reconciler moves it on (<code
       >skiplock sagas reconcile --module FILE</code
