@@ -624,7 +624,15 @@ describe('undoing a completed child whose version no runtime here knows', () => 
     const orderV1 = orderWith(shipV1);
     const first = await startSagas(db.pool, [orderV1]);
     await first.runtime.start(orderV1, { id: 'ov1', input: {} });
-    await settled(first.runtime, 'ov1', ['waiting']);
+    // Waiting for the signal, not for its child: a parent also waits while its child runs, and
+    // the child was found not yet completed there (3 runs in 6 failed so on a loaded machine).
+    await waitFor(
+      async () => {
+        const saga = await first.runtime.getSaga('ov1');
+        return saga?.status === 'waiting' && saga.currentStep === 'approved';
+      },
+      { what: 'ov1 to wait for its signal' },
+    );
     expect((await first.runtime.getSaga('ov1/ship'))?.status).toBe('completed');
     await first.worker.stop();
     await first.runtime.close();
