@@ -237,4 +237,57 @@ describe('stranded sagas in the CLI', () => {
     ).toContain('behind');
     expect((await readSaga(db.pool, 'behind'))?.status).not.toBe('running');
   });
+
+  it('sagas reconcile leaves a stranded saga the module does not define, or with --unknown-versions fail fails it', async () => {
+    // Defined elsewhere (another module, or a version this one dropped): not in `mod`.
+    const elsewhere = defineSaga({ name: 'elsewhere', version: 1, input: z.object({}) }).step('a', {
+      run: () => 1,
+      compensate: () => {},
+    });
+    const other = createSagaRuntime({ pool: db.pool, sagas: [elsewhere], logger: silent });
+    try {
+      await other.start(elsewhere, { id: 'foreign', input: {} });
+      const jobId = (await other.getSaga('foreign'))!.currentJobId;
+      await db.pool.query(`UPDATE skiplock.jobs SET status = 'cancelled' WHERE id = $1`, [jobId]);
+    } finally {
+      await other.close();
+    }
+    const human = await runInProcess(['sagas', 'reconcile', '--module', mod], env);
+    expect(human.code, human.stderr).toBe(0);
+    // Before: failed without compensation ("1 saga moved on: foreign now failed").
+    expect(human.stdout).toBe(
+      '1 stranded saga left as it is: the module does not define the version (or the step) ' +
+        'each is on; a module that does moves them on and compensates, or --unknown-versions ' +
+        'fail fails them without compensation:\n  foreign\n',
+    );
+    expect((await readSaga(db.pool, 'foreign'))?.status).toBe('running');
+    const json = await runInProcess(['sagas', 'reconcile', '--module', mod, '--json'], env);
+    expect(JSON.parse(json.stdout)).toEqual({
+      ran: true,
+      reconciled: 0,
+      sagas: [],
+      left: ['foreign'],
+    });
+
+    const bad = await runInProcess(
+      ['sagas', 'reconcile', '--module', mod, '--unknown-versions', 'drop'],
+      env,
+    );
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--unknown-versions must be leave or fail, got "drop"');
+
+    const failed = await runInProcess(
+      ['sagas', 'reconcile', '--module', mod, '--unknown-versions', 'fail', '--json'],
+      env,
+    );
+    expect(JSON.parse(failed.stdout)).toEqual({
+      ran: true,
+      reconciled: 1,
+      sagas: [{ id: 'foreign', status: 'failed' }],
+      left: [],
+    });
+    expect((await readSaga(db.pool, 'foreign'))?.error).toMatch(
+      /no runtime here knows saga "elsewhere" version 1$/,
+    );
+  });
 });

@@ -37,7 +37,13 @@ export type {
   StartOptions,
   StartResult,
 } from './runtime.js';
-export type { Reconciler, ReconcilerOptions, ReconcileResult } from './reconciler.js';
+export type {
+  Reconciler,
+  ReconcilerOptions,
+  ReconcileResult,
+  UnknownVersionPolicy,
+} from './reconciler.js';
+export { UNKNOWN_VERSION_POLICIES } from './reconciler.js';
 export { createSagaMetrics } from './metrics.js';
 export type { SagaMetrics, SagaMetricsOption } from './metrics.js';
 // Reads for tools that have no definitions at hand (the CLI); a runtime's getSaga/listSagas wrap them.

@@ -43,13 +43,34 @@ export interface ReconcileResult {
    * where the last stopped): run it again to have looked at every one.
    */
   more: boolean;
+  /**
+   * Stranded sagas this pass found and left as they are, since this runtime does not define their
+   * version (or the step they are on): with `unknownVersions: 'leave'`; and in either mode a
+   * parent of such a version whose child ended (a runtime that defines it moves it on). Logged
+   * once a pass, as a count (reason `saga_reconcile_unknown_version_left`).
+   */
+  left: string[];
 }
+
+/** What a pass does with a stranded saga whose version (or current step) is not defined here. */
+export const UNKNOWN_VERSION_POLICIES = ['leave', 'fail'] as const;
+export type UnknownVersionPolicy = (typeof UNKNOWN_VERSION_POLICIES)[number];
 
 export interface ReconcilerOptions {
   /** Pause between passes (default 5,000 ms). */
   intervalMs?: number | undefined;
   /** Most sagas one pass handles (default 100). */
   batchSize?: number | undefined;
+  /**
+   * A stranded saga whose version this runtime does not define (or whose step its version
+   * lacks): `'leave'` (default) leaves it as it is, for the reconciler of a runtime that defines
+   * it, which compensates its completed steps; `'fail'` fails it at once, without compensation,
+   * since nothing here knows what its steps undo. One pass runs at a time across hosts, so in a
+   * rolling deploy a host that dropped a version would otherwise fail, uncompensated, the sagas
+   * a host still running it would have compensated. `'fail'` is for a version retired for good:
+   * no runtime will define it again, and its sagas should end rather than stay stranded.
+   */
+  unknownVersions?: UnknownVersionPolicy | undefined;
 }
 
 export interface Reconciler {
@@ -66,26 +87,34 @@ export interface Reconciler {
  * (`unknown_type`, or an expired lease swept on such a host), a job an operator cancelled, and a
  * job deleted by hand. It also starts the first saga queued for a lock key that no saga holds
  * (see `reconcileQueues`). A step is then treated as failed for good (compensate, or `failed` past
- * the pivot); a compensation makes the saga `failed`. One pass at a time across all hosts (the
- * `sagaReconcile` advisory lock); each pass reads one page of live sagas, least recently moved
- * first, and the next pass goes on after it, so sagas that are merely slow never hide a stranded
- * one for more than one round.
+ * the pivot); a compensation makes the saga `failed`. A saga whose version (or step) this runtime
+ * does not define is left for a runtime that does, or failed (`unknownVersions`). One pass at a
+ * time across all hosts (the `sagaReconcile` advisory lock); each pass reads one page of live
+ * sagas, least recently moved first, and the next pass goes on after it, so sagas that are merely
+ * slow (or left) never hide a stranded one for more than one round.
  */
 export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Reconciler {
   const intervalMs = options.intervalMs ?? 5_000;
   const batchSize = options.batchSize ?? 100;
+  const unknownVersions = options.unknownVersions ?? 'leave';
   if (!Number.isInteger(intervalMs) || intervalMs < 10 || intervalMs > 3_600_000) {
     throw new TypeError('reconciler intervalMs must be an integer from 10 to 3600000');
   }
   if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000) {
     throw new TypeError('reconciler batchSize must be an integer from 1 to 10000');
   }
+  if (!UNKNOWN_VERSION_POLICIES.includes(unknownVersions)) {
+    throw new TypeError(
+      `reconciler unknownVersions must be 'leave' or 'fail', got ${describe(unknownVersions)}`,
+    );
+  }
 
+  /** Moves one stranded live saga on; false when it is left (see `unknownVersions`). */
   async function reconcileOne(
     tx: Parameters<typeof failSaga>[1],
     row: LiveSagaRow,
     job: JobState | undefined,
-  ) {
+  ): Promise<boolean> {
     const saga = (await runSql<SagaRow>(tx, lockSaga(row.id))).rows[0]!;
     const why = job
       ? `job ${saga.current_job_id} is ${job.status}: ${job.lastError ?? 'no error recorded'}`
@@ -98,7 +127,11 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     if (!entry || (saga.current_kind === 'step' && !entry.steps.some((s) => s.name === step))) {
       // An unknown version, or a step its definition lacks (renamed without a new version;
       // before, failStep threw on it and rolled back the whole pass, every other stranded saga's
-      // too): nothing here knows what it compensates.
+      // too): nothing here knows what it compensates. Left for a runtime that does, unless told
+      // to fail it (a host of a rolling deploy that dropped the version failed, uncompensated,
+      // the sagas a host still running it would have compensated). A stranded compensation is
+      // left too: a runtime that defines it fails the saga just the same, with its own words.
+      if (unknownVersions === 'leave') return false;
       transition = await failUndefined(tx, saga, saga.current_kind ?? 'step', why, attempt);
     } else if (saga.current_kind === 'step') {
       const index = entry.steps.findIndex((s) => s.name === step);
@@ -126,6 +159,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       { reason: 'saga_reconciled', sagaId: saga.id, step, outcome: transition },
       'stranded saga moved on',
     );
+    return true;
   }
 
   /** Every queue this runtime's saga jobs go to; its definitions are fixed, so made once. */
@@ -172,7 +206,10 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
    * Waiting sagas whose wait has a timeout job that can no longer end it (dead without its hook,
    * cancelled, deleted): the wait fails as its timeout would, so no saga waits for good.
    */
-  async function reconcileWaiting(tx: Parameters<typeof failSaga>[1]): Promise<string[]> {
+  async function reconcileWaiting(
+    tx: Parameters<typeof failSaga>[1],
+    left: Set<string>,
+  ): Promise<string[]> {
     const page = (await runSql<WaitingSagaRow>(tx, selectWaitingSagas(batchSize, waitingCursor)))
       .rows;
     const last = page.at(-1);
@@ -214,6 +251,12 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       // found may be a wait with no timeout, which a signal ends. Once per saga, whichever
       // queue held the job.
       if (index === -1 && (!job || failed.includes(row.id))) continue;
+      // Its timeout or wake job ended, but what the wait's end undoes is a runtime's that
+      // defines it (see `unknownVersions`).
+      if (index === -1 && unknownVersions === 'leave') {
+        left.add(row.id);
+        continue;
+      }
       const why = job
         ? `timeout job ${job.id} is ${job.status}: ${job.lastError ?? 'no error recorded'}`
         : `timeout job ${key} no longer exists`;
@@ -273,7 +316,10 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
    * before its ended child (`resumeEndedChild`), as a parent's compensation reopening its ended
    * children does.
    */
-  async function reconcileChildren(tx: Parameters<typeof failSaga>[1]): Promise<string[]> {
+  async function reconcileChildren(
+    tx: Parameters<typeof failSaga>[1],
+    left: Set<string>,
+  ): Promise<string[]> {
     const ended = (
       await runSql<StrandedChildRow>(tx, selectStrandedParents(batchSize, parentCursor))
     ).rows;
@@ -284,7 +330,15 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     parentCursor =
       ended.length === batchSize && last ? { updatedAt: last.updated_at, id: last.parent } : null;
     const moved: string[] = [];
-    for (const { id } of ended) {
+    for (const { id, parent, parent_name, parent_version, parent_step } of ended) {
+      // The check `resumeParent` makes, made first: it warns (child_parent_unknown) for each
+      // such parent, which from here was every pass (a page of warnings every 5 s). Left in
+      // either mode: failing the parent here would not undo its steps either.
+      const entry = e.entries.get(entryKey(parent_name, parent_version));
+      if (!entry?.steps.some((s) => s.name === parent_step && (s.child || s.parallel))) {
+        left.add(parent);
+        continue;
+      }
       const transition = await resumeEndedChild(e, tx, id);
       if (transition === null || transition === 'stale') continue;
       e.logger.warn({ reason: 'saga_reconciled', sagaId: id }, "ended child's parent moved on");
@@ -298,14 +352,16 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
    * the pass over live sagas has committed: the key and child locks it takes never hold up the
    * sagas that pass locked.
    */
-  function reconcileEnds(): Promise<string[]> {
+  function reconcileEnds(left: Set<string>): Promise<string[]> {
     return withTransaction(e.pool, async (tx) => {
       if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) return [];
-      return [...(await reconcileQueues(tx)), ...(await reconcileChildren(tx))];
+      return [...(await reconcileQueues(tx)), ...(await reconcileChildren(tx, left))];
     });
   }
 
   async function runOnce(): Promise<ReconcileResult> {
+    // A saga may be met twice in a pass (a waiting parent, by its wait and by its child).
+    const left = new Set<string>();
     const stranded = await withTransaction(e.pool, async (tx) => {
       if (!(await tryAdvisoryLock(tx, LockKeys.sagaReconcile))) return null;
       const live = (await runSql<LiveSagaRow>(tx, selectLiveSagas(batchSize, cursor))).rows;
@@ -320,17 +376,33 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       for (const row of live) {
         const job = jobs.get(row.current_job_id);
         if (job && job.status !== 'dead' && job.status !== 'cancelled') continue;
-        await reconcileOne(tx, row, job);
-        stranded.push(row.id);
+        if (await reconcileOne(tx, row, job)) stranded.push(row.id);
+        else left.add(row.id);
       }
-      stranded.push(...(await reconcileWaiting(tx)));
+      stranded.push(...(await reconcileWaiting(tx, left)));
       return stranded;
     });
-    if (stranded === null) return { ran: false, reconciled: 0, sagaIds: [], more: false };
-    stranded.push(...(await reconcileEnds()));
+    if (stranded === null) {
+      return { ran: false, reconciled: 0, sagaIds: [], more: false, left: [] };
+    }
+    stranded.push(...(await reconcileEnds(left)));
     if (stranded.length > 0) e.metrics.reconciled.inc(stranded.length);
+    // Left sagas keep their place (least recently moved first), so every round of passes reads
+    // them again: one line a pass, not one a saga, keeps that from flooding the log.
+    if (left.size > 0) {
+      e.logger.warn(
+        {
+          reason: 'saga_reconcile_unknown_version_left',
+          count: left.size,
+          sagaIds: [...left].slice(0, 10),
+          unknownVersions,
+        },
+        'stranded sagas left as they are: this runtime does not define their version (or the ' +
+          "step they are on); a runtime's reconciler that does moves them on",
+      );
+    }
     const more = cursor !== null || waitingCursor !== null || parentCursor !== null;
-    return { ran: true, reconciled: stranded.length, sagaIds: stranded, more };
+    return { ran: true, reconciled: stranded.length, sagaIds: stranded, more, left: [...left] };
   }
 
   // The queue's own loop for singleton passes: one abort listener per sleep, removed when the
@@ -343,4 +415,9 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     start: () => service.start(),
     stop: () => service.stop(),
   };
+}
+
+/** A bad option's value as the error names it: a string quoted, anything else as it prints. */
+function describe(value: unknown): string {
+  return typeof value === 'string' ? JSON.stringify(value) : String(value);
 }

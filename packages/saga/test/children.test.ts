@@ -338,10 +338,11 @@ describe('child sagas', () => {
     const known = parentOf('order_movable');
     const childSide = createSagaRuntime({ pool: db.pool, sagas: [shipping], logger: silent });
     const unknownSide = createSagaRuntime({ pool: db.pool, sagas: [unknown], logger: silent });
+    const { logger, lines } = captureLogs();
     const knownSide = createSagaRuntime({
       pool: db.pool,
       sagas: [known],
-      logger: silent,
+      logger,
       reconciler: { batchSize: 1 },
     });
     const children = worker(childSide.jobs, ['sagas']);
@@ -358,11 +359,22 @@ describe('child sagas', () => {
       await knownSide.start(known, { id: 'pg2', input: { id: 'pg2' } });
       expect((await settled(childSide, 'pg2/ship')).status).toBe('completed');
       const moved: string[] = [];
-      for (let pass = 0; pass < 5 && !moved.includes('pg2/ship'); pass++) {
-        moved.push(...(await knownSide.reconciler.runOnce()).sagaIds);
+      const left: string[] = [];
+      let passes = 0;
+      for (; passes < 5 && !moved.includes('pg2/ship'); passes++) {
+        const pass = await knownSide.reconciler.runOnce();
+        moved.push(...pass.sagaIds);
+        left.push(...pass.left);
       }
       expect(moved).toContain('pg2/ship');
       expect(moved).not.toContain('pg1/ship');
+      // Left, and said once a pass as a count; before, each pass warned child_parent_unknown for
+      // every such parent on its page, for good.
+      expect(left).toContain('pg1');
+      const said = lines.filter((l) => l.reason === 'saga_reconcile_unknown_version_left');
+      expect(said.length).toBeGreaterThan(0);
+      expect(said.length).toBeLessThanOrEqual(passes);
+      expect(lines.filter((l) => l.reason === 'child_parent_unknown')).toEqual([]);
       expect((await settled(knownSide, 'pg2')).status).toBe('completed');
       expect((await knownSide.getSaga('pg1'))?.status).toBe('waiting');
     } finally {

@@ -48,10 +48,12 @@ describe('versions', () => {
     ]);
   });
 
-  it('a job of a version no worker knows goes dead, and the saga fails with the reason', async () => {
+  it("a job of a version no worker knows goes dead, and with unknownVersions 'fail' the saga fails with the reason", async () => {
     const starter = createSagaRuntime({ pool: db.pool, sagas: [v1], logger: silent });
     await starter.start(v1, { id: 'orphan', input: {} });
-    const { runtime, worker } = await startSagas(db.pool, [v2]);
+    const { runtime, worker } = await startSagas(db.pool, [v2], {
+      reconciler: { unknownVersions: 'fail' },
+    });
     const jobId = (await runtime.getSaga('orphan'))!.currentJobId!;
     const dead = await waitFor(async () => {
       const job = await db.pool.query(
@@ -69,6 +71,7 @@ describe('versions', () => {
       reconciled: 1,
       sagaIds: ['orphan'],
       more: false,
+      left: [],
     });
     const saga = await runtime.getSaga('orphan');
     expect(saga?.status).toBe('failed');
@@ -107,13 +110,15 @@ describe('sagas their runtime no longer has a definition for', () => {
     run: () => 1,
   });
 
-  it('fails a saga of a retired version whose wake job died, instead of leaving it waiting', async () => {
+  it("with unknownVersions 'fail', fails a saga of a retired version whose wake job died, instead of leaving it waiting", async () => {
     const { runtime: old, worker: oldWorker } = await startSagas(db.pool, [retiredV1]);
     await old.start(retiredV1, { id: 'sleeper', input: {} });
     await settled(old, 'sleeper', ['waiting']);
     await oldWorker.stop();
     // Only version 2 is deployed now: the wake job comes due and dies as an unknown type.
-    const { runtime, worker } = await startSagas(db.pool, [retiredV2]);
+    const { runtime, worker } = await startSagas(db.pool, [retiredV2], {
+      reconciler: { unknownVersions: 'fail' },
+    });
     await untilDead('saga:sleeper:timeout:nap');
     await waitFor(() => worker.inFlight === 0 || null, { what: 'the worker to let go of the job' });
     // getSaga says so before any pass (before: null, the saga shown waiting).
@@ -160,7 +165,7 @@ describe('sagas their runtime no longer has a definition for', () => {
     });
   });
 
-  it('refuses to cancel, and the reconciler fails, a saga at a step its version no longer has', async () => {
+  it("refuses to cancel a saga at a step its version no longer has; the reconciler leaves it, or with 'fail' fails it", async () => {
     const before = defineSaga({ name: 'renamed', version: 1, input })
       .step('a', { ...fast, run: () => 1, compensate: () => {} })
       .waitFor('go', { payload: z.object({}) });
@@ -185,7 +190,18 @@ describe('sagas their runtime no longer has a definition for', () => {
     // threw on the missing step, rolling back every pass.
     await untilDead('saga:stranded:a');
     await waitFor(() => worker.inFlight === 0 || null, { what: 'the worker to let go of the job' });
-    expect(await runtime.reconciler.runOnce()).toMatchObject({ sagaIds: ['stranded'] });
+    // By default it is left for a runtime that still has the step (before: failed, with step a
+    // never compensated).
+    expect(await runtime.reconciler.runOnce()).toMatchObject({ sagaIds: [], left: ['stranded'] });
+    expect((await runtime.getSaga('stranded'))?.status).toBe('running');
+    const failing = createSagaRuntime({
+      pool: db.pool,
+      sagas: [after],
+      logger: silent,
+      reconciler: { unknownVersions: 'fail' },
+    });
+    expect(await failing.reconciler.runOnce()).toMatchObject({ sagaIds: ['stranded'], left: [] });
+    await failing.close();
     expect((await runtime.getSaga('stranded'))?.error).toMatch(
       /; version 1 of saga "renamed" has no step "a" \(renamed without a new version\?\)$/,
     );
@@ -364,6 +380,7 @@ describe('the reconciler', () => {
         reconciled: 0,
         sagaIds: [],
         more: false,
+        left: [],
       });
       await client.query('COMMIT');
     } finally {

@@ -54,6 +54,10 @@ export interface StrandedChildRow {
   /** The ended child that moves its parent. */
   id: string;
   parent: string;
+  /** The parent's definition and the child step it is on: whether this runtime can move it. */
+  parent_name: string;
+  parent_version: number;
+  parent_step: string;
   /** The parent's, as text exact to the microsecond: the position for the next page. */
   updated_at: string;
 }
@@ -72,8 +76,10 @@ export function selectStrandedParents(
   // One row per parent (a parallel group has several ended branches), and only once no branch
   // of the group is active: the last branch's end is what moves the parent.
   return sql`
-    SELECT id, parent, updated_at::text AS updated_at FROM (
-      SELECT DISTINCT ON (p.updated_at, p.id) c.id, p.updated_at, p.id AS parent
+    SELECT id, parent, parent_name, parent_version, parent_step, updated_at::text AS updated_at
+    FROM (
+      SELECT DISTINCT ON (p.updated_at, p.id) c.id, p.updated_at, p.id AS parent,
+             p.name AS parent_name, p.version AS parent_version, p.current_step AS parent_step
       FROM skiplock.sagas p
       JOIN skiplock.sagas c ON c.parent_id = p.id AND c.parent_step = p.current_step
       WHERE ((p.status = 'waiting' AND p.current_kind = 'step'
