@@ -76,10 +76,11 @@ export class RunningJob implements LeaseHolder, TransactionAbort {
   /** True from an async handler's start until it has returned or thrown. */
   handlerRunning = false;
   /**
-   * Its lock was lost to an operator's stop (`cancelled`), or to a write not known: the run may
-   * still hold its lease, and its slot, until the handler returns (see `releaseStopped`).
+   * Its lock was lost to an operator's stop (`cancelled` at this attempt, its lease kept): the
+   * lease as the stop left it (see `JobHolderRow.stopped_lease`), which the run holds, and its
+   * slot with it, until the handler returns (see `releaseStopped`). Null otherwise.
    */
-  stopped = false;
+  stoppedLease: string | null = null;
   /** How many hand-offs in a row led to this job; 0 for a job the worker claimed. */
   handOffDepth = 0;
   /** A hand-back of this buffered job failed: it may have committed, so check before starting. */
@@ -269,13 +270,15 @@ async function execute(d: ExecutorDeps, job: RunningJob): Promise<void> {
     // job once this handler has returned. After a lost lock the admission is harmless: it counts
     // before admitting. A run an operator stopped gives its slot back only now, by clearing the
     // lease it kept (see `releaseStoppedRun`): as part of this run when its handler has returned
-    // already, else once it does; runOnce() and stop() wait for either.
+    // already (runOnce() and stop() wait for it), else once it does (neither waits for a handler
+    // that overran: stop() waits for the release only if the handler returned before it ends).
     const key = job.row.concurrency_key;
-    if (job.stopped) {
+    const lease = job.stoppedLease;
+    if (lease !== null) {
       if (job.handlerRunning) {
-        void job.handlerSettled.then(() => d.track(releaseStopped(d, job)));
+        void job.handlerSettled.then(() => d.track(releaseStopped(d, job, lease)));
       } else {
-        await releaseStopped(d, job);
+        await releaseStopped(d, job, lease);
       }
     } else if (key !== null) void job.handlerSettled.then(() => d.slotFreed(key));
   } catch (error) {
@@ -701,6 +704,12 @@ async function lockLost(d: ExecutorDeps, job: RunningJob, durationMs: number): P
   try {
     const row = (await runSql<JobHolderRow>(d.pool, selectJobHolder(job.info.id))).rows[0];
     current = row ? { status: row.status, attempt: row.attempt, holder: row.holder } : null;
+    // Stopped under this run (`cancelJob(id, { running: true })` kept its lease): the run holds
+    // its slot until its handler returns. Anything else took the job from it for good; not
+    // known, a lease it kept runs out.
+    if (row?.status === 'cancelled' && row.attempt === job.token.attempt) {
+      job.stoppedLease = row.stopped_lease;
+    }
   } catch (error) {
     d.logger.debug({ ...jobFields(job), err: errorMessage(error) }, 'could not read the job back');
   }
@@ -708,9 +717,6 @@ async function lockLost(d: ExecutorDeps, job: RunningJob, durationMs: number): P
     { ...jobFields(job), reason: 'lock_lost', current },
     'job no longer owned; result discarded',
   );
-  // Cancelled under this run (`cancelJob(id, { running: true })`), or not known: the run may
-  // hold its slot until its handler returns. Anything else took the job from it for good.
-  job.stopped = current === undefined || current?.status === 'cancelled';
   d.events.emit('job:lock_lost', { ...jobFields(job), current });
 }
 
@@ -719,10 +725,13 @@ async function lockLost(d: ExecutorDeps, job: RunningJob, durationMs: number): P
  * concurrency key's slot, is given back, and the key's next job admitted. Should that fail, the
  * slot is free once the lease runs out (within one `lease_ms`).
  */
-async function releaseStopped(d: ExecutorDeps, job: RunningJob): Promise<void> {
+async function releaseStopped(d: ExecutorDeps, job: RunningJob, lease: string): Promise<void> {
   try {
     const { rows } = await withRetry(d, () =>
-      runSql<{ concurrency_key: string | null }>(d.pool, releaseStoppedRun(d.workerId, job.token)),
+      runSql<{ concurrency_key: string | null }>(
+        d.pool,
+        releaseStoppedRun(d.workerId, job.token, lease),
+      ),
     );
     const key = rows[0]?.concurrency_key ?? job.row.concurrency_key;
     if (key !== null) d.slotFreed(key);

@@ -585,6 +585,61 @@ describe('concurrency keys', () => {
     expect(await byKey()).toEqual({ 'tenant:m': { pending: 1, waiting: 1 } });
   });
 
+  it("a stopped run's release is fenced by its lease: a retried run on the same worker, stopped too, keeps its slot", async () => {
+    const gates: (() => void)[] = [];
+    const signals: AbortSignal[] = [];
+    const mutex = defineJob({
+      ...tenantJob,
+      type: 'tenant.again',
+      concurrencyLimit: 1,
+      leaseMs: 1_200,
+      // Ignores its signal until its gate opens.
+      handler: async (_p, ctx) => {
+        signals.push(ctx.signal);
+        await new Promise<void>((open) => gates.push(open));
+      },
+    });
+    const a = await client.enqueue(mutex, { tenant: 'r', n: 0 });
+    await admitter.runOnce();
+    const worker = testWorker(db.pool, [mutex], { queues: ['ck'], concurrency: 2 });
+    const stopRun = async (n: number) => {
+      const run = worker.runOnce();
+      await waitFor(() => signals.length === n);
+      expect(await client.cancelJob(a.id, { running: true })).toBe(true);
+      await run;
+      expect(signals[n - 1]!.aborted).toBe(true);
+    };
+    await stopRun(1);
+    // The first run's handler works on past its whole lease; then an operator retries the job,
+    // which this worker runs again (at attempt 1: a retry starts the attempts afresh) and which
+    // is stopped again.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 ms' WHERE id = $1`,
+      [a.id],
+    );
+    expect(await client.retryJob(a.id)).toBe(true);
+    await admitter.runOnce();
+    await stopRun(2);
+    await client.enqueue(mutex, { tenant: 'r', n: 1 });
+    const lease = async () =>
+      (
+        await db.pool.query<{ lease_expires_at: Date | null }>(
+          'SELECT lease_expires_at FROM skiplock.jobs WHERE id = $1',
+          [a.id],
+        )
+      ).rows[0]!.lease_expires_at;
+    // The first run's handler returns. Before, its release (same job, attempt and worker)
+    // cleared the second run's lease, and the key's next job started beside that run's handler.
+    gates[0]!();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await lease()).not.toBeNull();
+    expect(await admitter.runOnce()).toEqual({ admitted: 0 });
+    gates[1]!();
+    await waitFor(async () => (await lease()) === null);
+    await worker.stop();
+    expect(await byKey()).toEqual({ 'tenant:r': { cancelled: 1, pending: 1 } });
+  });
+
   it('a stopped run whose worker is gone holds its slot until its lease runs out', async () => {
     const mutex = defineJob({ ...tenantJob, type: 'tenant.gone', concurrencyLimit: 1 });
     const [a] = await client.enqueueMany(mutex, [

@@ -1,6 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { JobStatus } from '../schema.js';
-import type { LockToken } from './fence.js';
+import { leaseMicros, type LockToken } from './fence.js';
 
 const jobColumns = sql`
   id::text AS id, queue, job_type, payload, idempotency_key, status, priority, attempts,
@@ -83,13 +83,18 @@ export function cancelJob(id: string, running = false) {
 /**
  * A run stopped by `cancelJob(id, { running: true })` whose handler has now returned: its lease
  * is cleared, and with it the slot of its concurrency key (returned, to admit the key's next
- * job). Fenced by the attempt and the worker, as every write of a run is.
+ * job). Fenced by the attempt and the worker, as every write of a run is, and by the lease the
+ * stop left (`stoppedLease`, as `selectJobHolder` read it): an operator's retry resets
+ * `attempts`, so a later run of the job on the same worker, stopped in its turn, carries the
+ * same token, and the first run's handler returning cleared the lease of the second, still
+ * running (found in review). Nothing renews a cancelled row's lease, so the stop's stays as it was.
  */
-export function releaseStoppedRun(workerId: string, token: LockToken) {
+export function releaseStoppedRun(workerId: string, token: LockToken, stoppedLease: string) {
   return sql`
     UPDATE skiplock.jobs j SET lease_expires_at = NULL
     WHERE j.id = ${token.id} AND j.attempts = ${token.attempt} AND j.locked_by = ${workerId}
-      AND j.status = 'cancelled' AND j.lease_expires_at IS NOT NULL
+      AND j.status = 'cancelled'
+      AND ${leaseMicros(sql`j.lease_expires_at`)} = ${stoppedLease}::bigint
     RETURNING j.concurrency_key`;
 }
 

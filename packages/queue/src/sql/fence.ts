@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 
 /** The claim's lock token: a write for a job commits only if the job still carries it. */
 export interface LockToken {
@@ -49,11 +49,24 @@ export interface JobHolderRow {
   attempt: number;
   /** The worker running it now; null unless `processing` (other statuses keep the last one). */
   holder: string | null;
+  /**
+   * The lease a run an operator stopped kept (`cancelled` with a lease, see `releaseStoppedRun`),
+   * as `leaseMicros` reads it: what that run's release is fenced by. Null otherwise.
+   */
+  stopped_lease: string | null;
 }
+
+/**
+ * A lease as microseconds since the epoch, in text: exact, where a JavaScript Date keeps
+ * milliseconds only and the text of a timestamp depends on the session's DateStyle.
+ */
+export const leaseMicros = (column: SQL) => sql`(extract(epoch FROM ${column}) * 1000000)::bigint`;
 
 export function selectJobHolder(id: string) {
   return sql`
     SELECT status, attempts AS attempt,
-           CASE WHEN status = 'processing' THEN locked_by END AS holder
+           CASE WHEN status = 'processing' THEN locked_by END AS holder,
+           CASE WHEN status = 'cancelled' THEN ${leaseMicros(sql`lease_expires_at`)}::text
+           END AS stopped_lease
     FROM skiplock.jobs WHERE id = ${id}`;
 }
