@@ -14,7 +14,10 @@ const DAY_MS = 86_400_000;
 const MAX_AGE_MS = 100 * 365 * DAY_MS;
 
 const retentionOptionsSchema = z.object({
-  /** Completed and cancelled jobs are deleted this long after they finished. */
+  /**
+   * Completed and cancelled jobs are deleted this long after they finished (a run stopped by
+   * `cancelJob(id, { running: true })` not before it has ended: its row holds its key's slot).
+   */
   completedAgeMs: z
     .number()
     .int()

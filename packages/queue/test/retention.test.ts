@@ -72,6 +72,29 @@ describe('retention', () => {
     expect(await countByStatus(db.pool)).toMatchObject({ pending: 1 });
   });
 
+  it('keeps a cancelled job whose stopped run still holds its lease, whatever its age', async () => {
+    await db.pool.query('DELETE FROM skiplock.jobs');
+    const retention = createRetention({ pool: db.pool, logger: quiet, completedAgeMs: 0 });
+    // Stopped while they ran (`cancelJob(id, { running: true })`): one whose handler has not
+    // returned (its lease kept, and its concurrency slot with it), one whose lease ran out (its
+    // worker gone), one whose worker gave the lease back; and one cancelled before it ran.
+    await db.pool.query(`
+      INSERT INTO skiplock.jobs (job_type, status, attempts, locked_by, lease_expires_at,
+                                 concurrency_key, concurrency_limit, updated_at) VALUES
+        ('stopping', 'cancelled', 1, 'w', now() + interval '5 minutes', 'k', 1,
+         now() - interval '2 minutes'),
+        ('ran-out', 'cancelled', 1, 'w', now() - interval '1 second', 'k', 1,
+         now() - interval '2 minutes'),
+        ('released', 'cancelled', 1, 'w', NULL, 'k', 1, now() - interval '2 minutes'),
+        ('queued', 'cancelled', 0, NULL, NULL, NULL, NULL, now() - interval '2 minutes')`);
+    // Before: deleted under its handler still working, the key's next job could start.
+    expect(await retention.runOnce()).toMatchObject({ deleted: 3, byStatus: { cancelled: 3 } });
+    const { rows } = await db.pool.query<{ job_type: string }>(
+      'SELECT job_type FROM skiplock.jobs',
+    );
+    expect(rows.map((r) => r.job_type)).toEqual(['stopping']);
+  });
+
   it('walks the retention index per status: a batch reads its own rows, not the whole backlog', async () => {
     await db.pool.query('DELETE FROM skiplock.jobs');
     // A backlog: 150,000 finished jobs all past their age (retention was off for a while).

@@ -2,6 +2,16 @@ import { sql } from 'drizzle-orm';
 import type { JobStatus } from '../schema.js';
 
 /**
+ * A cancelled job's run has ended: it was never running, or the run an operator stopped has
+ * given back the lease it kept (see `releaseStoppedRun`), or that lease ran out. Until then its row
+ * holds its concurrency key's slot; deleted under a retention age shorter than the lease
+ * (`completedAgeMs: 0`), it let the key's next job start beside the handler still working
+ * (found in review).
+ */
+const runEnded = (table: 'j' | 'jobs') =>
+  sql`(${sql.raw(table)}.lease_expires_at IS NULL OR ${sql.raw(table)}.lease_expires_at <= now())`;
+
+/**
  * Deletes up to `limit` terminal jobs older than their retention age, oldest first. Batched so one
  * run never holds many row locks or writes a burst of WAL; the caller loops while rows come back.
  * Each status is its own ordered walk of the retention index (status, updated_at) that stops after
@@ -14,14 +24,14 @@ import type { JobStatus } from '../schema.js';
  */
 export function pruneJobs(p: { completedAgeMs: number; deadAgeMs: number; limit: number }) {
   const expiredAt = (ageMs: number) => sql`now() - ${ageMs} * interval '1 millisecond'`;
-  const expired = (status: JobStatus, ageMs: number) => sql`
+  const expired = (status: JobStatus, ageMs: number, also = sql``) => sql`
     SELECT id, updated_at FROM skiplock.jobs
-    WHERE status = ${sql.raw(`'${status}'`)} AND updated_at < ${expiredAt(ageMs)}
+    WHERE status = ${sql.raw(`'${status}'`)} AND updated_at < ${expiredAt(ageMs)} ${also}
     ORDER BY updated_at
     LIMIT ${p.limit}`;
   return sql`
     WITH completed AS (${expired('completed', p.completedAgeMs)}),
-         cancelled AS (${expired('cancelled', p.completedAgeMs)}),
+         cancelled AS (${expired('cancelled', p.completedAgeMs, sql`AND ${runEnded('jobs')}`)}),
          dead AS (${expired('dead', p.deadAgeMs)}),
          picked AS (
            SELECT id FROM (
@@ -34,7 +44,9 @@ export function pruneJobs(p: { completedAgeMs: number; deadAgeMs: number; limit:
          ),
          doomed AS (
            SELECT j.id FROM skiplock.jobs j JOIN picked ON picked.id = j.id
-           WHERE (j.status IN ('completed', 'cancelled') AND j.updated_at < ${expiredAt(p.completedAgeMs)})
+           WHERE (j.status = 'completed' AND j.updated_at < ${expiredAt(p.completedAgeMs)})
+              OR (j.status = 'cancelled' AND j.updated_at < ${expiredAt(p.completedAgeMs)}
+                  AND ${runEnded('j')})
               OR (j.status = 'dead' AND j.updated_at < ${expiredAt(p.deadAgeMs)})
            FOR UPDATE OF j SKIP LOCKED
          )
