@@ -10,6 +10,11 @@ export interface JobAction {
   apply(client: Client, id: string, flagged: boolean): Promise<boolean>;
   /** Said after the refusal of a running job when the flag was not given. */
   runningHint?: string;
+  /**
+   * Refused for a job stopped with `jobs cancel --running` while its run has not ended (a retry:
+   * it could run twice at once), and the refusal says so.
+   */
+  waitsForStoppedRun?: boolean;
 }
 
 /**
@@ -45,8 +50,10 @@ export async function applyJobAction(
     if (!changed || !after) {
       const status = after?.status ?? 'gone';
       // A run stopped with `jobs cancel --running` keeps its lease until its handler returns:
-      // retried before that, the job could run twice at once.
+      // retried before that, the job could run twice at once. (Cancelled again, it is refused
+      // for its status: before, the message said it could be cancelled once its run ended.)
       if (
+        action.waitsForStoppedRun &&
         after &&
         status === 'cancelled' &&
         after.leaseExpiresAt &&

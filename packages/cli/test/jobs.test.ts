@@ -282,6 +282,15 @@ describe('skiplock jobs', () => {
       ),
     );
     expect((await statusOf(ids.processing))!.status).toBe('cancelled');
+    // Cancelled again: it is cancelled already, which a cancel cannot change. Before, the
+    // message said it could be cancelled once its run had ended.
+    for (const again of [[], ['--running']]) {
+      const twice = await runInProcess(['jobs', 'cancel', ids.processing, ...again], env);
+      expect(twice.code).toBe(1);
+      expect(twice.stderr).toContain(
+        `job ${ids.processing} is cancelled; only pending, retryable, waiting jobs, and processing ones whose lease has expired, can be cancelled\n`,
+      );
+    }
     // Put back as the worker left it, for the other tests.
     await db.pool.query(
       `UPDATE skiplock.jobs SET status = 'processing', lease_expires_at = now() + interval '30 seconds'

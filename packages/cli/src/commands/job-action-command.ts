@@ -22,6 +22,8 @@ export interface JobActionSpec {
   flag?: string;
   /** Said after the refusal of a running job when the flag was not given. */
   runningHint?: string;
+  /** See `JobAction.waitsForStoppedRun`. */
+  waitsForStoppedRun?: boolean;
   apply(client: Client, id: string, flagged: boolean): Promise<boolean>;
   /** What the job is now, read after the action, for the human-readable line. */
   outcome(after: Job): string;

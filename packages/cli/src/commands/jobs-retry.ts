@@ -13,6 +13,7 @@ export const jobsRetryCommand = jobActionCommand({
   ],
   verb: 'retried',
   allowed: ['dead', 'cancelled', 'retryable', 'waiting'],
+  waitsForStoppedRun: true,
   apply: (client, id) => client.retryJob(id),
   // A job with a concurrency key whose slots are all taken waits for one: "runs now" would be
   // wrong. A worker may also have taken the job already by the time it is read again.
