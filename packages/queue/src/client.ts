@@ -273,7 +273,8 @@ export interface Client {
   ): Promise<boolean>;
   /**
    * Runs a dead, cancelled, retry-waiting or slot-waiting job, or one whose run's lease has
-   * expired, again now with a fresh set of attempts; false when it is in another state.
+   * expired, again now with a fresh set of attempts; false when it is in another state, or is a
+   * job stopped while it ran whose stopped run has not ended (see `cancelJob`).
    */
   retryJob(id: string, options?: TransactionOption): Promise<boolean>;
   stats(): Promise<QueueStats[]>;

@@ -24,7 +24,9 @@ export const skiplockSchema = pgSchema('skiplock');
  * - `completed`  the handler succeeded (terminal)
  * - `dead`       will never run again: attempts exhausted, invalid payload, unknown type, or a
  *                non-retryable error; `last_error` and `errors` say why (terminal, retry by hand)
- * - `cancelled`  cancelled by a user before it ran (terminal)
+ * - `cancelled`  cancelled by a user (terminal): before it ran, or stopped while it ran, whose run
+ *                keeps its lease (and its concurrency slot) until its handler has returned
+ *                (migrations-flow/0005_stopping_runs_hold_slots.sql)
  * - `waiting`    a job with a concurrency key, waiting for a slot of its key: not claimable until
  *                `skiplock.admit()` makes it pending (migrations-flow/0000_admission.sql)
  */

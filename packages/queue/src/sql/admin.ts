@@ -155,7 +155,8 @@ export function selectJobStatusesByKey(pairs: readonly { queue: string; key: str
 /**
  * Puts a dead, cancelled or retry-waiting job, or one whose run's lease has expired, back to
  * pending to run now, with a fresh set of attempts; its error history is kept. Notifies waiting workers. A job with a concurrency key goes
- * back to `waiting` instead, and the caller admits its key.
+ * back to `waiting` instead, and the caller admits its key. A cancelled job whose stopped run
+ * still holds its lease (`stoppingRun`) is left alone.
  */
 export function retryJob(id: string) {
   return sql`
