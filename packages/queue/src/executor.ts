@@ -726,6 +726,9 @@ async function lockLost(d: ExecutorDeps, job: RunningJob, durationMs: number): P
  * slot is free once the lease runs out (within one `lease_ms`).
  */
 async function releaseStopped(d: ExecutorDeps, job: RunningJob, lease: string): Promise<void> {
+  // The worker stopped, and ended the pool it owns, before this overrunning handler returned:
+  // nothing can be written (each try failed and was logged, for about 16 s); the lease runs out.
+  if (d.pool.ended) return;
   try {
     const { rows } = await withRetry(d, () =>
       runSql<{ concurrency_key: string | null }>(

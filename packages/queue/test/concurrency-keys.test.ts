@@ -527,6 +527,45 @@ describe('concurrency keys', () => {
     expect(events).toEqual(['start 0', 'end 0', 'start 1', 'end 1']);
   });
 
+  it('a stopped run whose handler returns after its worker stopped and ended its own pool writes nothing', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const signals: AbortSignal[] = [];
+    const mutex = defineJob({
+      ...tenantJob,
+      type: 'tenant.late',
+      concurrencyLimit: 1,
+      leaseMs: 1_200,
+      handler: async (_p, ctx) => {
+        signals.push(ctx.signal);
+        await gate;
+      },
+    });
+    const [a] = await client.enqueueMany(mutex, [{ payload: { tenant: 'l', n: 0 } }]);
+    await admitter.runOnce();
+    const logs = captureLogs();
+    // A pool of the worker's own, ended by its stop().
+    const worker = createWorker({
+      connectionString: db.url,
+      jobs: [mutex],
+      queues: ['ck'],
+      logger: logs.logger,
+      sweeper: false,
+      retention: false,
+      listen: false,
+    });
+    const run = worker.runOnce();
+    await waitFor(() => signals.length === 1);
+    expect(await client.cancelJob(a!.id, { running: true })).toBe(true);
+    await waitFor(() => signals[0]!.aborted, { timeoutMs: 5_000 });
+    await run;
+    await worker.stop({ timeoutMs: 1_000 });
+    release();
+    await new Promise((r) => setTimeout(r, 500));
+    // Before: the release was sent on the ended pool and retried, a warning each time.
+    expect(logs.reasons().filter((r) => r === 'db_error' || r === 'settle_failed')).toEqual([]);
+  });
+
   it('a stopped run holds its slot until its handler returns, and its job is not retried meanwhile', async () => {
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
