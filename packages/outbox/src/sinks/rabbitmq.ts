@@ -71,7 +71,7 @@ interface Connection {
  * A broker under a resource alarm takes publishes but neither routes nor confirms them until the
  * alarm clears: the broker's outage, not the message's fault. Each message a blocked connection
  * left unconfirmed at the batch's deadline was charged an attempt, and a long alarm sent messages
- * dead (left by an earlier session, found again in an audit).
+ * dead (a known gap until a test raised a real disk alarm).
  */
 function blockedDelivery(conn: Connection, sent: boolean): Delivery {
   return failed(`broker blocks publishing (${conn.blocked ?? 'blocked, since unblocked'})`, {
