@@ -52,17 +52,12 @@ export async function applyJobAction(
       // A run stopped with `jobs cancel --running` keeps its lease until its handler returns:
       // retried before that, the job could run twice at once. (Cancelled again, it is refused
       // for its status: before, the message said it could be cancelled once its run ended.)
-      if (
-        action.waitsForStoppedRun &&
-        after &&
-        status === 'cancelled' &&
-        after.leaseExpiresAt &&
-        after.leaseExpiresAt > db.now
-      ) {
+      const { isStoppedRunLive } = await import('@skiplock/queue');
+      if (action.waitsForStoppedRun && after && isStoppedRunLive(after, db.now)) {
         throw new CliError(
           `job ${id} is cancelled, but its stopped run has not ended: its handler has not returned ` +
             `(its lease, and its concurrency slot, are held until it does or until ` +
-            `${after.leaseExpiresAt.toISOString()}); it can be ${action.verb} once the run ends`,
+            `${after.leaseExpiresAt?.toISOString()}); it can be ${action.verb} once the run ends`,
         );
       }
       throw new CliError(

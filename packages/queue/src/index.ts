@@ -10,6 +10,7 @@ export type {
   PayloadOf,
 } from './define.js';
 export { createClient } from './client.js';
+export { isLeaseExpired, isStoppedRunLive } from './lease-state.js';
 export type {
   BulkItem,
   Client,

@@ -55,7 +55,9 @@ export const jobsShowCommand: Command = {
       });
       return 0;
     }
-    io.stdout(renderJob(job, timeline, now, holders));
+    // Loaded already by the client above; imported here so --help need not load the library.
+    const lease = await import('@skiplock/queue');
+    io.stdout(renderJob(job, timeline, now, holders, lease));
     return 0;
   },
 };
@@ -70,20 +72,28 @@ function holderJson(h: Job) {
   };
 }
 
+type LeaseState = Pick<typeof import('@skiplock/queue'), 'isLeaseExpired' | 'isStoppedRunLive'>;
+
 /** A key holder in a line: `job 12 processing in queue q (lease expired 3m ago: ...)`. */
-function holderLine(h: Job, now: Date): string {
-  const lease =
-    h.status === 'cancelled' && h.leaseExpiresAt
-      ? ` (stopped; its handler has not returned: holds the slot until it does, or until its lease ends ${relativeTime(h.leaseExpiresAt, now)})`
+function holderLine(h: Job, now: Date, state: LeaseState): string {
+  const ends = h.leaseExpiresAt ? relativeTime(h.leaseExpiresAt, now) : '';
+  const lease = state.isStoppedRunLive(h, now)
+    ? ` (stopped; its handler has not returned: holds the slot until it does, or until its lease ends ${ends})`
+    : state.isLeaseExpired(h, now)
+      ? ` (lease expired ${ends}: its worker is gone or stuck)`
       : h.status === 'processing' && h.leaseExpiresAt
-        ? h.leaseExpiresAt < now
-          ? ` (lease expired ${relativeTime(h.leaseExpiresAt, now)}: its worker is gone or stuck)`
-          : ` (lease ends ${relativeTime(h.leaseExpiresAt, now)})`
+        ? ` (lease ends ${ends})`
         : '';
   return `job ${h.id} ${h.status} in queue ${h.queue}${lease}`;
 }
 
-function renderJob(job: Job, timeline: TimelineEntry[], now: Date, holders: Job[] | null): string {
+function renderJob(
+  job: Job,
+  timeline: TimelineEntry[],
+  now: Date,
+  holders: Job[] | null,
+  lease: LeaseState,
+): string {
   const or = (v: string | number | null) => (v === null ? '-' : String(v));
   let payload = JSON.stringify(job.payload, null, 2);
   if (payload.length > MAX_PAYLOAD_CHARS) {
@@ -118,7 +128,7 @@ function renderJob(job: Job, timeline: TimelineEntry[], now: Date, holders: Job[
               ? job.runAt > now
                 ? `not due until ${timestamp(job.runAt, now)}; admitted then, while a slot is free`
                 : "no job holds a slot now: the next admission pass admits it (unless its key's rate limit holds it)"
-              : holders.map((h) => holderLine(h, now)).join('\n') +
+              : holders.map((h) => holderLine(h, now, lease)).join('\n') +
                 (holders.length === MAX_HOLDERS
                   ? '\n… (skiplock jobs list --concurrency-key)'
                   : ''),

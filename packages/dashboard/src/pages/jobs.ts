@@ -1,5 +1,5 @@
 import { isSagaJobType } from '@skiplock/saga';
-import type { Job, JobStatus } from '@skiplock/queue';
+import { isLeaseExpired, isStoppedRunLive, type Job, type JobStatus } from '@skiplock/queue';
 import type { BrowsePage, JobSummary } from '@skiplock/queue/engine';
 import { badge, clip, count, formatDuration, prettyJson, when } from '../format.js';
 import { html, raw, type Html } from '../html.js';
@@ -244,27 +244,10 @@ function keyHolders(ctx: PageContext, job: Job, holders: readonly Job[]): Html {
       (h) =>
         html`<li>
           <a href="${href(ctx, `/jobs/${h.id}`)}">job ${h.id}</a> ${badge(h.status)} in queue
-          ${h.queue}${leaseExpired(h, ctx.now) ? ' (lease expired: its worker is gone or stuck)' : stopping(h, ctx.now) ? ' (stopped; its handler has not returned: holds the slot until it does or its lease ends)' : ''}
+          ${h.queue}${isLeaseExpired(h, ctx.now) ? ' (lease expired: its worker is gone or stuck)' : isStoppedRunLive(h, ctx.now) ? ' (stopped; its handler has not returned: holds the slot until it does or its lease ends)' : ''}
         </li>`,
     )}
   </ul>`;
-}
-
-/** Processing, with a lease that has run out: nothing renews it. */
-function leaseExpired(job: Pick<Job, 'status' | 'leaseExpiresAt'>, now: number): boolean {
-  return (
-    job.status === 'processing' && job.leaseExpiresAt !== null && job.leaseExpiresAt.getTime() < now
-  );
-}
-
-/**
- * Cancelled while it ran (Stop and cancel), its handler not yet returned: the run keeps its lease
- * and its concurrency slot until then, and the job is not retried meanwhile.
- */
-function stopping(job: Pick<Job, 'status' | 'leaseExpiresAt'>, now: number): boolean {
-  return (
-    job.status === 'cancelled' && job.leaseExpiresAt !== null && job.leaseExpiresAt.getTime() > now
-  );
 }
 
 /** The saga a job belongs to, from its idempotency key (`saga:<id>:...`), if it is a saga's job. */
@@ -304,9 +287,9 @@ export function jobPage(
   const own = !isSagaJobType(job.jobType);
   // A run whose lease ran out (its worker gone or stuck, or an onDead hook that keeps failing)
   // may be retried or cancelled too; the database decides again when the form is sent.
-  const expired = leaseExpired(job, ctx.now);
+  const expired = isLeaseExpired(job, ctx.now);
   const actions = html`<div class="actions" data-testid="job-actions">
-    ${own && (expired || (RETRYABLE.includes(job.status) && !stopping(job, ctx.now))) ? actionForm(ctx, `/jobs/${job.id}/retry`, 'Retry now', {}) : ''}
+    ${own && (expired || (RETRYABLE.includes(job.status) && !isStoppedRunLive(job, ctx.now))) ? actionForm(ctx, `/jobs/${job.id}/retry`, 'Retry now', {}) : ''}
     ${own && (expired || CANCELLABLE.includes(job.status)) ? actionForm(ctx, `/jobs/${job.id}/cancel`, 'Cancel', { danger: true, confirm: `Cancel job ${job.id}?` }) : ''}
     ${own && job.status === 'processing' && !expired ? actionForm(ctx, `/jobs/${job.id}/cancel`, 'Stop and cancel', { danger: true, confirm: `Stop job ${job.id}? Its worker aborts the handler at its next lease renewal.`, fields: html`<input type="hidden" name="running" value="1" />` }) : ''}
   </div>`;
@@ -322,7 +305,7 @@ export function jobPage(
       <section class="panel" data-live="job-fields">
         <h2>Fields</h2>
         <table class="fields" data-testid="job-fields">
-          ${field('status', stopping(job, ctx.now) ? html`${badge(job.status)} <span class="none">stopping: its handler has not returned; it holds its lease and slot until it does or the lease ends</span>` : badge(job.status))}
+          ${field('status', isStoppedRunLive(job, ctx.now) ? html`${badge(job.status)} <span class="none">stopping: its handler has not returned; it holds its lease and slot until it does or the lease ends</span>` : badge(job.status))}
           ${field('queue', job.queue)} ${field('type', job.jobType)}
           ${field('priority', job.priority)} ${field('run at', when(job.runAt, ctx.now))}
           ${field('created', when(job.createdAt, ctx.now))}
