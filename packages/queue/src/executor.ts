@@ -730,14 +730,13 @@ async function releaseStopped(d: ExecutorDeps, job: RunningJob, lease: string): 
   // nothing can be written (each try failed and was logged, for about 16 s); the lease runs out.
   if (d.pool.ended) return;
   try {
-    const { rows } = await withRetry(d, () =>
-      runSql<{ concurrency_key: string | null }>(
-        d.pool,
-        releaseStoppedRun(d.workerId, job.token, lease),
-      ),
+    const { rowCount } = await withRetry(d, () =>
+      runSql(d.pool, releaseStoppedRun(d.workerId, job.token, lease)),
     );
-    const key = rows[0]?.concurrency_key ?? job.row.concurrency_key;
-    if (key !== null) d.slotFreed(key);
+    // Nothing given back (the lease ran out and retention or a retry moved the row on): the
+    // slot was freed without this worker, and admission is not its to prompt.
+    const key = job.row.concurrency_key;
+    if (rowCount && key !== null) d.slotFreed(key);
   } catch (error) {
     d.logger.warn(
       { ...jobFields(job), reason: 'settle_failed', err: errorMessage(error) },
@@ -816,6 +815,27 @@ async function settleFailure(
   record(d, job, durationMs, 'dead', decision.reason);
   d.logger.warn({ ...fields, reason: decision.reason, err: logged }, 'job is dead');
   d.events.emit('job:dead', { ...event, reason: decision.reason });
+}
+
+/**
+ * A buffered job that was not handed back with the rest (`releaseJobs` touches only `processing`
+ * rows): if an operator stopped it while it waited (`cancelJob(id, { running: true })`), its row
+ * kept the lease, and with it the slot of its concurrency key, for a handler that never started.
+ * Given back now, fenced by the lease the stop left, as after a stopped run's handler returns.
+ * Before, the slot stayed taken until the lease ran out (up to one `lease_ms`). One read by
+ * primary key per such job, on this rare path only.
+ */
+export async function releaseStoppedUnstarted(d: ExecutorDeps, job: RunningJob): Promise<void> {
+  if (d.pool.ended) return;
+  let row: JobHolderRow | undefined;
+  try {
+    row = (await runSql<JobHolderRow>(d.pool, selectJobHolder(job.info.id))).rows[0];
+  } catch (error) {
+    d.logger.debug({ ...jobFields(job), err: errorMessage(error) }, 'could not read the job back');
+    return;
+  }
+  if (row?.status !== 'cancelled' || row.attempt !== job.token.attempt) return;
+  if (row.stopped_lease !== null) await releaseStopped(d, job, row.stopped_lease);
 }
 
 /**

@@ -10,6 +10,7 @@ import { ConfigError, LockLostError, ShutdownError, errorMessage } from './error
 import { SafeEmitter, type WorkerEvents } from './events.js';
 import {
   executeJob,
+  releaseStoppedUnstarted,
   releaseUnadopted,
   RunningJob,
   slotWithoutJob,
@@ -773,7 +774,7 @@ export function createWorker(options: WorkerOptions): Worker {
     // no longer finds for lost leases, and log each.
     for (const job of jobs) job.state = 'settling';
     try {
-      await runSql(
+      const { rows } = await runSql<{ id: string }>(
         pool,
         releaseJobs(
           id,
@@ -781,7 +782,14 @@ export function createWorker(options: WorkerOptions): Worker {
           config.asyncCommit,
         ),
       );
-      for (const job of jobs) series.of(job.info.queue, job.info.type).released(reason);
+      const released = new Set(rows.map((r) => r.id));
+      for (const job of jobs) {
+        if (released.has(job.info.id)) series.of(job.info.queue, job.info.type).released(reason);
+      }
+      // Not handed back: no longer this worker's. One stopped by an operator as it waited kept
+      // its lease and slot; give them back (stop() waits for this, as for the hand-back).
+      const stopped = jobs.filter((j) => !released.has(j.info.id));
+      await Promise.all(stopped.map((j) => releaseStoppedUnstarted(deps, j)));
     } catch (error) {
       if (reason === 'buffer_wait' && state === 'running') {
         logger.warn(

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createClient, defineJob } from '../src/index.js';
+import { createAdmitter, createClient, defineJob } from '../src/index.js';
 import { NOTIFY_CHANNEL } from '../src/listener.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
@@ -115,6 +115,77 @@ describe('claiming ahead into the local buffer', () => {
         outcome: 'completed',
       }),
     ).toBe(52);
+  });
+
+  it('gives back the slot of a buffered job stopped before it started, as stop() hands the buffer back', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const warm = defineJob({
+      type: 'warm',
+      queue: 'stopped-buffered',
+      payload: z.object({ slow: z.boolean() }),
+      handler: async ({ slow }) => {
+        if (slow) await gate;
+      },
+    });
+    let keyedRuns = 0;
+    const keyed = defineJob({
+      type: 'keyed',
+      queue: 'stopped-buffered',
+      payload: z.object({ n: z.number() }),
+      concurrencyKey: () => 'stopped-buffered',
+      concurrencyLimit: 1,
+      handler: async () => void (keyedRuns += 1),
+    });
+    const worker = testWorker(db.pool, [warm, keyed], {
+      concurrency: 1,
+      pollIntervalMs: 20,
+      maxPrefetchWaitMs: 600_000,
+    });
+    const claimed = new Set<string>();
+    worker.on('job:claimed', (e) => claimed.add(e.jobId));
+    const admitter = createAdmitter({ pool: db.pool, logger: quiet });
+    const row = async (id: string) =>
+      (
+        await db.pool.query<{ status: string; lease_expires_at: Date | null }>(
+          'SELECT status::text, lease_expires_at FROM skiplock.jobs WHERE id = $1',
+          [id],
+        )
+      ).rows[0]!;
+    try {
+      // Teach the worker its handlers are quick, so that it claims ahead; then hold its only slot.
+      await client.enqueueMany(
+        warm,
+        Array.from({ length: 20 }, () => ({ payload: { slow: false } })),
+      );
+      await worker.start();
+      await waitFor(
+        async () => (await countByStatus(db.pool, 'stopped-buffered')).completed === 20,
+      );
+      const slow = await client.enqueue(warm, { slow: true });
+      await waitFor(() => claimed.has(slow.id));
+      const [first, second] = await client.enqueueMany(keyed, [
+        { payload: { n: 1 } },
+        { payload: { n: 2 } },
+      ]);
+      await admitter.runOnce();
+      await waitFor(() => claimed.has(first!.id), { what: 'the first keyed job claimed ahead' });
+      // Stopped while it waits in the buffer: cancelled, its lease (and the key's one slot) kept.
+      expect(await client.cancelJob(first!.id, { running: true })).toBe(true);
+      expect((await row(first!.id)).lease_expires_at).not.toBeNull();
+      const stopping = worker.stop({ timeoutMs: 5_000 });
+      release();
+      await stopping;
+      // Before: the hand-back skipped it (no longer processing), and its lease held the key's
+      // slot for a handler that never started until the lease ran out.
+      expect(await row(first!.id)).toEqual({ status: 'cancelled', lease_expires_at: null });
+      await admitter.runOnce();
+      expect((await row(second!.id)).status).toBe('pending');
+      expect(keyedRuns).toBe(0);
+    } finally {
+      release();
+      await worker.stop();
+    }
   });
 
   it('hands the buffer back for other workers once its jobs waited maxPrefetchWaitMs for a slot', async () => {

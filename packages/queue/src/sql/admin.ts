@@ -82,7 +82,7 @@ export function cancelJob(id: string, running = false) {
 
 /**
  * A run stopped by `cancelJob(id, { running: true })` whose handler has now returned: its lease
- * is cleared, and with it the slot of its concurrency key (returned, to admit the key's next
+ * is cleared, and with it the slot of its concurrency key (the caller then admits the key's next
  * job). Fenced by the attempt and the worker, as every write of a run is, and by the lease the
  * stop left (`stoppedLease`, as `selectJobHolder` read it): an operator's retry resets
  * `attempts`, so a later run of the job on the same worker, stopped in its turn, carries the
@@ -94,8 +94,7 @@ export function releaseStoppedRun(workerId: string, token: LockToken, stoppedLea
     UPDATE skiplock.jobs j SET lease_expires_at = NULL
     WHERE j.id = ${token.id} AND j.attempts = ${token.attempt} AND j.locked_by = ${workerId}
       AND j.status = 'cancelled'
-      AND ${leaseMicros(sql`j.lease_expires_at`)} = ${stoppedLease}::bigint
-    RETURNING j.concurrency_key`;
+      AND ${leaseMicros(sql`j.lease_expires_at`)} = ${stoppedLease}::bigint`;
 }
 
 /**
