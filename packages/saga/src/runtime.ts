@@ -29,7 +29,14 @@ import { branchIdOf } from './branch.js';
 import type { AnySagaDefinition, SagaDefinition, StepSpec } from './define.js';
 import { DEADLINE_RULE, isDeadlineMs } from './define.js';
 import type { StepOutputs } from './step.js';
-import { entryKey, SagaSnapshot, type Engine, type FaultHook, type SagaEntry } from './engine.js';
+import {
+  entryKey,
+  Notices,
+  SagaSnapshot,
+  type Engine,
+  type FaultHook,
+  type SagaEntry,
+} from './engine.js';
 import { keyId, MAX_KEY_ID_LENGTH, MAX_SAGA_ID_CHARS, SAGA_ID_UNFIT } from './keys.js';
 import {
   ChildSagasError,
@@ -352,6 +359,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     entries,
     faults: options.faults ?? null,
     tracer: resolveTracer(options.tracing, 'saga runtime options', SAGA_TRACER),
+    notices: new Notices(),
   };
   for (const def of options.sagas) {
     const key = entryKey(def.name, def.version);

@@ -652,7 +652,10 @@ export async function startNextInLine(
   if (!next) return null;
   const entry = e.entries.get(entryKey(next.name, next.version));
   if (!entry) {
-    e.logger.warn(
+    // Warned once per saga: the reconciler finds its key again on every pass, and the same line
+    // came every `intervalMs` (5 s by default) for as long as the saga stayed queued.
+    const level = e.notices.first(`lock_turn_unknown_version:${next.id}`) ? 'warn' : 'debug';
+    e.logger[level](
       { reason: 'lock_turn_unknown_version', sagaId: next.id, saga: name, version: next.version },
       'next saga for a lock key left queued: no runtime here knows its version',
     );
