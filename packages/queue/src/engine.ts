@@ -133,6 +133,11 @@ export interface JobState {
   lockedAt: Date | null;
   /** Its run time has come (`run_at` at or before the database's clock as it was read). */
   due: boolean;
+  /**
+   * Cancelled while it ran (`cancelJob(id, { running: true })`) and its handler has not returned:
+   * the run keeps its lease until then, so whatever the job's end sets off should wait for it.
+   */
+  stopping: boolean;
 }
 
 const toJobState = (r: JobStatusRow): JobState => ({
@@ -141,6 +146,7 @@ const toJobState = (r: JobStatusRow): JobState => ({
   attempts: r.attempts,
   lockedAt: r.locked_at,
   due: r.due,
+  stopping: r.stopping,
 });
 
 /**

@@ -95,13 +95,21 @@ describe('@skiplock/queue/engine', () => {
     await db.pool.query('DELETE FROM skiplock.jobs WHERE id = $1', [deleted]);
     const states = await jobStates(db.pool, [pending, dead, deleted]);
     expect(Object.fromEntries(states)).toEqual({
-      [pending]: { status: 'pending', lastError: null, attempts: 0, lockedAt: null, due: true },
+      [pending]: {
+        status: 'pending',
+        lastError: null,
+        attempts: 0,
+        lockedAt: null,
+        due: true,
+        stopping: false,
+      },
       [dead]: {
         status: 'dead',
         lastError: 'unknown_type: gone',
         attempts: 1,
         lockedAt: null,
         due: true,
+        stopping: false,
       },
     });
     // A claimed job reports its attempt and when it was claimed (what getSaga shows as running).
@@ -111,8 +119,20 @@ describe('@skiplock/queue/engine', () => {
       [pending],
     );
     const claimed = (await jobStates(db.pool, [pending])).get(pending)!;
-    expect(claimed).toMatchObject({ status: 'processing', attempts: 1 });
+    expect(claimed).toMatchObject({ status: 'processing', attempts: 1, stopping: false });
     expect(claimed.lockedAt).toBeInstanceOf(Date);
+    // Stopped while it ran (`cancelJob(id, { running: true })`): stopping while the stopped run
+    // keeps its lease, not once the lease is gone (its handler returned, or the lease ran out).
+    expect(await client.cancelJob(pending, { running: true })).toBe(true);
+    expect((await jobStates(db.pool, [pending])).get(pending)).toMatchObject({
+      status: 'cancelled',
+      stopping: true,
+    });
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`,
+      [pending],
+    );
+    expect((await jobStates(db.pool, [pending])).get(pending)).toMatchObject({ stopping: false });
     expect((await jobStates(db.pool, [])).size).toBe(0);
     // A job whose run time has not come is not due.
     const later = (await client.enqueue(noop, {}, { delayMs: 60_000 })).id;
@@ -157,8 +177,25 @@ describe('@skiplock/queue/engine', () => {
     expect([...states]).toEqual([
       [
         'default\0by-key-1',
-        { id, status: 'dead', lastError: 'gone', attempts: 0, lockedAt: null, due: true },
+        {
+          id,
+          status: 'dead',
+          lastError: 'gone',
+          attempts: 0,
+          lockedAt: null,
+          due: true,
+          stopping: false,
+        },
       ],
     ]);
+    // A job stopped while it ran reads as stopping by its key too.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'cancelled', locked_by = 'w',
+              lease_expires_at = now() + interval '1 minute' WHERE id = $1`,
+      [id],
+    );
+    const byKey = await jobStatesByKey(db.pool, [{ queue: 'default', key: 'by-key-1' }]);
+    const stopped = byKey.get('default\0by-key-1');
+    expect(stopped).toMatchObject({ status: 'cancelled', stopping: true });
   });
 });

@@ -376,6 +376,11 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       for (const row of live) {
         const job = jobs.get(row.current_job_id);
         if (job && job.status !== 'dead' && job.status !== 'cancelled') continue;
+        // A step an operator stopped while it ran (`cancelJob(id, { running: true })`): its
+        // handler may still be at work, so its compensation waits until it has returned (the
+        // worker then clears the job's lease) or the lease runs out. Failed at once, it started
+        // undoing the step beside the handler still doing it.
+        if (job?.stopping) continue;
         if (await reconcileOne(tx, row, job)) stranded.push(row.id);
         else left.add(row.id);
       }

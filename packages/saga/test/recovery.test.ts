@@ -368,6 +368,65 @@ describe('the reconciler', () => {
     await runtime.close();
   });
 
+  it('compensates a step an operator stopped while it ran only once its handler has returned', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let running = false;
+    const undone: string[] = [];
+    const saga = defineSaga({ name: 'stopped-step', version: 1, input })
+      .step('a', {
+        ...fast,
+        run: () => 1,
+        compensate: () => void undone.push(`a (b running: ${running})`),
+      })
+      // Ignores its signal until the gate opens: a handler busy in a call it cannot abort.
+      .step('b', {
+        ...fast,
+        run: async () => {
+          running = true;
+          await gate;
+          running = false;
+          return 2;
+        },
+      });
+    const { runtime } = await startSagas(db.pool, [saga]);
+    await runtime.start(saga, { id: 'stopped', input: {} });
+    await waitFor(() => running, { what: "step b's handler running" });
+    const { rows } = await db.pool.query<{ id: string }>(
+      `SELECT id::text FROM skiplock.jobs WHERE idempotency_key = 'saga:stopped:b'`,
+    );
+    const client = createClient({ pool: db.pool, logger: silent });
+    try {
+      expect(await client.cancelJob(rows[0]!.id, { running: true })).toBe(true);
+      // Before: this pass failed the step at once, and step a was undone beside b's handler.
+      expect(await runtime.reconciler.runOnce()).toMatchObject({ reconciled: 0 });
+      expect((await runtime.getSaga('stopped'))!.status).toBe('running');
+      release();
+      // Its worker gives the stopped run's lease back once the handler has returned.
+      await waitFor(async () => {
+        const { rows: lease } = await db.pool.query(
+          'SELECT 1 FROM skiplock.jobs WHERE id = $1 AND lease_expires_at IS NULL',
+          [rows[0]!.id],
+        );
+        return lease.length === 1;
+      });
+      expect(await runtime.reconciler.runOnce()).toMatchObject({
+        reconciled: 1,
+        sagaIds: ['stopped'],
+      });
+      const ended = await settled(runtime, 'stopped');
+      expect(ended.status).toBe('compensated');
+      expect(undone).toEqual(['a (b running: false)']);
+      expect(ended.history.find((h) => h.step === 'b')).toMatchObject({
+        status: 'failed',
+        error: expect.stringContaining('cancelled'),
+      });
+    } finally {
+      release();
+      await client.close();
+    }
+  });
+
   it('runs one pass at a time across processes', async () => {
     const runtime = createSagaRuntime({ pool: db.pool, sagas: [v1], logger: silent });
     const client = await db.pool.connect();

@@ -125,13 +125,14 @@ export interface JobStatusRow {
   attempts: number;
   locked_at: Date | null;
   due: boolean;
+  stopping: boolean;
 }
 
 /** Status and last error of each listed job that exists, by primary key. */
 export function selectJobStatuses(ids: readonly string[]) {
   return sql`
     SELECT id::text AS id, status, last_error, attempts, locked_at,
-           run_at <= clock_timestamp() AS due
+           run_at <= clock_timestamp() AS due, ${stoppingRun} AS stopping
     FROM skiplock.jobs
     WHERE id = ANY(${sql.param(ids)}::bigint[])`;
 }
@@ -145,7 +146,7 @@ export interface KeyedJobStatusRow extends JobStatusRow {
 export function selectJobStatusesByKey(pairs: readonly { queue: string; key: string }[]) {
   return sql`
     SELECT j.id::text AS id, j.queue, j.idempotency_key, j.status, j.last_error, j.attempts,
-           j.locked_at, j.run_at <= clock_timestamp() AS due
+           j.locked_at, j.run_at <= clock_timestamp() AS due, ${stoppingRun} AS stopping
     FROM unnest(${sql.param(pairs.map((p) => p.queue))}::text[],
                 ${sql.param(pairs.map((p) => p.key))}::text[]) AS k(queue, key)
     JOIN skiplock.jobs j ON j.queue = k.queue AND j.idempotency_key = k.key`;
