@@ -912,7 +912,11 @@ async function withRetry<T>(d: ExecutorDeps, write: () => Promise<T>): Promise<T
     try {
       return await write();
     } catch (error) {
-      if (attempt >= d.settleAttempts || error instanceof LockLostError) throw error;
+      // An ended pool (the worker stopped, and ended the pool it owns, while this write was in
+      // flight) never takes another: retried, each try failed and warned for about 16 s.
+      if (attempt >= d.settleAttempts || error instanceof LockLostError || d.pool.ended) {
+        throw error;
+      }
       d.logger.warn(
         { reason: 'db_error', attempt, err: errorMessage(error) },
         'settle write failed; retrying',

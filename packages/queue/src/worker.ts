@@ -774,21 +774,29 @@ export function createWorker(options: WorkerOptions): Worker {
     // no longer finds for lost leases, and log each.
     for (const job of jobs) job.state = 'settling';
     try {
-      const { rows } = await runSql<{ id: string }>(
-        pool,
-        releaseJobs(
-          id,
-          jobs.map((j) => j.token),
-          config.asyncCommit,
-        ),
-      );
+      // Only copies still current here: one superseded by a later claim of the same job (see
+      // `accept`) carries the same token as that later run once a retry reset `attempts`, so
+      // handing it back, or clearing its lease, would take the job from its own later run (found
+      // in review).
+      const current = jobs.filter((j) => running.get(j.info.id) === j);
+      const { rows } =
+        current.length === 0
+          ? { rows: [] }
+          : await runSql<{ id: string }>(
+              pool,
+              releaseJobs(
+                id,
+                current.map((j) => j.token),
+                config.asyncCommit,
+              ),
+            );
       const released = new Set(rows.map((r) => r.id));
-      for (const job of jobs) {
+      for (const job of current) {
         if (released.has(job.info.id)) series.of(job.info.queue, job.info.type).released(reason);
       }
       // Not handed back: no longer this worker's. One stopped by an operator as it waited kept
       // its lease and slot; give them back (stop() waits for this, as for the hand-back).
-      const stopped = jobs.filter((j) => !released.has(j.info.id));
+      const stopped = current.filter((j) => !released.has(j.info.id));
       await Promise.all(stopped.map((j) => releaseStoppedUnstarted(deps, j)));
     } catch (error) {
       if (reason === 'buffer_wait' && state === 'running') {

@@ -246,6 +246,9 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     const failed: string[] = [];
     for (const { row, index, queue, key } of expected) {
       const job = jobs.get(`${queue}\0${key}`);
+      // A timeout or wake job stopped while it ran (`stopping`) is not waited for, unlike a
+      // step's: its handler runs no user code, only the saga's own transition, which locks the
+      // saga row as this pass does and is fenced by the job, so it cannot act beside this one.
       if (job && job.status !== 'dead' && job.status !== 'cancelled') continue;
       // Without a definition, only a job found ended says the wait can no longer end: none
       // found may be a wait with no timeout, which a signal ends. Once per saga, whichever
