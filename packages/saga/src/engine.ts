@@ -13,6 +13,7 @@ import type { AnySagaDefinition, StepSpec } from './define.js';
 import type { StepOutputs } from './step.js';
 import type { SagaMetrics } from './metrics.js';
 import type { SagaRow } from './sql/sagas.js';
+import type { Notices } from './notices.js';
 
 /** Where a crash-injection hook is called; see `@skiplock/saga/testing`. */
 export interface FaultPoint {
@@ -74,25 +75,6 @@ export interface Engine {
   tracer: Tracer | null;
   /** What this runtime has warned about once already (see `Notices`). */
   notices: Notices;
-}
-
-/**
- * Conditions already warned about, so that one a loop finds again on every pass (a queued saga of
- * a version this runtime does not know, seen by the reconciler every `intervalMs`) is warned once
- * and logged at debug after. Bounded: once full it starts over, so at worst a condition is warned
- * again, never that memory grows with the sagas a runtime has seen.
- */
-export class Notices {
-  private readonly seen = new Set<string>();
-  constructor(private readonly max = 1_000) {}
-
-  /** True the first time `key` is noted (since the set last started over). */
-  first(key: string): boolean {
-    if (this.seen.has(key)) return false;
-    if (this.seen.size >= this.max) this.seen.clear();
-    this.seen.add(key);
-    return true;
-  }
 }
 
 /** The engine for the completing transaction of `job`: its successors are handed to its worker. */

@@ -29,14 +29,8 @@ import { branchIdOf } from './branch.js';
 import type { AnySagaDefinition, SagaDefinition, StepSpec } from './define.js';
 import { DEADLINE_RULE, isDeadlineMs } from './define.js';
 import type { StepOutputs } from './step.js';
-import {
-  entryKey,
-  Notices,
-  SagaSnapshot,
-  type Engine,
-  type FaultHook,
-  type SagaEntry,
-} from './engine.js';
+import { entryKey, SagaSnapshot, type Engine, type FaultHook, type SagaEntry } from './engine.js';
+import { Notices } from './notices.js';
 import { keyId, MAX_KEY_ID_LENGTH, MAX_SAGA_ID_CHARS, SAGA_ID_UNFIT } from './keys.js';
 import {
   ChildSagasError,
