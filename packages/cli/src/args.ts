@@ -1,4 +1,5 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { suggestion } from './suggest.js';
 
 /** A bad command line: printed with the command's usage, exit code 2. */
 export class UsageError extends Error {}
@@ -24,7 +25,7 @@ export function parseOptions<const O extends OptionsConfig>(args: string[], opti
   try {
     parsed = parseArgs({ args, options, strict: true, allowPositionals: true });
   } catch (error) {
-    throw new UsageError(parseErrorMessage(error));
+    throw new UsageError(parseErrorMessage(error, Object.keys(options)));
   }
   // No option takes an empty value but `--cursor`, where it means the first page. Passed on, an
   // empty filter was taken for none (`jobs list --queue ''` listed the jobs of every queue as if
@@ -40,10 +41,16 @@ export function parseOptions<const O extends OptionsConfig>(args: string[], opti
   return parsed;
 }
 
-function parseErrorMessage(error: unknown): string {
+function parseErrorMessage(error: unknown, names: readonly string[]): string {
   const message = error instanceof Error ? error.message : String(error);
   const unknown = /^Unknown option '([^']+)'/.exec(message);
-  if (unknown) return `unknown option ${unknown[1]}`;
+  if (unknown) {
+    const given = unknown[1]!;
+    // Commands already got a "did you mean"; a mistyped option (`--prot`) said only "unknown"
+    // (found by a newcomer's trial of the README).
+    const options = names.map((name) => `--${name}`);
+    return `unknown option ${given}${given.startsWith('--') ? suggestion(given, options) : ''}`;
+  }
   const missing = /^Option '(-\S+)(?: <value>)?' argument missing/.exec(message);
   if (missing) return `option ${missing[1]} needs a value`;
   // Node's own wording (e.g. a boolean flag given a value) already names the option.

@@ -95,7 +95,10 @@ describe('command line', () => {
       [['jobs', 'explode'], 'unknown jobs subcommand "explode"'],
       [['sagas', 'delete'], 'unknown sagas subcommand "delete"'],
       [['jobs'], 'usage: skiplock jobs <subcommand>'],
-      [['stats', '--verbose'], 'unknown option --verbose'],
+      [['stats', '--verbose'], 'unknown option --verbose\n'],
+      // A mistyped option is suggested, as a mistyped command is.
+      [['dashboard', '--prot', '4612'], 'unknown option --prot (did you mean "--port"?)'],
+      [['jobs', 'list', '--stauts', 'dead'], 'unknown option --stauts (did you mean "--status"?)'],
     ];
     for (const [args, message] of cases) {
       const r = await runInProcess(args, env);
