@@ -14,13 +14,27 @@ const db = await useTestDatabase();
 // The CLI from source, as packages/cli/test runs it (the installed binary is the consumer test's).
 const cliMain = fileURLToPath(new URL('../../../packages/cli/src/main.ts', import.meta.url));
 
-/** Runs a README program as its own process, as a reader would, on this file's database. */
-async function runProgram(name: string): Promise<string> {
+const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
+
+/**
+ * Runs a README program as its own process, as a reader would, on this file's database. With
+ * `asReadme`, through `pnpm example <file>` from the repository's root, as the README tells a
+ * reader of this repository to, and without the tests' `NODE_OPTIONS`: the script must set the
+ * source condition itself (run as the program's `Run:` line says, it found no built package).
+ */
+async function runProgram(name: string, { asReadme = false } = {}): Promise<string> {
   const script = fileURLToPath(new URL(`../src/${name}`, import.meta.url));
-  const { stdout } = await promisify(execFile)(process.execPath, ['--import', tsxLoader, script], {
-    env: { ...process.env, DATABASE_URL: db.url, SKIPLOCK_LOG_LEVEL: 'warn' },
-    timeout: 60_000,
-  });
+  const env = { ...process.env, DATABASE_URL: db.url, SKIPLOCK_LOG_LEVEL: 'warn' };
+  const { stdout } = asReadme
+    ? await promisify(execFile)('pnpm', ['-s', 'example', `examples/readme/src/${name}`], {
+        env: { ...env, NODE_OPTIONS: '' },
+        cwd: repoRoot,
+        timeout: 60_000,
+      })
+    : await promisify(execFile)(process.execPath, ['--import', tsxLoader, script], {
+        env,
+        timeout: 60_000,
+      });
   // pino's JSON lines are the library's logs; the program's own output is plain text.
   return stdout
     .split('\n')
@@ -29,8 +43,8 @@ async function runProgram(name: string): Promise<string> {
 }
 
 describe('the README programs', () => {
-  it('queue.ts enqueues one job and a worker completes it', async () => {
-    expect(await runProgram('queue.ts')).toMatch(
+  it('queue.ts enqueues one job and a worker completes it, run with pnpm example as the README says', async () => {
+    expect(await runProgram('queue.ts', { asReadme: true })).toMatch(
       /^job \d+: completed; sent inv_1 to ada@example\.com \(key .+\)$/,
     );
   });
