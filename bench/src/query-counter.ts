@@ -17,6 +17,26 @@ function fingerprint(text: string): string {
   return flat.slice(0, 90);
 }
 
+/**
+ * Each statement text's label and claim test, worked out once: every statement passes here, and
+ * the harness must charge no system more than another. Worked out per call, the label's
+ * whitespace rewrite cost 6–9 µs on skiplock's 1,076-character insert against 0.5 µs on bare
+ * SQL's 61 characters, about 2–3 % of skiplock's single enqueue (Node CPU 0.318 ms a job).
+ * Bounded: past it, texts are labelled per call as before (statement texts are constants, but a
+ * peer could inline values).
+ */
+const labels = new Map<string, { key: string; claim: boolean }>();
+const MAX_LABELS = 10_000;
+
+function labelOf(text: string, isClaim: (text: string) => boolean) {
+  let label = labels.get(text);
+  if (label === undefined) {
+    label = { key: fingerprint(text), claim: isClaim(text) };
+    if (labels.size < MAX_LABELS) labels.set(text, label);
+  }
+  return label;
+}
+
 let installed: QueryCounts | null = null;
 const commitHooks = new WeakMap<object, () => void>();
 
@@ -57,11 +77,10 @@ export function installQueryCounter(isClaim: (text: string) => boolean): QueryCo
           ? (first as { text: string }).text
           : '';
     counts.roundTrips += 1;
-    const key = fingerprint(text);
+    const { key, claim } = labelOf(text, isClaim);
     const entry = (counts.statements[key] ??= { calls: 0, totalMs: 0 });
     entry.calls += 1;
     const started = performance.now();
-    const claim = isClaim(text);
     const hook = key === 'COMMIT' ? commitHooks.get(this) : undefined;
     if (hook) commitHooks.delete(this);
     const done = () => {
