@@ -1,3 +1,4 @@
+import type { UnknownVersionPolicy } from '@skiplock/saga';
 import {
   UsageError,
   databaseOption,
@@ -15,7 +16,11 @@ const MAX_PASSES = 1_000;
 /** Left sagas the text output names; `--json` lists them all. */
 const LEFT_SHOWN = 20;
 
-const UNKNOWN_VERSIONS = ['leave', 'fail'] as const;
+/**
+ * `@skiplock/saga`'s `UNKNOWN_VERSION_POLICIES`, repeated so that a bad value is refused before
+ * the library loads (as every command's arguments are); `satisfies` checks each is one it takes.
+ */
+const UNKNOWN_VERSIONS = ['leave', 'fail'] as const satisfies readonly UnknownVersionPolicy[];
 
 export const sagasReconcileCommand: Command = {
   name: 'sagas reconcile',
@@ -115,12 +120,12 @@ export const sagasReconcileCommand: Command = {
   },
 };
 
-function parseUnknownVersions(value: string | undefined): 'leave' | 'fail' | undefined {
+function parseUnknownVersions(value: string | undefined): UnknownVersionPolicy | undefined {
   if (value === undefined) return undefined;
   if (!(UNKNOWN_VERSIONS as readonly string[]).includes(value)) {
     throw new UsageError(`--unknown-versions must be leave or fail, got "${value}"`);
   }
-  return value as 'leave' | 'fail';
+  return value as UnknownVersionPolicy;
 }
 
 /** The stranded sagas left, and what moves them: a module that defines them, or a failing run. */

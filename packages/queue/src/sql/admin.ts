@@ -1,6 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { JobStatus } from '../schema.js';
-import { leaseMicros, type LockToken } from './fence.js';
+import { leaseMicros, stoppedRunHolds, type LockToken } from './fence.js';
 
 const jobColumns = sql`
   id::text AS id, queue, job_type, payload, idempotency_key, status, priority, attempts,
@@ -98,12 +98,6 @@ export function releaseStoppedRun(workerId: string, token: LockToken, stoppedLea
 }
 
 /**
- * A cancelled job whose stopped run still holds its lease (its handler has not returned): it is
- * not retried until the run ends, or the retried job could run beside it.
- */
-const stoppingRun = sql`(status = 'cancelled' AND coalesce(lease_expires_at > now(), false))`;
-
-/**
  * Cancels a job that has not started, unless another transaction holds its row: for a caller that
  * already holds a lock a job's settle takes after the job's row (the saga's `cancel()` holds the
  * saga row, which a completing step locks after its job row). Waiting for the row there would
@@ -132,7 +126,7 @@ export interface JobStatusRow {
 export function selectJobStatuses(ids: readonly string[]) {
   return sql`
     SELECT id::text AS id, status, last_error, attempts, locked_at,
-           run_at <= clock_timestamp() AS due, ${stoppingRun} AS stopping
+           run_at <= clock_timestamp() AS due, ${stoppedRunHolds('jobs')} AS stopping
     FROM skiplock.jobs
     WHERE id = ANY(${sql.param(ids)}::bigint[])`;
 }
@@ -146,7 +140,7 @@ export interface KeyedJobStatusRow extends JobStatusRow {
 export function selectJobStatusesByKey(pairs: readonly { queue: string; key: string }[]) {
   return sql`
     SELECT j.id::text AS id, j.queue, j.idempotency_key, j.status, j.last_error, j.attempts,
-           j.locked_at, j.run_at <= clock_timestamp() AS due, ${stoppingRun} AS stopping
+           j.locked_at, j.run_at <= clock_timestamp() AS due, ${stoppedRunHolds('j')} AS stopping
     FROM unnest(${sql.param(pairs.map((p) => p.queue))}::text[],
                 ${sql.param(pairs.map((p) => p.key))}::text[]) AS k(queue, key)
     JOIN skiplock.jobs j ON j.queue = k.queue AND j.idempotency_key = k.key`;
@@ -156,7 +150,7 @@ export function selectJobStatusesByKey(pairs: readonly { queue: string; key: str
  * Puts a dead, cancelled or retry-waiting job, or one whose run's lease has expired, back to
  * pending to run now, with a fresh set of attempts; its error history is kept. Notifies waiting workers. A job with a concurrency key goes
  * back to `waiting` instead, and the caller admits its key. A cancelled job whose stopped run
- * still holds its lease (`stoppingRun`) is left alone.
+ * still holds its lease (`stoppedRunHolds`) is left alone.
  */
 export function retryJob(id: string) {
   return sql`
@@ -173,7 +167,7 @@ export function retryJob(id: string) {
           singleton_key = CASE WHEN status IN ('dead', 'cancelled') THEN NULL
                                ELSE singleton_key END
       WHERE id = ${id} AND (status IN ('dead', 'cancelled', 'retryable', 'waiting') OR ${expiredRun})
-        AND NOT ${stoppingRun}
+        AND NOT ${stoppedRunHolds('jobs')}
       RETURNING id, queue, concurrency_key
     )
     SELECT id::text AS id, concurrency_key,

@@ -62,6 +62,17 @@ export interface JobHolderRow {
  */
 export const leaseMicros = (column: SQL) => sql`(extract(epoch FROM ${column}) * 1000000)::bigint`;
 
+/**
+ * A cancelled job whose run an operator stopped still holds the lease it kept (its handler has
+ * not returned, and the lease has not run out): its row holds its concurrency key's slot, it is
+ * not retried (the retried job could run beside it), not deleted by retention, and a saga waits
+ * for it before compensating. `table` qualifies the columns where a statement joins.
+ */
+export const stoppedRunHolds = (table: 'j' | 'jobs') => {
+  const t = sql.raw(table);
+  return sql`(${t}.status = 'cancelled' AND coalesce(${t}.lease_expires_at > now(), false))`;
+};
+
 export function selectJobHolder(id: string) {
   return sql`
     SELECT status, attempts AS attempt,

@@ -1,15 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { JobStatus } from '../schema.js';
-
-/**
- * A cancelled job's run has ended: it was never running, or the run an operator stopped has
- * given back the lease it kept (see `releaseStoppedRun`), or that lease ran out. Until then its row
- * holds its concurrency key's slot; deleted under a retention age shorter than the lease
- * (`completedAgeMs: 0`), it let the key's next job start beside the handler still working
- * (found in review).
- */
-const runEnded = (table: 'j' | 'jobs') =>
-  sql`(${sql.raw(table)}.lease_expires_at IS NULL OR ${sql.raw(table)}.lease_expires_at <= now())`;
+import { stoppedRunHolds } from './fence.js';
 
 /**
  * Deletes up to `limit` terminal jobs older than their retention age, oldest first. Batched so one
@@ -29,9 +20,12 @@ export function pruneJobs(p: { completedAgeMs: number; deadAgeMs: number; limit:
     WHERE status = ${sql.raw(`'${status}'`)} AND updated_at < ${expiredAt(ageMs)} ${also}
     ORDER BY updated_at
     LIMIT ${p.limit}`;
+  // A cancelled row whose stopped run still holds its lease is kept until the run ends: deleted
+  // under a retention age shorter than the lease (`completedAgeMs: 0`), it let the key's next job
+  // start beside the handler still working (found in review).
   return sql`
     WITH completed AS (${expired('completed', p.completedAgeMs)}),
-         cancelled AS (${expired('cancelled', p.completedAgeMs, sql`AND ${runEnded('jobs')}`)}),
+         cancelled AS (${expired('cancelled', p.completedAgeMs, sql`AND NOT ${stoppedRunHolds('jobs')}`)}),
          dead AS (${expired('dead', p.deadAgeMs)}),
          picked AS (
            SELECT id FROM (
@@ -46,7 +40,7 @@ export function pruneJobs(p: { completedAgeMs: number; deadAgeMs: number; limit:
            SELECT j.id FROM skiplock.jobs j JOIN picked ON picked.id = j.id
            WHERE (j.status = 'completed' AND j.updated_at < ${expiredAt(p.completedAgeMs)})
               OR (j.status = 'cancelled' AND j.updated_at < ${expiredAt(p.completedAgeMs)}
-                  AND ${runEnded('j')})
+                  AND NOT ${stoppedRunHolds('j')})
               OR (j.status = 'dead' AND j.updated_at < ${expiredAt(p.deadAgeMs)})
            FOR UPDATE OF j SKIP LOCKED
          )
