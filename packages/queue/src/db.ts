@@ -26,6 +26,14 @@ function isPgQueryable(target: Queryable): target is pg.Pool | pg.PoolClient | p
   return typeof (target as { query?: unknown }).query === 'function';
 }
 
+/**
+ * Whether `target` is a pg pool: each of its statements runs on some connection in a transaction
+ * of its own, never inside a caller's (pg's `Pool` alone counts its clients).
+ */
+export function isPool(target: Queryable): target is pg.Pool {
+  return isPgQueryable(target) && 'totalCount' in target;
+}
+
 /** A drizzle query's text with `$n` markers and its parameter values. */
 export function renderSql(query: SQL): { text: string; values: unknown[] } {
   const { sql: text, params } = dialect.sqlToQuery(query);

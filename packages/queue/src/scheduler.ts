@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { createClient, type Client } from './client.js';
 import type { TracingOption } from './tracing.js';
 import { parseConfig, queueName, rejectUnknownKeys } from './config.js';
-import { runSql, withTransaction, type Queryable } from './db.js';
+import { isPool, runSql, withTransaction, type Queryable } from './db.js';
 import type { JobDefinition } from './define.js';
 import { ConfigError, SkiplockError, loggableMessage } from './errors.js';
 import { createDefaultLogger, type Logger } from './logger.js';
@@ -426,11 +426,12 @@ export interface RemoveScheduleOptions {
  * Removes the row of a schedule no process defines any more: one taken out of the code keeps its
  * row, which reads `not_seen` (and counts in `skiplock_schedules{state="not_seen"}`) once nothing
  * marks it. Without `force` only a `not_seen` one is removed, judged in the same statement that
- * removes it, after any scheduler's pass holding the row (tried again for up to 2 s, then
- * `schedule_busy`: a pass stalled before its commit), and otherwise `schedule_in_use` is
- * thrown naming its state: an active one's scheduler would record it again at its next pass; a
- * paused one is not marked seen, so whether anything defines it cannot be told, and one that does
- * would record it again unpaused; an `unknown` one may run under a version before migration 0018.
+ * removes it, after any scheduler's pass holding the row (waited for in line on a pool, tried
+ * again on a connection, for up to 2 s, then `schedule_busy`: a pass stalled before its commit),
+ * and otherwise `schedule_in_use` is thrown naming its state: an active one's scheduler would
+ * record it again at its next pass; a paused one is not marked seen, so whether anything defines
+ * it cannot be told, and one that does would record it again unpaused; an `unknown` one may run
+ * under a version before migration 0018.
  * Returns the schedule as it was removed, or null for an unknown name.
  */
 export async function removeSchedule(
@@ -440,29 +441,55 @@ export async function removeSchedule(
 ): Promise<ScheduleState | null> {
   const { force } = parseConfig('removeSchedule options', removeOptionsSchema, options);
   if (!knownName(name)) return null;
+  if (isPool(db)) {
+    // Waits in line for a held row (see removeScheduleRow): polling could find it held on every
+    // try while schedulers ran passes back to back.
+    let row: RemovedRow;
+    try {
+      row = (
+        await runSql<RemovedRow>(db, removeScheduleRow(name, force, ON_TIME_MS, REMOVE_HELD_MS))
+      ).rows[0]!;
+    } catch (error) {
+      if ((error as { code?: unknown } | null)?.code === LOCK_NOT_AVAILABLE) throw busy(name);
+      throw error;
+    }
+    // No row locked: there was none, or the transaction it waited for removed it.
+    return row.name === null ? null : removed(row);
+  }
+  // A connection or a drizzle transaction may be the caller's transaction, whose lock_timeout
+  // must not change: a held row is skipped and tried again.
   const deadline = Date.now() + REMOVE_HELD_MS;
   for (let pauseMs = 10; ; pauseMs = Math.min(2 * pauseMs, 100)) {
-    const row = (await runSql<RemovedRow>(db, removeScheduleRow(name, force, ON_TIME_MS))).rows[0]!;
-    if (row.name !== null) {
-      const state = toState(row as ScheduleRow);
-      if (row.removed) return state;
-      throw new SkiplockError('schedule_in_use', inUse(state));
-    }
+    const row = (await runSql<RemovedRow>(db, removeScheduleRow(name, force, ON_TIME_MS, null)))
+      .rows[0]!;
+    if (row.name !== null) return removed(row);
     if (!row.held) return null;
-    if (Date.now() >= deadline) {
-      throw new SkiplockError(
-        'schedule_busy',
-        `schedule "${name}" was held by another transaction (a scheduler's pass, a pause, a resume or another removal) for ${REMOVE_HELD_MS / 1000} s; nothing was removed: try again (a long catch-up pass ends; a process stalled in its pass holds it until its connection ends)`,
-      );
-    }
+    if (Date.now() >= deadline) throw busy(name);
     await new Promise((resolve) => setTimeout(resolve, pauseMs));
   }
 }
 
+/** The schedule `removeScheduleRow` locked: as it was removed, or why it stays. */
+function removed(row: RemovedRow): ScheduleState {
+  const state = toState(row as ScheduleRow);
+  if (row.removed) return state;
+  throw new SkiplockError('schedule_in_use', inUse(state));
+}
+
+function busy(name: string): SkiplockError {
+  return new SkiplockError(
+    'schedule_busy',
+    `schedule "${name}" was held by another transaction (a scheduler's pass, a pause, a resume or another removal) for ${REMOVE_HELD_MS / 1000} s; nothing was removed: try again (a long catch-up pass ends; a process stalled in its pass holds it until its connection ends)`,
+  );
+}
+
+/** PostgreSQL's SQLSTATE for a lock wait that ran past `lock_timeout`. */
+const LOCK_NOT_AVAILABLE = '55P03';
+
 /**
- * How long `removeSchedule` tries again while another transaction holds the row. A scheduler's
- * pass holds it for milliseconds; waiting on the lock instead hung for as long as a pass stalled
- * before its commit (a dashboard request among them).
+ * How long `removeSchedule` waits while another transaction holds the row. A scheduler's pass
+ * holds it for milliseconds; waiting with no bound hung for as long as a pass stalled before its
+ * commit (a dashboard request among them).
  */
 const REMOVE_HELD_MS = 2_000;
 

@@ -526,6 +526,80 @@ describe('scheduler', () => {
     expect((await listSchedules(db.pool)).map((s) => s.name)).toContain('rec-1');
   });
 
+  it('removing a schedule held by one pass after another, with no moment free, waits its turn', async () => {
+    const scheduler = createScheduler({
+      pool: db.pool,
+      schedules: [everyMinute('handoff', job('handoff'))],
+      logger: quiet,
+    });
+    await scheduler.runOnce({ now: at('2026-04-01T00:00:30Z') });
+    // Two transactions hand the row to each other: the next one waits for it before the one
+    // holding it commits, so it is never free. Before, the removal skipped it on every try and
+    // gave up after 2 s (schedule_busy); now it waits in line behind at most the next holder.
+    const [a, b] = [await db.pool.connect(), await db.pool.connect()];
+    const lock = `SELECT 1 FROM skiplock.schedules WHERE name = 'handoff' FOR UPDATE`;
+    let handoffs = 0;
+    const handing = (async () => {
+      let [holder, next] = [a, b];
+      await holder.query('BEGIN');
+      await holder.query(lock);
+      for (
+        const started = Date.now();
+        Date.now() - started < 6_000;
+        [holder, next] = [next, holder]
+      ) {
+        await next.query('BEGIN');
+        const taken = next.query(lock);
+        await new Promise((r) => setTimeout(r, 100));
+        await holder.query('COMMIT');
+        handoffs += 1;
+        if ((await taken).rowCount === 0) break;
+      }
+      await next.query('COMMIT');
+    })();
+    try {
+      await new Promise((r) => setTimeout(r, 250));
+      const started = Date.now();
+      const removed = await removeSchedule(db.pool, 'handoff', { force: true });
+      expect(removed).toMatchObject({ name: 'handoff' });
+      expect(Date.now() - started).toBeLessThan(2_000);
+      await handing;
+      expect(handoffs).toBeGreaterThanOrEqual(2);
+    } finally {
+      await handing.catch(() => {});
+      a.release();
+      b.release();
+    }
+    expect((await listSchedules(db.pool)).map((s) => s.name)).not.toContain('handoff');
+  });
+
+  it('removing a schedule on a connection skips a held row and tries again', async () => {
+    const scheduler = createScheduler({
+      pool: db.pool,
+      schedules: [everyMinute('on-conn', job('on-conn'))],
+      logger: quiet,
+    });
+    await scheduler.runOnce({ now: at('2026-04-01T00:00:30Z') });
+    const [holder, caller] = [await db.pool.connect(), await db.pool.connect()];
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM skiplock.schedules WHERE name = 'on-conn' FOR UPDATE`);
+      // In the caller's transaction, whose lock_timeout the removal leaves as it was.
+      await caller.query('BEGIN');
+      await caller.query(`SET LOCAL lock_timeout = '7s'`);
+      const removal = removeSchedule(caller, 'on-conn', { force: true });
+      await new Promise((r) => setTimeout(r, 300));
+      await holder.query('COMMIT');
+      expect(await removal).toMatchObject({ name: 'on-conn' });
+      expect((await caller.query('SHOW lock_timeout')).rows[0]).toEqual({ lock_timeout: '7s' });
+      await caller.query('COMMIT');
+    } finally {
+      holder.release();
+      caller.release();
+    }
+    expect((await listSchedules(db.pool)).map((s) => s.name)).not.toContain('on-conn');
+  });
+
   it('removing a schedule judges what a scheduler pass holding it wrote, after it commits', async () => {
     const j = job('contended');
     const scheduler = createScheduler({

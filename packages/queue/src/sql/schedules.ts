@@ -173,17 +173,35 @@ export function selectSchedules() {
  * `not_seen` (`scheduleRunState`'s rule: not paused, and no scheduler running the recorded
  * definition seen for twice the row's on-time window, `defaultOnTimeMs` when it has none). One
  * row always: the schedule's columns (null when it was not locked), whether it went (`removed`),
- * and whether it is there but held by another transaction, a scheduler's pass or a pause, and
- * skipped rather than waited for (`held`): a pass stalled before its commit would hold the
- * removal as long (see `removeSchedule`, which tries again).
+ * and whether it is there but was held by another transaction (`held`).
+ *
+ * With `waitMs` the statement waits in line for a held row for up to that long
+ * (`lock_timeout`, set for this statement's own transaction only: run it outside any
+ * transaction), then fails with SQLSTATE 55P03. A waiter holds the row's tuple lock, so the
+ * schedulers' `SKIP LOCKED` passes skip the row from then and the removal has it next: polling
+ * with `SKIP LOCKED` found it held on every try for 2 s while 4 processes ran passes back to back
+ * (a CI failure of the crash test). Without `waitMs` a held row is skipped and reported as
+ * `held`, for a caller's transaction, whose `lock_timeout` this must not change.
  */
-export function removeScheduleRow(name: string, force: boolean, defaultOnTimeMs: number) {
+export function removeScheduleRow(
+  name: string,
+  force: boolean,
+  defaultOnTimeMs: number,
+  waitMs: number | null,
+) {
+  // The uncorrelated subquery runs once, before the row is fetched and so before its lock is
+  // waited for (the schedule.test.ts removal tests fail if it ran after).
+  const lockWait =
+    waitMs === null
+      ? sql`FOR UPDATE SKIP LOCKED`
+      : sql`AND (SELECT set_config('lock_timeout', ${`${waitMs}ms`}, true)) IS NOT NULL
+      FOR UPDATE`;
   return sql`
     WITH target AS (
       SELECT name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
              on_time_ms, ${seenReport}
       FROM skiplock.schedules WHERE name = ${name}
-      FOR UPDATE SKIP LOCKED
+      ${lockWait}
     ), removed AS (
       DELETE FROM skiplock.schedules s USING target t
       WHERE s.name = t.name
