@@ -426,8 +426,9 @@ export interface RemoveScheduleOptions {
  * Removes the row of a schedule no process defines any more: one taken out of the code keeps its
  * row, which reads `not_seen` (and counts in `skiplock_schedules{state="not_seen"}`) once nothing
  * marks it. Without `force` only a `not_seen` one is removed, judged in the same statement that
- * removes it, after any scheduler's pass holding the row (waited for in line on a pool, tried
- * again on a connection, for up to 2 s, then `schedule_busy`: a pass stalled before its commit),
+ * removes it, after any scheduler's pass holding the row (waited for in line on a pool, up to
+ * 2 s for each pass it waits for; tried again for up to 2 s on a connection; then
+ * `schedule_busy`: a pass stalled before its commit),
  * and otherwise `schedule_in_use` is thrown naming its state: an active one's scheduler would
  * record it again at its next pass; a paused one is not marked seen, so whether anything defines
  * it cannot be told, and one that does would record it again unpaused; an `unknown` one may run
@@ -450,7 +451,16 @@ export async function removeSchedule(
         await runSql<RemovedRow>(db, removeScheduleRow(name, force, ON_TIME_MS, REMOVE_HELD_MS))
       ).rows[0]!;
     } catch (error) {
-      if ((error as { code?: unknown } | null)?.code === LOCK_NOT_AVAILABLE) throw busy(name);
+      const code = (error as { code?: unknown } | null)?.code;
+      if (code === LOCK_NOT_AVAILABLE) throw busy(name);
+      if (code === SERIALIZATION_FAILURE) {
+        // Only in a session whose default isolation is above READ COMMITTED: the row a pass
+        // held was updated by it before the removal could lock it.
+        throw new SkiplockError(
+          'schedule_busy',
+          `schedule "${name}" changed while the removal waited for it (the session's default isolation is above READ COMMITTED); nothing was removed: try again`,
+        );
+      }
       throw error;
     }
     // No row locked: there was none, or the transaction it waited for removed it.
@@ -485,6 +495,7 @@ function busy(name: string): SkiplockError {
 
 /** PostgreSQL's SQLSTATE for a lock wait that ran past `lock_timeout`. */
 const LOCK_NOT_AVAILABLE = '55P03';
+const SERIALIZATION_FAILURE = '40001';
 
 /**
  * How long `removeSchedule` waits while another transaction holds the row. A scheduler's pass

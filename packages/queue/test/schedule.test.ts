@@ -535,27 +535,27 @@ describe('scheduler', () => {
     await scheduler.runOnce({ now: at('2026-04-01T00:00:30Z') });
     // Two transactions hand the row to each other: the next one waits for it before the one
     // holding it commits, so it is never free. Before, the removal skipped it on every try and
-    // gave up after 2 s (schedule_busy); now it waits in line behind at most the next holder.
+    // gave up after 2 s (schedule_busy); now it waits in line behind the next holder. (A pass
+    // also updates the row; a hand-over then leaves the new version free for an instant, which
+    // polling hits by luck, so this test holds it with the lock alone.)
     const [a, b] = [await db.pool.connect(), await db.pool.connect()];
-    const lock = `SELECT 1 FROM skiplock.schedules WHERE name = 'handoff' FOR UPDATE`;
+    const take = async (c: typeof a) =>
+      (await c.query(`SELECT 1 FROM skiplock.schedules WHERE name = 'handoff' FOR UPDATE`))
+        .rowCount === 1;
     let handoffs = 0;
     const handing = (async () => {
       let [holder, next] = [a, b];
       await holder.query('BEGIN');
-      await holder.query(lock);
-      for (
-        const started = Date.now();
-        Date.now() - started < 6_000;
-        [holder, next] = [next, holder]
-      ) {
+      await take(holder);
+      for (const started = Date.now(); Date.now() - started < 6_000;) {
         await next.query('BEGIN');
-        const taken = next.query(lock);
+        const taken = take(next);
         await new Promise((r) => setTimeout(r, 100));
         await holder.query('COMMIT');
         handoffs += 1;
-        if ((await taken).rowCount === 0) break;
+        [holder, next] = [next, holder];
+        if (!(await taken)) break;
       }
-      await next.query('COMMIT');
     })();
     try {
       await new Promise((r) => setTimeout(r, 250));
@@ -567,8 +567,11 @@ describe('scheduler', () => {
       expect(handoffs).toBeGreaterThanOrEqual(2);
     } finally {
       await handing.catch(() => {});
-      a.release();
-      b.release();
+      // Whichever still holds a transaction (the loop's last taker) ends it here.
+      for (const c of [a, b]) {
+        await c.query('ROLLBACK');
+        c.release();
+      }
     }
     expect((await listSchedules(db.pool)).map((s) => s.name)).not.toContain('handoff');
   });

@@ -175,10 +175,12 @@ export function selectSchedules() {
  * row always: the schedule's columns (null when it was not locked), whether it went (`removed`),
  * and whether it is there but was held by another transaction (`held`).
  *
- * With `waitMs` the statement waits in line for a held row for up to that long
- * (`lock_timeout`, set for this statement's own transaction only: run it outside any
+ * With `waitMs` the statement waits in line for a held row for up to that long each time it
+ * waits (`lock_timeout`, set for this statement's own transaction only: run it outside any
  * transaction), then fails with SQLSTATE 55P03. A waiter holds the row's tuple lock, so the
- * schedulers' `SKIP LOCKED` passes skip the row from then and the removal has it next: polling
+ * schedulers' `SKIP LOCKED` passes skip the row from then and the removal has it next (a pass
+ * that updated the row leaves a newer version, which the removal locks after following the
+ * update chain; a pass starting in that instant can come first, and is waited for in turn): polling
  * with `SKIP LOCKED` found it held on every try for 2 s while 4 processes ran passes back to back
  * (a CI failure of the crash test). Without `waitMs` a held row is skipped and reported as
  * `held`, for a caller's transaction, whose `lock_timeout` this must not change.
