@@ -31,7 +31,7 @@ import type { Completer } from './completer.js';
 import { failureRecord, markDead } from './dead.js';
 import { CARRIED, HAND_OFF, type HandedOff, type HandOffSlot } from './handoff.js';
 import { decideFailure, type FailureDecision } from './retry/policy.js';
-import { defaultBackoff } from './retry/backoff.js';
+import { computeBackoffMs, defaultBackoff, type BackoffOptions } from './retry/backoff.js';
 import type { ClaimedRow } from './sql/claim.js';
 import { extendLease } from './sql/heartbeat.js';
 import { releaseStoppedRun } from './sql/admin.js';
@@ -170,6 +170,8 @@ export interface ExecutorDeps {
   events: SafeEmitter<WorkerEvents>;
   /** Attempts at writing a settle before leaving the job to the sweeper. */
   settleAttempts: number;
+  /** When and how often a job of a type with no definition here is tried (see `unknownType`). */
+  unknownTypeRetry: { backoff: BackoffOptions; maxAttempts: number };
   /** Starts each run's consumer span; null with `tracing: false`. */
   tracer: Tracer | null;
   /** The worker's `asyncCommit`: bookkeeping commits skip the WAL flush wait. */
@@ -322,7 +324,7 @@ const SUCCESS: Outcome = Object.freeze({ kind: 'success' });
 
 async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
   const definition = d.definitions.get(job.info.type);
-  if (!definition) return deadOnArrival('unknown_type', new UnknownJobTypeError(job.info.type));
+  if (!definition) return unknownType(d, job);
   let timer: ReturnType<typeof setTimeout> | null = null;
   const startTimer = () => {
     const timeoutMs = job.row.timeout_ms ?? definition.timeoutMs;
@@ -410,6 +412,29 @@ function raceAbort<T>(job: RunningJob, work: PromiseLike<T>): Promise<T> {
 
 function deadOnArrival(reason: 'unknown_type' | 'invalid_payload', error: Error): Outcome {
   return { kind: 'failure', error, decision: { kind: 'dead', reason, attemptReason: 'error' } };
+}
+
+/**
+ * A job of a type this worker does not define: its attempt fails and is tried again after the
+ * worker's `unknownTypeBackoff`, for a worker that defines it (in a rolling deploy, one of the
+ * new version beside the old); at the worker's `unknownTypeMaxAttempts` (or the job's own
+ * `maxAttempts`, when lower) it goes dead as `unknown_type`. Killing it on the first claim, as
+ * before, failed a saga step of a new version whenever a worker of the old one claimed it first.
+ */
+function unknownType(d: ExecutorDeps, job: RunningJob): Outcome {
+  const error = new UnknownJobTypeError(job.info.type);
+  const { backoff, maxAttempts } = d.unknownTypeRetry;
+  if (job.info.attempt >= Math.min(maxAttempts, job.info.maxAttempts)) {
+    return deadOnArrival('unknown_type', error);
+  }
+  const delayMs = computeBackoffMs(job.info.attempt, backoff);
+  // Its own reason, at warn: the retry line that follows says only `error`, and a job type no
+  // worker here defines is an operator's matter (a deploy half done, a module missing a job).
+  d.logger.warn(
+    { ...jobFields(job), reason: 'unknown_type_retried', delayMs },
+    'no definition of this job type in this worker; retried for a worker that has one',
+  );
+  return { kind: 'failure', error, decision: { kind: 'retry', reason: 'error', delayMs } };
 }
 
 /** Where a handler's context keeps its run; a symbol keeps it out of logs, JSON and `Object.keys`. */

@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import { z } from 'zod';
-import { parseConfig, queueName, rejectUnknownKeys } from './config.js';
+import { backoffSchema, parseConfig, queueName, rejectUnknownKeys } from './config.js';
+import { backoffWith } from './retry/backoff.js';
 import { Completer } from './completer.js';
 import { runSql } from './db.js';
 import type { AnyJobDefinition } from './define.js';
@@ -88,6 +89,19 @@ const workerOptionsSchema = z.object({
    * transaction it was in, is run again.
    */
   preparedStatements: z.boolean().default(true),
+  /**
+   * When a job of a type this worker does not define is tried again (default the jobs' default:
+   * 1 s, doubling, with jitter down to half). Its attempt fails with the `UnknownJobTypeError` and
+   * counts, logged as `unknown_type_retried`, so that in a rolling deploy a worker that defines
+   * the type takes it (before, it went dead on its first claim).
+   */
+  unknownTypeBackoff: backoffSchema.optional(),
+  /**
+   * The attempt at which a job of a type this worker does not define goes dead as
+   * `unknown_type` (default 5: about 8-15 s at the default backoff), or its own `maxAttempts`
+   * when lower. Its own alone could be 1,000 (a saga's retriable step), retried for weeks.
+   */
+  unknownTypeMaxAttempts: z.number().int().min(1).max(1_000).default(5),
 });
 
 export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsSchema> {
@@ -254,6 +268,8 @@ export function createWorker(options: WorkerOptions): Worker {
     maxHandOffs: options.maxHandOffs,
     asyncCommit: options.asyncCommit,
     preparedStatements: options.preparedStatements,
+    unknownTypeBackoff: options.unknownTypeBackoff,
+    unknownTypeMaxAttempts: options.unknownTypeMaxAttempts,
   });
   if (!Array.isArray(jobs) || jobs.length === 0) {
     throw new ConfigError('invalid worker options: jobs: give at least one job definition');
@@ -385,6 +401,10 @@ export function createWorker(options: WorkerOptions): Worker {
     series,
     events,
     settleAttempts: config.settleAttempts,
+    unknownTypeRetry: {
+      backoff: backoffWith(config.unknownTypeBackoff),
+      maxAttempts: config.unknownTypeMaxAttempts,
+    },
     asyncCommit: config.asyncCommit,
     tracer: resolveTracer(options.tracing, 'worker options'),
     run,

@@ -109,7 +109,7 @@ describe('worker outcomes', () => {
     expect(logs.reasons()).toContain('invalid_payload');
   });
 
-  it('sends a job of an unknown type to dead without running any handler', async () => {
+  it('retries a job of a type it does not define, for a worker that does, and sends it to dead only out of attempts', async () => {
     let ran = 0;
     const known = defineJob({
       type: 'known',
@@ -117,14 +117,81 @@ describe('worker outcomes', () => {
       handler: async () => void (ran += 1),
     });
     const { rows } = await db.pool.query<{ id: string }>(
-      `INSERT INTO skiplock.jobs (job_type, payload) VALUES ('mystery', '{}') RETURNING id::text`,
+      `INSERT INTO skiplock.jobs (job_type, payload, max_attempts)
+       VALUES ('mystery', '{}', 3), ('mystery', '{}', 1) RETURNING id::text`,
     );
-    await testWorker(db.pool, [known]).runOnce();
-    const row = await jobRow(db.pool, rows[0]!.id);
+    const [retried, last] = [rows[0]!.id, rows[1]!.id];
+    const logs = captureLogs();
+    const backoff = { baseMs: 200, factor: 1, jitter: 0 };
+    const old = testWorker(db.pool, [known], { logger: logs.logger, unknownTypeBackoff: backoff });
+    await old.runOnce();
     expect(ran).toBe(0);
-    expect(row.status).toBe('dead');
-    expect(row.errors[0]).toMatchObject({ reason: 'unknown_type' });
-    expect(row.last_error).toContain('mystery');
+    // Its attempt counts and it is due again after the worker's unknownTypeBackoff: a worker of
+    // the old deploy in a rolling one no longer kills a job of the new one (before: dead here).
+    const row = await jobRow(db.pool, retried);
+    expect(row).toMatchObject({ status: 'retryable', attempts: 1 });
+    expect(row.errors).toEqual([
+      expect.objectContaining({
+        attempt: 1,
+        reason: 'error',
+        message: expect.stringMatching(/^unknown job type "mystery"/),
+      }),
+    ]);
+    const { rows: due } = await db.pool.query<{ ms: number }>(
+      `SELECT extract(epoch FROM run_at - updated_at) * 1000 AS ms FROM skiplock.jobs WHERE id = $1`,
+      [retried],
+    );
+    expect(Number(due[0]!.ms)).toBeCloseTo(200, -1);
+    // Out of attempts, it goes dead as an unknown type.
+    const dead = await jobRow(db.pool, last);
+    expect(dead.status).toBe('dead');
+    expect(dead.errors[0]).toMatchObject({ reason: 'unknown_type' });
+    expect(dead.last_error).toMatch(/^unknown_type: unknown job type "mystery"/);
+    expect(logs.reasons()).toEqual(
+      expect.arrayContaining(['unknown_type_retried', 'error', 'unknown_type']),
+    );
+    // A worker of the new deploy, which defines it, runs it once it is due.
+    let mysteries = 0;
+    const mystery = defineJob({
+      type: 'mystery',
+      payload: z.object({}),
+      handler: async () => void (mysteries += 1),
+    });
+    await waitFor(async () => {
+      await testWorker(db.pool, [known, mystery]).runOnce();
+      return (await jobRow(db.pool, retried)).status === 'completed' || null;
+    });
+    expect(mysteries).toBe(1);
+    expect((await jobRow(db.pool, retried)).attempts).toBe(2);
+  });
+
+  it("sends a job of a type it does not define to dead at unknownTypeMaxAttempts, below the job's own", async () => {
+    const known = defineJob({ type: 'known', payload: z.object({}), handler: async () => {} });
+    // A saga's retriable step has 1,000 attempts: at the default backoff, weeks of retries.
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO skiplock.jobs (job_type, payload, max_attempts)
+       VALUES ('mystery', '{}', 1000) RETURNING id::text`,
+    );
+    const worker = testWorker(db.pool, [known], {
+      unknownTypeBackoff: { baseMs: 0 },
+      unknownTypeMaxAttempts: 2,
+    });
+    await worker.runOnce();
+    expect(await jobRow(db.pool, rows[0]!.id)).toMatchObject({ status: 'retryable', attempts: 1 });
+    await worker.runOnce();
+    const row = await jobRow(db.pool, rows[0]!.id);
+    expect(row).toMatchObject({ status: 'dead', attempts: 2 });
+    expect(row.last_error).toMatch(/^unknown_type: /);
+  });
+
+  it('refuses an unknownTypeBackoff or unknownTypeMaxAttempts it cannot use', () => {
+    const known = defineJob({ type: 'known', payload: z.object({}), handler: async () => {} });
+    expect(() => testWorker(db.pool, [known], { unknownTypeBackoff: { baseMs: -1 } })).toThrow(
+      /unknownTypeBackoff\.baseMs/,
+    );
+    expect(() => testWorker(db.pool, [known], { unknownTypeMaxAttempts: 0 })).toThrow(
+      /unknownTypeMaxAttempts/,
+    );
   });
 
   it('sends a non-retryable error to dead at once', async () => {

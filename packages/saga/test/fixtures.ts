@@ -40,6 +40,9 @@ export async function startSagas(
     pollIntervalMs: 20,
     sweeper: false,
     retention: false,
+    // A job of a version this worker lacks goes dead after its attempts (5 for a step) in well
+    // under a second, not about 15 s at the default backoff.
+    unknownTypeBackoff: { baseMs: 10, maxMs: 50 },
   });
   await worker.start();
   running.push({ worker, runtime });
