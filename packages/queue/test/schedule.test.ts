@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
@@ -574,6 +575,38 @@ describe('scheduler', () => {
       }
     }
     expect((await listSchedules(db.pool)).map((s) => s.name)).not.toContain('handoff');
+  });
+
+  it('removing a schedule from a pool whose sessions default to REPEATABLE READ says the row changed when a pass updated it', async () => {
+    const scheduler = createScheduler({
+      pool: db.pool,
+      schedules: [everyMinute('rr', job('rr'))],
+      logger: quiet,
+    });
+    await scheduler.runOnce({ now: at('2026-04-01T00:00:30Z') });
+    const rr = new pg.Pool({
+      connectionString: db.url,
+      options: '-c default_transaction_isolation=repeatable\\ read',
+      max: 1,
+    });
+    rr.on('error', () => {});
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`UPDATE skiplock.schedules SET updated_at = now() WHERE name = 'rr'`);
+      const removal = removeSchedule(rr, 'rr', { force: true }).catch((e: unknown) => e);
+      await new Promise((r) => setTimeout(r, 300));
+      await holder.query('COMMIT');
+      // Before: PostgreSQL's "could not serialize access due to concurrent update" as it was.
+      expect(await removal).toMatchObject({
+        code: 'schedule_busy',
+        message: expect.stringMatching(/^schedule "rr" changed while the removal waited for it/),
+      });
+    } finally {
+      holder.release();
+      await rr.end();
+    }
+    expect((await listSchedules(db.pool)).map((s) => s.name)).toContain('rr');
   });
 
   it('removing a schedule on a connection skips a held row and tries again', async () => {
