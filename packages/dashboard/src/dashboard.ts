@@ -37,6 +37,7 @@ import {
 } from '@skiplock/saga';
 import type pg from 'pg';
 import { branchParentName } from './branch-redact.js';
+import { createDatabaseClock } from './database-clock.js';
 import { html, type Html } from './html.js';
 import { jobPage, jobsPage, jobStatuses, type JobFilters } from './pages/jobs.js';
 import type { PageContext } from './pages/layout.js';
@@ -374,6 +375,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   );
   const pool = owned.pool;
   const client = createClient({ pool, logger });
+  const clock = createDatabaseClock(pool);
   const definitions = new Map<string, AnySagaDefinition>();
   for (const def of options.sagas ?? []) definitions.set(`${def.name}@${def.version}`, def);
   const runtime: SagaRuntime | null =
@@ -1325,7 +1327,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     for (const name of ['notice', 'n', 't', 'sig']) kept.delete(name);
     const ctx: PageContext = {
       base,
-      now: Date.now(),
+      now: await clock(),
       operator: session?.operator ?? null,
       csrf: session ? guard.csrfToken(session) : null,
       mode,

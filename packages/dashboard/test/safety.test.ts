@@ -1,7 +1,7 @@
 import { createClient, createWorker, defineJob, NonRetryableError } from '@skiplock/queue';
 import { createRelay, deadMessages, publishMany, type Sink } from '@skiplock/outbox';
 import { pino } from 'pino';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { createDashboard } from '../src/index.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
@@ -316,6 +316,40 @@ describe('dashboard safety', () => {
     const cancelled = await send('POST', `/jobs/${id}/cancel`, operatorForm, '');
     expect(cancelled.location).toMatch(/notice=job_cancelled&/);
     expect((await client.getJob(id))?.status).toBe('cancelled');
+  });
+
+  it('judges a lease by the database clock, not by a host clock an hour behind it', async () => {
+    const client = createClient({ pool: db.pool, logger: silent });
+    const def = defineJob({ type: 'skewed-run', payload: z.object({}), handler: () => {} });
+    const { id } = await client.enqueue(def, {});
+    // Its worker is gone: the lease ran out a minute ago by the server's clock.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
+              locked_at = now() - interval '2 minutes', lease_expires_at = now() - interval '1 minute'
+       WHERE id = $1`,
+      [id],
+    );
+    // A host whose clock is an hour behind the server's (Date alone is faked: timers run on).
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() - 3_600_000 });
+    const skewed = createDashboard({ pool: db.pool, token, logger: silent });
+    const servedSkewed = await serve(skewed);
+    try {
+      const http = rawHttp(servedSkewed, token);
+      const signIn = await http.signIn();
+      const page = await http.send('GET', `/jobs/${id}`, {
+        host: `127.0.0.1:${http.port}`,
+        cookie: signIn.cookie,
+      });
+      const actions = [...page.text.matchAll(/action="\/jobs\/\d+\/(\w+)"/g)].map((m) => m[1]);
+      // Before: by the host's clock the lease had 59 minutes to run, so the page offered only a
+      // stop of the running job, and no retry.
+      expect(actions).toEqual(['retry', 'cancel']);
+      expect(page.text).not.toContain('name="running" value="1"');
+    } finally {
+      await servedSkewed.close();
+      await skewed.close();
+      vi.useRealTimers();
+    }
   });
 
   it("names a waiting job's key holders on its page, linked, with their queue", async () => {

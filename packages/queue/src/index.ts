@@ -11,6 +11,7 @@ export type {
 } from './define.js';
 export { createClient } from './client.js';
 export { isLeaseExpired, isStoppedRunLive } from './lease-state.js';
+export { readDatabaseClock } from './clock.js';
 export type {
   BulkItem,
   Client,

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { createClient, type Client } from './client.js';
 import type { TracingOption } from './tracing.js';
 import { parseConfig, queueName, rejectUnknownKeys } from './config.js';
+import { readDatabaseClock } from './clock.js';
 import { isPool, runSql, withTransaction, type Queryable } from './db.js';
 import type { JobDefinition } from './define.js';
 import { ConfigError, SkiplockError, loggableMessage } from './errors.js';
@@ -17,7 +18,6 @@ import {
 import { IntervalService } from './service.js';
 import {
   advanceSchedule,
-  databaseNow,
   insertMissingSchedule,
   lockSchedule,
   removeScheduleRow,
@@ -104,9 +104,7 @@ export function createScheduler(
   // passed every 5 minutes enqueued nothing in a day (found in review).
   const onTimeMs = Math.max(ON_TIME_MS, Math.ceil(config.intervalMs * 1.5));
 
-  async function clock(): Promise<Date> {
-    return (await runSql<{ now: Date }>(pool, databaseNow())).rows[0]!.now;
-  }
+  const clock = () => readDatabaseClock(pool);
 
   /** The ticks of one schedule to enqueue now, and how far its pointer moves. */
   function due(s: ScheduleDefinition, last: Date, now: Date): { ticks: Date[]; through: Date } {
