@@ -36,7 +36,14 @@ import type { ClaimedRow } from './sql/claim.js';
 import { extendLease } from './sql/heartbeat.js';
 import { releaseStoppedRun } from './sql/admin.js';
 import { selectJobHolder, type JobHolderRow } from './sql/fence.js';
-import { completeJobs, failJob, releaseJobs, type LockToken } from './sql/settle.js';
+import {
+  completeJobs,
+  failJob,
+  handBackUnknownType,
+  releaseJobs,
+  unknownTypeHandBacks,
+  type LockToken,
+} from './sql/settle.js';
 import { isThenable, issuesAt, runValidation } from './standard.js';
 import { retryDelayMs, sleep } from './timers.js';
 import { continuedContext, failSpan, startProcess } from './tracing.js';
@@ -208,7 +215,9 @@ type Outcome =
   | { kind: 'success' }
   | { kind: 'failure'; decision: FailureDecision; error: unknown }
   | { kind: 'lock_lost' }
-  | { kind: 'shutdown' };
+  | { kind: 'shutdown' }
+  /** No definition of its type here: handed back for a worker that has one (`settleUnknownType`). */
+  | { kind: 'unknown_type' };
 
 /**
  * Runs one claimed job to its settle. Never throws: every outcome is written or logged. With a
@@ -324,7 +333,7 @@ const SUCCESS: Outcome = Object.freeze({ kind: 'success' });
 
 async function run(d: ExecutorDeps, job: RunningJob): Promise<Outcome> {
   const definition = d.definitions.get(job.info.type);
-  if (!definition) return unknownType(d, job);
+  if (!definition) return UNKNOWN_TYPE;
   let timer: ReturnType<typeof setTimeout> | null = null;
   const startTimer = () => {
     const timeoutMs = job.row.timeout_ms ?? definition.timeoutMs;
@@ -414,28 +423,7 @@ function deadOnArrival(reason: 'unknown_type' | 'invalid_payload', error: Error)
   return { kind: 'failure', error, decision: { kind: 'dead', reason, attemptReason: 'error' } };
 }
 
-/**
- * A job of a type this worker does not define: its attempt fails and is tried again after the
- * worker's `unknownTypeBackoff`, for a worker that defines it (in a rolling deploy, one of the
- * new version beside the old); at the worker's `unknownTypeMaxAttempts` (or the job's own
- * `maxAttempts`, when lower) it goes dead as `unknown_type`. Killing it on the first claim, as
- * before, failed a saga step of a new version whenever a worker of the old one claimed it first.
- */
-function unknownType(d: ExecutorDeps, job: RunningJob): Outcome {
-  const error = new UnknownJobTypeError(job.info.type);
-  const { backoff, maxAttempts } = d.unknownTypeRetry;
-  if (job.info.attempt >= Math.min(maxAttempts, job.info.maxAttempts)) {
-    return deadOnArrival('unknown_type', error);
-  }
-  const delayMs = computeBackoffMs(job.info.attempt, backoff);
-  // Its own reason, at warn: the retry line that follows says only `error`, and a job type no
-  // worker here defines is an operator's matter (a deploy half done, a module missing a job).
-  d.logger.warn(
-    { ...jobFields(job), reason: 'unknown_type_retried', delayMs },
-    'no definition of this job type in this worker; retried for a worker that has one',
-  );
-  return { kind: 'failure', error, decision: { kind: 'retry', reason: 'error', delayMs } };
-}
+const UNKNOWN_TYPE: Outcome = Object.freeze({ kind: 'unknown_type' });
 
 /** Where a handler's context keeps its run; a symbol keeps it out of logs, JSON and `Object.keys`. */
 const RUN = Symbol('skiplock.run');
@@ -713,7 +701,52 @@ async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durati
     }
     case 'failure':
       return settleFailure(d, job, outcome.decision, outcome.error, durationMs);
+    case 'unknown_type':
+      return settleUnknownType(d, job, durationMs);
   }
+}
+
+/**
+ * A job of a type this worker does not define (workers claim by queue: in a rolling deploy, one
+ * of the old version meets the new version's types). Handed back with its attempt given back,
+ * due again after the worker's `unknownTypeBackoff`, for a worker that defines it; at the
+ * `unknownTypeMaxAttempts`-th such claim it goes dead as `unknown_type`, charged and without a
+ * hook, as it did on the first before. Killing it at once failed a saga step of a new version
+ * whenever a worker of the old one claimed it first, and charging each claim let a few claims
+ * by old workers spend a step's 5 attempts. One read of the job's history first, on this path
+ * only.
+ */
+async function settleUnknownType(d: ExecutorDeps, job: RunningJob, durationMs: number) {
+  const error = new UnknownJobTypeError(job.info.type);
+  const { backoff, maxAttempts } = d.unknownTypeRetry;
+  const counted = await withRetry(d, () =>
+    runSql<{ n: number }>(d.pool, unknownTypeHandBacks(job.token)),
+  );
+  const handedBack = counted.rows[0]?.n ?? 0;
+  if (handedBack + 1 >= maxAttempts) {
+    const dead = { kind: 'dead', reason: 'unknown_type', attemptReason: 'error' } as const;
+    return settleFailure(d, job, dead, error, durationMs);
+  }
+  const delayMs = computeBackoffMs(handedBack + 1, backoff);
+  const { rowCount } = await withRetry(d, () =>
+    runSql(
+      d.pool,
+      handBackUnknownType({
+        workerId: d.workerId,
+        token: job.token,
+        delayMs,
+        message: errorMessage(error),
+        handedBack: handedBack + 1,
+      }),
+    ),
+  );
+  if (rowCount === 0) return lockLost(d, job, durationMs);
+  record(d, job, durationMs, 'released', 'unknown_type');
+  d.logger.warn(
+    { ...jobFields(job), reason: 'unknown_type_released', delayMs, handedBack: handedBack + 1 },
+    'no definition of this job type in this worker; handed back for a worker that has one',
+  );
+  d.events.emit('job:released', jobFields(job));
 }
 
 /**

@@ -90,18 +90,19 @@ const workerOptionsSchema = z.object({
    */
   preparedStatements: z.boolean().default(true),
   /**
-   * When a job of a type this worker does not define is tried again (default the jobs' default:
-   * 1 s, doubling, with jitter down to half). Its attempt fails with the `UnknownJobTypeError` and
-   * counts, logged as `unknown_type_retried`, so that in a rolling deploy a worker that defines
-   * the type takes it (before, it went dead on its first claim).
+   * When a job of a type this worker does not define is due again (default the jobs' default:
+   * 1 s, doubling, with jitter down to half). The worker hands it back with its attempt given
+   * back (`unknown_type_released`), so that in a rolling deploy a worker that defines the type
+   * takes it (before, it went dead on its first claim).
    */
   unknownTypeBackoff: backoffSchema.optional(),
   /**
-   * The attempt at which a job of a type this worker does not define goes dead as
-   * `unknown_type` (default 5: about 8-15 s at the default backoff), or its own `maxAttempts`
-   * when lower. Its own alone could be 1,000 (a saga's retriable step), retried for weeks.
+   * The claim, by a worker that does not define its type, at which such a job goes dead as
+   * `unknown_type` instead (default 10, at most 20: 4-8.5 min of hand-backs at the default
+   * backoff). Counted in the job's newest history entry, so it starts again after a failure of
+   * its own or an operator's retry.
    */
-  unknownTypeMaxAttempts: z.number().int().min(1).max(1_000).default(5),
+  unknownTypeMaxAttempts: z.number().int().min(1).max(20).default(10),
 });
 
 export interface WorkerOptions extends PoolSource, z.input<typeof workerOptionsSchema> {

@@ -109,48 +109,47 @@ describe('worker outcomes', () => {
     expect(logs.reasons()).toContain('invalid_payload');
   });
 
-  it('retries a job of a type it does not define, for a worker that does, and sends it to dead only out of attempts', async () => {
+  it('hands back a job of a type it does not define, attempt given back, for a worker that defines it', async () => {
     let ran = 0;
     const known = defineJob({
       type: 'known',
       payload: z.object({}),
       handler: async () => void (ran += 1),
     });
+    // One attempt only: a worker that cannot run it must not spend it.
     const { rows } = await db.pool.query<{ id: string }>(
       `INSERT INTO skiplock.jobs (job_type, payload, max_attempts)
-       VALUES ('mystery', '{}', 3), ('mystery', '{}', 1) RETURNING id::text`,
+       VALUES ('mystery', '{}', 1) RETURNING id::text`,
     );
-    const [retried, last] = [rows[0]!.id, rows[1]!.id];
+    const id = rows[0]!.id;
     const logs = captureLogs();
     const backoff = { baseMs: 200, factor: 1, jitter: 0 };
     const old = testWorker(db.pool, [known], { logger: logs.logger, unknownTypeBackoff: backoff });
     await old.runOnce();
     expect(ran).toBe(0);
-    // Its attempt counts and it is due again after the worker's unknownTypeBackoff: a worker of
+    // Due again after the worker's unknownTypeBackoff with its attempt given back: a worker of
     // the old deploy in a rolling one no longer kills a job of the new one (before: dead here).
-    const row = await jobRow(db.pool, retried);
-    expect(row).toMatchObject({ status: 'retryable', attempts: 1 });
+    const row = await jobRow(db.pool, id);
+    expect(row).toMatchObject({ status: 'retryable', attempts: 0 });
     expect(row.errors).toEqual([
       expect.objectContaining({
         attempt: 1,
-        reason: 'error',
+        reason: 'unknown_type',
         message: expect.stringMatching(/^unknown job type "mystery"/),
       }),
     ]);
     const { rows: due } = await db.pool.query<{ ms: number }>(
       `SELECT extract(epoch FROM run_at - updated_at) * 1000 AS ms FROM skiplock.jobs WHERE id = $1`,
-      [retried],
+      [id],
     );
     expect(Number(due[0]!.ms)).toBeCloseTo(200, -1);
-    // Out of attempts, it goes dead as an unknown type.
-    const dead = await jobRow(db.pool, last);
-    expect(dead.status).toBe('dead');
-    expect(dead.errors[0]).toMatchObject({ reason: 'unknown_type' });
-    expect(dead.last_error).toMatch(/^unknown_type: unknown job type "mystery"/);
-    expect(logs.reasons()).toEqual(
-      expect.arrayContaining(['unknown_type_retried', 'error', 'unknown_type']),
-    );
-    // A worker of the new deploy, which defines it, runs it once it is due.
+    expect(logs.lines.find((l) => l.reason === 'unknown_type_released')).toMatchObject({
+      level: 40,
+      jobType: 'mystery',
+      delayMs: 200,
+      handedBack: 1,
+    });
+    // A worker of the new deploy, which defines it, runs it once it is due, on its one attempt.
     let mysteries = 0;
     const mystery = defineJob({
       type: 'mystery',
@@ -159,29 +158,51 @@ describe('worker outcomes', () => {
     });
     await waitFor(async () => {
       await testWorker(db.pool, [known, mystery]).runOnce();
-      return (await jobRow(db.pool, retried)).status === 'completed' || null;
+      return (await jobRow(db.pool, id)).status === 'completed' || null;
     });
     expect(mysteries).toBe(1);
-    expect((await jobRow(db.pool, retried)).attempts).toBe(2);
+    expect((await jobRow(db.pool, id)).attempts).toBe(1);
   });
 
-  it("sends a job of a type it does not define to dead at unknownTypeMaxAttempts, below the job's own", async () => {
+  it('sends a job of a type it does not define to dead at its unknownTypeMaxAttempts-th claim, whatever its own maxAttempts', async () => {
     const known = defineJob({ type: 'known', payload: z.object({}), handler: async () => {} });
-    // A saga's retriable step has 1,000 attempts: at the default backoff, weeks of retries.
     const { rows } = await db.pool.query<{ id: string }>(
       `INSERT INTO skiplock.jobs (job_type, payload, max_attempts)
        VALUES ('mystery', '{}', 1000) RETURNING id::text`,
     );
+    const id = rows[0]!.id;
+    const logs = captureLogs();
     const worker = testWorker(db.pool, [known], {
+      logger: logs.logger,
       unknownTypeBackoff: { baseMs: 0 },
-      unknownTypeMaxAttempts: 2,
+      unknownTypeMaxAttempts: 3,
     });
+    for (const handedBack of [1, 2]) {
+      await worker.runOnce();
+      expect(await jobRow(db.pool, id)).toMatchObject({ status: 'retryable', attempts: 0 });
+      expect(logs.lines.filter((l) => l.reason === 'unknown_type_released')).toHaveLength(
+        handedBack,
+      );
+    }
     await worker.runOnce();
-    expect(await jobRow(db.pool, rows[0]!.id)).toMatchObject({ status: 'retryable', attempts: 1 });
+    const row = await jobRow(db.pool, id);
+    // The last claim is charged, as the kill on the first claim was before.
+    expect(row).toMatchObject({ status: 'dead', attempts: 1 });
+    expect(row.last_error).toMatch(/^unknown_type: unknown job type "mystery"/);
+    expect(row.errors.map((e) => e.reason)).toEqual([
+      'unknown_type',
+      'unknown_type',
+      'unknown_type',
+    ]);
+    expect(logs.reasons()).toContain('unknown_type');
+    // An operator's retry (once a worker that defines the type runs, say): the count starts
+    // again, so a worker that does not define it hands it back rather than kill it at once
+    // (before: dead on this claim, its history counting 3).
+    const client = createClient({ pool: db.pool, logger: quiet });
+    expect(await client.retryJob(id)).toBe(true);
     await worker.runOnce();
-    const row = await jobRow(db.pool, rows[0]!.id);
-    expect(row).toMatchObject({ status: 'dead', attempts: 2 });
-    expect(row.last_error).toMatch(/^unknown_type: /);
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'retryable', attempts: 0 });
+    expect(logs.lines.at(-1)).toMatchObject({ reason: 'unknown_type_released', handedBack: 1 });
   });
 
   it('refuses an unknownTypeBackoff or unknownTypeMaxAttempts it cannot use', () => {
@@ -189,9 +210,11 @@ describe('worker outcomes', () => {
     expect(() => testWorker(db.pool, [known], { unknownTypeBackoff: { baseMs: -1 } })).toThrow(
       /unknownTypeBackoff\.baseMs/,
     );
-    expect(() => testWorker(db.pool, [known], { unknownTypeMaxAttempts: 0 })).toThrow(
-      /unknownTypeMaxAttempts/,
-    );
+    for (const bad of [0, 21]) {
+      expect(() => testWorker(db.pool, [known], { unknownTypeMaxAttempts: bad })).toThrow(
+        /unknownTypeMaxAttempts/,
+      );
+    }
   });
 
   it('sends a non-retryable error to dead at once', async () => {

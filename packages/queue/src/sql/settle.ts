@@ -119,13 +119,61 @@ export function failJob(p: FailParams) {
 }
 
 /**
+ * How many times in a row the job was handed back for want of a definition of its type
+ * (`handBackUnknownType`): the count its newest history entry carries, 0 when that entry is
+ * anything else. So an operator's `retryJob` of one that went dead so, whose newest entry is
+ * its death, starts again at 0 (counting every such entry in the history, it was killed again
+ * on its first claim by a worker of the old version).
+ */
+export function unknownTypeHandBacks(token: LockToken) {
+  return sql`
+    SELECT coalesce((j.errors -> -1 ->> 'handedBack')::int, 0) AS n
+    FROM skiplock.jobs j WHERE j.id = ${token.id}`;
+}
+
+/**
+ * Hands back a job whose type the claiming worker does not define, for one that does: written as
+ * a failed attempt (reason `unknown_type`, due again after `delayMs`, a keyed job `waiting` for
+ * its slot) whose attempt is given back, so workers that cannot run it do not spend the attempts
+ * it has for its own failures. Its history entry carries `handedBack`, the count so far
+ * (`unknownTypeHandBacks`). Fenced by the token.
+ */
+export function handBackUnknownType(p: {
+  workerId: string;
+  token: LockToken;
+  delayMs: number;
+  message: string;
+  handedBack: number;
+}) {
+  return sql`
+    UPDATE skiplock.jobs j
+    SET ${failedAttempt({
+      status: sql`'retryable'::skiplock.job_status`,
+      delayMs: sql`${p.delayMs}::float8`,
+      reason: sql`'unknown_type'::text`,
+      message: sql`${p.message.slice(0, MAX_ERROR_LENGTH)}::text`,
+      entry: sql`jsonb_build_object('handedBack', ${p.handedBack}::int)`,
+    })},
+        attempts = j.attempts - 1
+    WHERE ${ownsToken(p.workerId, p.token)}
+    RETURNING j.id::text AS id`;
+}
+
+/**
  * What every failed attempt writes, whoever noticed the failure (the worker that ran it, or the
  * sweeper after its lease expired), from one row's expressions: the status (`retryable` for a retry,
  * or `dead`), the retry delay, the reason and the message, already cut to `MAX_ERROR_LENGTH`. The
  * retry time is `now()` plus the delay, in the database clock; the history keeps the newest
  * `MAX_ERROR_HISTORY` entries.
  */
-export function failedAttempt(f: { status: SQL; delayMs: SQL; reason: SQL; message: SQL }) {
+export function failedAttempt(f: {
+  status: SQL;
+  delayMs: SQL;
+  reason: SQL;
+  message: SQL;
+  /** More fields for the history entry (a jsonb object). */
+  entry?: SQL;
+}) {
   // A job with a concurrency key gives its slot back while it waits for the retry: it goes
   // `waiting`, and an admission pass makes it pending again once it is due and a slot is free.
   return sql`
@@ -138,7 +186,7 @@ export function failedAttempt(f: { status: SQL; delayMs: SQL; reason: SQL; messa
                        THEN j.errors - 0 ELSE j.errors END)
                  || jsonb_build_array(jsonb_build_object(
                       'attempt', j.attempts, 'reason', ${f.reason},
-                      'message', ${f.message}, 'at', now())),
+                      'message', ${f.message}, 'at', now())${f.entry ? sql` || ${f.entry}` : sql``}),
         lease_expires_at = NULL,
         updated_at = now()`;
 }
