@@ -375,7 +375,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   );
   const pool = owned.pool;
   const client = createClient({ pool, logger });
-  const clock = createDatabaseClock(pool);
+  const clock = createDatabaseClock(pool, logger);
   const definitions = new Map<string, AnySagaDefinition>();
   for (const def of options.sagas ?? []) definitions.set(`${def.name}@${def.version}`, def);
   const runtime: SagaRuntime | null =

@@ -1,3 +1,5 @@
+import { createServer, type Socket, type AddressInfo } from 'node:net';
+import pg from 'pg';
 import { createClient, createWorker, defineJob, NonRetryableError } from '@skiplock/queue';
 import { createRelay, deadMessages, publishMany, type Sink } from '@skiplock/outbox';
 import { pino } from 'pino';
@@ -330,10 +332,12 @@ describe('dashboard safety', () => {
       [id],
     );
     // A host whose clock is an hour behind the server's (Date alone is faked: timers run on).
-    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() - 3_600_000 });
-    const skewed = createDashboard({ pool: db.pool, token, logger: silent });
-    const servedSkewed = await serve(skewed);
+    let skewed: ReturnType<typeof createDashboard> | null = null;
+    let servedSkewed: Awaited<ReturnType<typeof serve>> | null = null;
     try {
+      vi.useFakeTimers({ toFake: ['Date'], now: Date.now() - 3_600_000 });
+      skewed = createDashboard({ pool: db.pool, token, logger: silent });
+      servedSkewed = await serve(skewed);
       const http = rawHttp(servedSkewed, token);
       const signIn = await http.signIn();
       const page = await http.send('GET', `/jobs/${id}`, {
@@ -346,9 +350,45 @@ describe('dashboard safety', () => {
       expect(actions).toEqual(['retry', 'cancel']);
       expect(page.text).not.toContain('name="running" value="1"');
     } finally {
-      await servedSkewed.close();
-      await skewed.close();
       vi.useRealTimers();
+      await servedSkewed?.close();
+      await skewed?.close();
+    }
+  });
+
+  it('answers its sign-in page while the database does not answer, waiting for its clock a second at most', async () => {
+    // A server that takes the connection and never answers: pg's connect waits for good (no
+    // connectionTimeoutMillis on this pool).
+    const sockets = new Set<Socket>();
+    const silentServer = createServer((socket) => void sockets.add(socket));
+    await new Promise<void>((resolve) => silentServer.listen(0, '127.0.0.1', resolve));
+    const { port: deadPort } = silentServer.address() as AddressInfo;
+    const deadPool = new pg.Pool({ connectionString: `postgres://x@127.0.0.1:${deadPort}/x` });
+    deadPool.on('error', () => {});
+    const logs = captureLogs();
+    const hung = createDashboard({ pool: deadPool, token, logger: logs.logger });
+    const servedHung = await serve(hung);
+    try {
+      const http = rawHttp(servedHung, token);
+      const ask = async () => {
+        const started = performance.now();
+        const res = await http.send('GET', '/sign-in', { host: `127.0.0.1:${http.port}` });
+        return { status: res.status, ms: performance.now() - started };
+      };
+      // Before: the first request waited on the clock's read for as long as the connect hung.
+      const first = await ask();
+      expect(first.status).toBe(200);
+      expect(first.ms).toBeLessThan(5_000);
+      // Later requests do not wait for it at all (the read still hangs).
+      const second = await ask();
+      expect(second.status).toBe(200);
+      expect(second.ms).toBeLessThan(first.ms);
+    } finally {
+      await servedHung.close();
+      for (const socket of sockets) socket.destroy();
+      silentServer.close();
+      await hung.close();
+      await deadPool.end().catch(() => {});
     }
   });
 
