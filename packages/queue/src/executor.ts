@@ -177,7 +177,7 @@ export interface ExecutorDeps {
   events: SafeEmitter<WorkerEvents>;
   /** Attempts at writing a settle before leaving the job to the sweeper. */
   settleAttempts: number;
-  /** When and how often a job of a type with no definition here is tried (see `unknownType`). */
+  /** When and how often a job of a type with no definition here is tried (`settleUnknownType`). */
   unknownTypeRetry: { backoff: BackoffOptions; maxAttempts: number };
   /** Starts each run's consumer span; null with `tracing: false`. */
   tracer: Tracer | null;
@@ -419,7 +419,7 @@ function raceAbort<T>(job: RunningJob, work: PromiseLike<T>): Promise<T> {
   });
 }
 
-function deadOnArrival(reason: 'unknown_type' | 'invalid_payload', error: Error): Outcome {
+function deadOnArrival(reason: 'invalid_payload', error: Error): Outcome {
   return { kind: 'failure', error, decision: { kind: 'dead', reason, attemptReason: 'error' } };
 }
 
@@ -713,8 +713,8 @@ async function settle(d: ExecutorDeps, job: RunningJob, outcome: Outcome, durati
  * `unknownTypeMaxAttempts`-th such claim it goes dead as `unknown_type`, charged and without a
  * hook, as it did on the first before. Killing it at once failed a saga step of a new version
  * whenever a worker of the old one claimed it first, and charging each claim let a few claims
- * by old workers spend a step's 5 attempts. One read of the job's history first, on this path
- * only.
+ * by old workers spend a step's 5 attempts. One primary-key read first (the count so far), on
+ * this path only.
  */
 async function settleUnknownType(d: ExecutorDeps, job: RunningJob, durationMs: number) {
   const error = new UnknownJobTypeError(job.info.type);

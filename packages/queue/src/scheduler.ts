@@ -426,11 +426,10 @@ export interface RemoveScheduleOptions {
  * marks it. Without `force` only a `not_seen` one is removed, judged in the same statement that
  * removes it, after any scheduler's pass holding the row (waited for in line on a pool, up to
  * 2 s for each pass it waits for; tried again for up to 2 s on a connection; then
- * `schedule_busy`: a pass stalled before its commit),
- * and otherwise `schedule_in_use` is thrown naming its state: an active one's scheduler would
- * record it again at its next pass; a paused one is not marked seen, so whether anything defines
- * it cannot be told, and one that does would record it again unpaused; an `unknown` one may run
- * under a version before migration 0018.
+ * `schedule_busy`: a pass stalled before its commit), and otherwise `schedule_in_use` is thrown
+ * naming its state: an active one's scheduler would record it again at its next pass; a paused
+ * one is not marked seen, so whether anything defines it cannot be told, and one that does would
+ * record it again unpaused; an `unknown` one may run under a version before migration 0018.
  * Returns the schedule as it was removed, or null for an unknown name.
  */
 export async function removeSchedule(

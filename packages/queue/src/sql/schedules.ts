@@ -180,9 +180,9 @@ export function selectSchedules() {
  * transaction), then fails with SQLSTATE 55P03. A waiter holds the row's tuple lock, so the
  * schedulers' `SKIP LOCKED` passes skip the row from then and the removal has it next (a pass
  * that updated the row leaves a newer version, which the removal locks after following the
- * update chain; a pass starting in that instant can come first, and is waited for in turn): polling
- * with `SKIP LOCKED` found it held on every try for 2 s while 4 processes ran passes back to back
- * (a CI failure of the crash test). Without `waitMs` a held row is skipped and reported as
+ * update chain; a pass starting in that instant can come first, and is waited for in turn).
+ * Polling with `SKIP LOCKED` found it held on every try for 2 s while 4 processes ran passes back
+ * to back (a CI failure of the crash test). Without `waitMs` a held row is skipped and reported as
  * `held`, for a caller's transaction, whose `lock_timeout` this must not change.
  */
 export function removeScheduleRow(
