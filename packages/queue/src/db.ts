@@ -73,7 +73,7 @@ export async function runStatement<T>(
     let result: pg.QueryResult<T & pg.QueryResultRow>;
     if (opening && !opening.sent) {
       // A pool would run BEGIN on one connection and the statement on another.
-      if ('idleCount' in target) {
+      if (isPool(target)) {
         throw new TypeError('runStatement: a transaction opens on a client, not on a pool');
       }
       opening.sent = true;
