@@ -420,7 +420,15 @@ describe('parallel starts handed to a local worker', () => {
     let open!: () => void;
     const gate = new Promise<void>((resolve) => (open = resolve));
     let running = 0;
-    const gated = defineSaga({ name: 'gated', version: 1, input: z.object({}) }).step('wait', {
+    // A queue of its own: jobs earlier tests left in the shared one, of types this worker does
+    // not define, are handed back and claimed again as they come due, and a claim after one
+    // took a gated job into the buffer (a CI run saw 3 leased).
+    const gated = defineSaga({
+      name: 'gated',
+      version: 1,
+      input: z.object({}),
+      queue: 'gated',
+    }).step('wait', {
       ...fast,
       run: async () => {
         running += 1;
