@@ -36,6 +36,7 @@ import {
   type QueueStatsRow,
 } from './sql/admin.js';
 import {
+  clearLapsedStop,
   findJobByKey,
   findJobsByKeys,
   findSingleton,
@@ -50,6 +51,7 @@ import {
   type InsertedRow,
   type JobRow,
   type SharedColumns,
+  type SingletonHolderRow,
 } from './sql/enqueue.js';
 import {
   inSpan,
@@ -750,11 +752,13 @@ export function createClient(options: ClientOptions = {}): Client {
   /**
    * One statement without a conflict. With one, a fresh statement finds the job that holds the
    * key (its snapshot sees a holder that committed while the insert waited); should that job have
-   * started or gone meanwhile, the insert is tried again.
+   * started or gone meanwhile, the insert is tried again. A stopped run whose lease ran out holds
+   * the key only until an enqueue meets it: its lease is cleared, and the insert tried again.
    */
   async function insertSingleton(row: JobRow, target: Queryable): Promise<EnqueueResult> {
     const singleton = row.singleton!;
     const keyed = { ...row, singleton };
+    let cleared = false;
     for (let attempt = 1; attempt <= 3; attempt++) {
       const { rows } = await run<{ id: string; inserted: boolean }>(
         target,
@@ -765,15 +769,18 @@ export function createClient(options: ClientOptions = {}): Client {
         row.idempotencyKey !== null
           ? (await run<{ id: string }>(target, findJobByKey(row.queue, row.idempotencyKey))).rows
           : [];
-      const found =
-        holder[0] ??
-        (
-          await run<{ id: string }>(
-            target,
-            findSingleton(row.queue, singleton.key, singleton.running),
-          )
-        ).rows[0];
-      if (found) return { id: found.id, inserted: false };
+      if (holder[0]) return { id: holder[0].id, inserted: false };
+      const { rows: found } = await run<SingletonHolderRow>(
+        target,
+        findSingleton(row.queue, singleton.key, singleton.running),
+      );
+      if (found[0]?.lapsed && !cleared) {
+        await run(target, clearLapsedStop(found[0].id));
+        cleared = true;
+        attempt--;
+        continue;
+      }
+      if (found[0]) return { id: found[0].id, inserted: false };
     }
     throw new SkiplockError(
       'enqueue_conflict',

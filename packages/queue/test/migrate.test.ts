@@ -9,6 +9,7 @@ import { migrate as drizzleMigrate } from 'drizzle-orm/node-postgres/migrator';
 import { describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { migrate, queueMigrations } from '../src/index.js';
+import { queueFlowMigrations } from '../src/migrate.js';
 import { quiet } from './fixtures.js';
 
 describe('migrate', () => {
@@ -111,6 +112,77 @@ describe('migrate', () => {
            AND lease_expires_at IS NULL AND queue = 'default' ORDER BY priority DESC, run_at, id`,
       );
       expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).not.toContain('Seq Scan');
+    } finally {
+      await client.end();
+      await rm(before, { recursive: true, force: true });
+      await dropDatabase(adminUrl, name);
+    }
+  });
+
+  it('0006 makes stopped runs hold their singletonRunning key, settling rows that already collide', async () => {
+    const adminUrl = inject('adminUrl');
+    const name = `${inject('runPrefix')}migrate_${randomBytes(4).toString('hex')}`;
+    const url = await createDatabase(adminUrl, name);
+    // The second set as it was before 0006.
+    const before = await mkdtemp(join(tmpdir(), 'skiplock-migrations-'));
+    await cp(queueFlowMigrations.folder, before, { recursive: true });
+    const journalPath = join(before, 'meta', '_journal.json');
+    const journal = JSON.parse(await readFile(journalPath, 'utf8')) as {
+      entries: { tag: string }[];
+    };
+    journal.entries = journal.entries.filter((e) => e.tag < '0006');
+    await writeFile(journalPath, JSON.stringify(journal));
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      const db = drizzle(client);
+      for (const [folder, table] of [
+        [queueMigrations.folder, queueMigrations.table],
+        [before, queueFlowMigrations.table],
+      ] as const) {
+        await drizzleMigrate(db, {
+          migrationsFolder: folder,
+          migrationsSchema: 'skiplock',
+          migrationsTable: table,
+        });
+      }
+      // What the old index allowed: a stopped run (cancelled, keeping its lease) and a newer job
+      // of its key beside it, running; two stopped runs of one key; one stopped run alone.
+      const row = async (key: string, status: string) =>
+        (
+          await client.query<{ id: string }>(
+            `INSERT INTO skiplock.jobs (queue, job_type, payload, status, attempts, locked_by,
+               lease_expires_at, singleton_key, singleton_running)
+             VALUES ('q', 't', '{}', $2, 1, 'w', now() + interval '1 hour', $1, true)
+             RETURNING id::text AS id`,
+            [key, status],
+          )
+        ).rows[0]!.id;
+      const stoppedA = await row('a', 'cancelled');
+      const runningA = await row('a', 'processing');
+      const olderB = await row('b', 'cancelled');
+      const newerB = await row('b', 'cancelled');
+      const aloneC = await row('c', 'cancelled');
+
+      const { applied } = await migrate({ connectionString: url, logger: quiet });
+      expect(applied).toEqual(['queue-flow/0006_stopped_runs_hold_singleton_keys']);
+      const { rows } = await client.query<{ id: string; leased: boolean }>(
+        `SELECT id::text AS id, lease_expires_at IS NOT NULL AS leased FROM skiplock.jobs ORDER BY id`,
+      );
+      expect(rows).toEqual([
+        { id: stoppedA, leased: false },
+        { id: runningA, leased: true },
+        { id: olderB, leased: false },
+        { id: newerB, leased: true },
+        { id: aloneC, leased: true },
+      ]);
+      // The stopped run alone holds its key now.
+      await expect(
+        client.query(
+          `INSERT INTO skiplock.jobs (queue, job_type, payload, singleton_key, singleton_running)
+           VALUES ('q', 't', '{}', 'c', true)`,
+        ),
+      ).rejects.toThrow(/jobs_singleton_held_idx/);
     } finally {
       await client.end();
       await rm(before, { recursive: true, force: true });

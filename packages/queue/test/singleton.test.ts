@@ -1,6 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestDatabase } from '../../../test/support/db.js';
+import { waitFor } from '../../../test/support/wait.js';
 import { ConfigError, createAdmitter, createClient, defineJob } from '../src/index.js';
 import { fastBackoff, quiet, testWorker } from './fixtures.js';
 
@@ -277,5 +278,84 @@ describe('singleton keys', () => {
     const worker = testWorker(db.pool, [flaky], { queues: ['single'] });
     expect(await worker.runOnce()).toBe(1);
     expect((await jobs()).map((j) => `${j.v}:${j.status}`)).toEqual(['1:retryable', '2:pending']);
+  });
+
+  it('a run an operator stopped holds its singletonRunning key until its handler returns', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const signals: AbortSignal[] = [];
+    const solo = defineJob({
+      ...refresh,
+      type: 'refresh.solo',
+      singletonRunning: true,
+      leaseMs: 1_200,
+      // Ignores its signal until the gate opens: a handler busy in a call it cannot abort.
+      handler: async (_p, ctx) => {
+        signals.push(ctx.signal);
+        await gate;
+      },
+    });
+    const first = await client.enqueue(solo, { account: 's', v: 1 });
+    const worker = testWorker(db.pool, [solo], { queues: ['single'] });
+    const run = worker.runOnce();
+    try {
+      await waitFor(() => signals.length === 1);
+      expect(await client.cancelJob(first.id, { running: true })).toBe(true);
+      await waitFor(() => signals[0]!.aborted, { timeoutMs: 5_000 });
+      // Before: the stop let go of the key at once, and this inserted a job that a worker could
+      // start beside the handler still running.
+      expect(await client.enqueue(solo, { account: 's', v: 2 })).toEqual({
+        id: first.id,
+        inserted: false,
+      });
+      expect(
+        await client.enqueue(solo, { account: 's', v: 3 }, { singletonMode: 'replace' }),
+      ).toEqual({ id: first.id, inserted: false });
+      expect(await jobs()).toEqual([{ id: first.id, status: 'cancelled', v: 1, delayed: false }]);
+    } finally {
+      release();
+      await run;
+      await worker.stop();
+    }
+    // The handler returned and its worker cleared the lease: the key is free.
+    const next = await client.enqueue(solo, { account: 's', v: 4 });
+    expect(next.inserted).toBe(true);
+    expect((await jobs()).map((j) => `${j.v}:${j.status}`)).toEqual(['1:cancelled', '4:pending']);
+  });
+
+  it("a stopped run's lease that ran out gives up its key to the next enqueue", async () => {
+    // Its worker died or hangs: nothing clears the lease, and a unique index cannot compare it
+    // with now(). The enqueue that meets it clears it.
+    const running = { singletonRunning: true } as const;
+    for (const mode of ['keep', 'replace'] as const) {
+      const stopped = await client.enqueue(refresh, { account: mode, v: 1 }, running);
+      await start(stopped.id);
+      expect(await client.cancelJob(stopped.id, { running: true })).toBe(true);
+      // Still live: held.
+      expect(
+        await client.enqueue(refresh, { account: mode, v: 2 }, { ...running, singletonMode: mode }),
+      ).toEqual({ id: stopped.id, inserted: false });
+      await db.pool.query(
+        `UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`,
+        [stopped.id],
+      );
+      const next = await client.enqueue(
+        refresh,
+        { account: mode, v: 3 },
+        { ...running, singletonMode: mode },
+      );
+      expect(next.inserted).toBe(true);
+      const { rows } = await db.pool.query<{ lease_expires_at: Date | null; status: string }>(
+        'SELECT status, lease_expires_at FROM skiplock.jobs WHERE id = $1',
+        [stopped.id],
+      );
+      expect(rows).toEqual([{ status: 'cancelled', lease_expires_at: null }]);
+    }
+    expect((await jobs()).map((j) => `${j.v}:${j.status}`)).toEqual([
+      '1:cancelled',
+      '3:pending',
+      '1:cancelled',
+      '3:pending',
+    ]);
   });
 });

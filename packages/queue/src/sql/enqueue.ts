@@ -453,17 +453,21 @@ const INSERT_SINGLETON_REPLACE = replaceStatement(
   '',
 );
 
+// The running set's index counts a stopped run that keeps its lease (see
+// migrations-flow/0006_stopped_runs_hold_singleton_keys.sql); neither it nor a running job is
+// replaced.
 const INSERT_SINGLETON_REPLACE_RUNNING = replaceStatement(
   `singleton_key IS NOT NULL AND singleton_running
-     AND status IN ('pending', 'retryable', 'waiting', 'processing')`,
-  `WHERE skiplock.jobs.status <> 'processing'`,
+     AND (status IN ('pending', 'retryable', 'waiting', 'processing')
+          OR (status = 'cancelled' AND lease_expires_at IS NOT NULL))`,
+  `WHERE skiplock.jobs.status IN ('pending', 'retryable', 'waiting')`,
 );
 
 /** Inserts a job, or replaces the payload and run time of the queued job with its key. */
 export function insertSingletonReplace(row: SingletonRow): Statement {
   return row.singleton.running
     ? {
-        name: 'skiplock_insert_singleton_replace_running_v8',
+        name: 'skiplock_insert_singleton_replace_running_v9',
         text: INSERT_SINGLETON_REPLACE_RUNNING,
         values: singletonValues(row),
       }
@@ -475,19 +479,43 @@ export function insertSingletonReplace(row: SingletonRow): Statement {
 }
 
 const FIND_SINGLETON = `
-SELECT id::text AS id FROM skiplock.jobs
+SELECT id::text AS id, (status = 'cancelled' AND lease_expires_at <= clock_timestamp()) AS lapsed
+FROM skiplock.jobs
 WHERE queue = $1::text AND singleton_key = $2::text AND singleton_running = $3::boolean
-  AND status IN ('pending', 'retryable', 'waiting', 'processing')
+  AND (status IN ('pending', 'retryable', 'waiting', 'processing')
+       OR (status = 'cancelled' AND lease_expires_at IS NOT NULL))
 ORDER BY id LIMIT 1`;
+
+/** The job holding a singleton key; `lapsed`: a stopped run whose lease ran out. */
+export interface SingletonHolderRow {
+  id: string;
+  lapsed: boolean;
+}
 
 /**
  * The job holding a singleton key in a queue among the jobs enqueued the same way: a queued one,
- * or with `running` a running one too (the claim clears the key of other started jobs).
+ * or with `running` a running one too (the claim clears the key of other started jobs), or a run
+ * an operator stopped that keeps its lease.
  */
 export function findSingleton(queue: string, key: string, running: boolean): Statement {
   return {
-    name: 'skiplock_find_singleton_v2',
+    name: 'skiplock_find_singleton_v3',
     text: FIND_SINGLETON,
     values: [queue, key, running],
+  };
+}
+
+/**
+ * Clears the lease of a stopped run that ran out (its worker gone or stuck), so that the run no
+ * longer holds its singleton key: the unique index cannot tell a live lease from a lapsed one.
+ * Nothing else reads a lapsed lease of a cancelled job as held, and the run's own release, should
+ * its worker still send it, is fenced by the lease it kept and changes nothing.
+ */
+export function clearLapsedStop(id: string): Statement {
+  return {
+    name: 'skiplock_clear_lapsed_stop_v1',
+    text: `UPDATE skiplock.jobs SET lease_expires_at = NULL
+WHERE id = $1::bigint AND status = 'cancelled' AND lease_expires_at <= clock_timestamp()`,
+    values: [id],
   };
 }
