@@ -9,10 +9,17 @@
 -- that meets one clears it and tries again (`insertSingleton` in client.ts), the rule a
 -- concurrency slot follows when the lease runs out.
 
+-- Writers wait from here to the end of the migration (the index build below would make them wait
+-- anyway): a process of an earlier version cannot commit a new collision between the fix-up and
+-- the index.
+LOCK TABLE "skiplock"."jobs" IN SHARE ROW EXCLUSIVE MODE;
+--> statement-breakpoint
+
 -- Rows the new index would refuse: a stopped run whose key a newer job took before this release
 -- (one of them runs, or ran, beside it already). The newest holder keeps the key; the older
--- stopped runs lose their lease, and with it any concurrency slot they held.
-UPDATE "skiplock"."jobs" c SET lease_expires_at = NULL
+-- stopped runs give it up, and only it: they keep their lease, and with it their concurrency
+-- slot, their protection from retry and retention, and a saga's wait for them.
+UPDATE "skiplock"."jobs" c SET singleton_key = NULL
 WHERE c.status = 'cancelled' AND c.lease_expires_at IS NOT NULL
   AND c.singleton_key IS NOT NULL AND c.singleton_running
   AND EXISTS (

@@ -77,7 +77,8 @@ export const jobs = skiplockSchema.table(
     /**
      * At most one queued (pending, retryable or waiting) job per (queue, singleton key): an
      * enqueue with a key already queued keeps that job or replaces its payload and run time.
-     * With `singleton_running`, a processing job with the key (that asked the same) counts too.
+     * With `singleton_running`, a processing job with the key (that asked the same) counts too,
+     * and a run of one an operator stopped while it keeps its lease.
      * The unique indexes name `waiting`, so they live in migrations-flow.
      */
     /**

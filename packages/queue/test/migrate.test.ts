@@ -166,15 +166,17 @@ describe('migrate', () => {
 
       const { applied } = await migrate({ connectionString: url, logger: quiet });
       expect(applied).toEqual(['queue-flow/0006_stopped_runs_hold_singleton_keys']);
-      const { rows } = await client.query<{ id: string; leased: boolean }>(
-        `SELECT id::text AS id, lease_expires_at IS NOT NULL AS leased FROM skiplock.jobs ORDER BY id`,
+      // The older stopped runs give up the key, and only it: they keep their lease.
+      const { rows } = await client.query<{ id: string; key: string | null; leased: boolean }>(
+        `SELECT id::text AS id, singleton_key AS key, lease_expires_at IS NOT NULL AS leased
+         FROM skiplock.jobs ORDER BY id`,
       );
       expect(rows).toEqual([
-        { id: stoppedA, leased: false },
-        { id: runningA, leased: true },
-        { id: olderB, leased: false },
-        { id: newerB, leased: true },
-        { id: aloneC, leased: true },
+        { id: stoppedA, key: null, leased: true },
+        { id: runningA, key: 'a', leased: true },
+        { id: olderB, key: null, leased: true },
+        { id: newerB, key: 'b', leased: true },
+        { id: aloneC, key: 'c', leased: true },
       ]);
       // The stopped run alone holds its key now.
       await expect(

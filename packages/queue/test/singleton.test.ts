@@ -33,6 +33,16 @@ async function jobs() {
   return rows;
 }
 
+/** Whether a job is a stopped run that still holds its lease. */
+async function isStoppedRunLive(id: string) {
+  const { rows } = await db.pool.query<{ live: boolean }>(
+    `SELECT status = 'cancelled' AND lease_expires_at > now() AS live FROM skiplock.jobs
+     WHERE id = $1`,
+    [id],
+  );
+  return rows[0]!.live;
+}
+
 /** What a worker's claim does to a job, for the rules about running jobs. */
 async function start(id: string) {
   await db.pool.query(
@@ -288,7 +298,9 @@ describe('singleton keys', () => {
       ...refresh,
       type: 'refresh.solo',
       singletonRunning: true,
-      leaseMs: 1_200,
+      // Long enough that the stopped run's lease (not renewed) outlasts the enqueues below on a
+      // slow machine; the worker sees the stop at its first renewal, 2 s in.
+      leaseMs: 6_000,
       // Ignores its signal until the gate opens: a handler busy in a call it cannot abort.
       handler: async (_p, ctx) => {
         signals.push(ctx.signal);
@@ -302,6 +314,7 @@ describe('singleton keys', () => {
       await waitFor(() => signals.length === 1);
       expect(await client.cancelJob(first.id, { running: true })).toBe(true);
       await waitFor(() => signals[0]!.aborted, { timeoutMs: 5_000 });
+      expect(await isStoppedRunLive(first.id)).toBe(true);
       // Before: the stop let go of the key at once, and this inserted a job that a worker could
       // start beside the handler still running.
       expect(await client.enqueue(solo, { account: 's', v: 2 })).toEqual({
@@ -312,12 +325,21 @@ describe('singleton keys', () => {
         await client.enqueue(solo, { account: 's', v: 3 }, { singletonMode: 'replace' }),
       ).toEqual({ id: first.id, inserted: false });
       expect(await jobs()).toEqual([{ id: first.id, status: 'cancelled', v: 1, delayed: false }]);
+      release();
+      await run;
+      // The handler returned and its worker cleared the lease (long before it ran out): the key
+      // is free.
+      await waitFor(async () => !(await isStoppedRunLive(first.id)));
+      const { rows } = await db.pool.query<{ cleared: boolean }>(
+        'SELECT lease_expires_at IS NULL AS cleared FROM skiplock.jobs WHERE id = $1',
+        [first.id],
+      );
+      expect(rows).toEqual([{ cleared: true }]);
     } finally {
       release();
       await run;
       await worker.stop();
     }
-    // The handler returned and its worker cleared the lease: the key is free.
     const next = await client.enqueue(solo, { account: 's', v: 4 });
     expect(next.inserted).toBe(true);
     expect((await jobs()).map((j) => `${j.v}:${j.status}`)).toEqual(['1:cancelled', '4:pending']);
