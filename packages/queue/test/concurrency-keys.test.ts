@@ -12,7 +12,7 @@ import {
 } from '../src/index.js';
 import { retryDeadJobs } from '../src/overview.js';
 import { claimJobs } from '../src/sql/claim.js';
-import { fastBackoff, quiet, testWorker } from './fixtures.js';
+import { fastBackoff, jobRow, quiet, testWorker } from './fixtures.js';
 import { metricValue } from '../../../test/support/metrics.js';
 
 const db = await useTestDatabase();
@@ -720,6 +720,40 @@ describe('concurrency keys', () => {
     // worker's stop() waits for it (before, it was left running after stop() returned).
     await worker.stop();
     expect(await byKey()).toEqual({ 'tenant:o': { completed: 1, pending: 1 } });
+  });
+
+  it("a keyed job a worker lacks the type of goes back to wait for a slot, and gives its slot to the key's next job", async () => {
+    const newer = defineJob({ ...tenantJob, type: 'tenant.newer', concurrencyLimit: 1 });
+    const known = defineJob({ ...tenantJob, type: 'tenant.known', concurrencyLimit: 1 });
+    const [handed] = await client.enqueueMany(newer, [{ payload: { tenant: 'h', n: 0 } }]);
+    const [next] = await client.enqueueMany(known, [{ payload: { tenant: 'h', n: 1 } }]);
+    await admitter.runOnce();
+    expect(await byKey()).toEqual({ 'tenant:h': { pending: 1, waiting: 1 } });
+    // A worker of the old deploy, which knows only tenant.known, claims the admitted job.
+    const old = testWorker(db.pool, [known], {
+      queues: ['ck'],
+      unknownTypeBackoff: { baseMs: 300, factor: 1, jitter: 0 },
+    });
+    await old.runOnce();
+    // Handed back as a retry of a keyed job is: waiting for a slot, its attempt given back, due
+    // after the backoff; its slot went to the key's next job (a worker's stop() waits for that
+    // admission).
+    await old.stop();
+    expect(await jobRow(db.pool, handed!.id)).toMatchObject({ status: 'waiting', attempts: 0 });
+    expect(await jobRow(db.pool, next!.id)).toMatchObject({ status: 'pending' });
+    const holders = await client.listJobs({ concurrencyKey: 'tenant:h', holdingSlot: true });
+    expect(holders.map((j) => j.id)).toEqual([next!.id]);
+    // A worker of the new deploy runs both, the handed-back job on its first attempt once it is
+    // due and the key's slot is free again.
+    const current = testWorker(db.pool, [newer, known], { queues: ['ck'] });
+    await waitFor(async () => {
+      await admitter.runOnce();
+      await current.runOnce();
+      return (await jobRow(db.pool, handed!.id)).status === 'completed' || null;
+    });
+    await current.stop();
+    expect(await jobRow(db.pool, handed!.id)).toMatchObject({ status: 'completed', attempts: 1 });
+    expect(await jobRow(db.pool, next!.id)).toMatchObject({ status: 'completed' });
   });
 
   it('a stopped admitter starts no admission: a late settle cannot reach an ended pool', async () => {
