@@ -153,8 +153,21 @@ function longTimeout(fire: () => void, ms: number): { clear(): void } {
   return { clear: () => clearTimeout(timer) };
 }
 
-/** Runs `work` until it settles or `signal` fires, whichever comes first. */
-async function raceSignal<T>(work: () => Promise<T> | T, signal: AbortSignal): Promise<T> {
+/**
+ * Runs `work` until it settles or `signal` fires, whichever comes first. When the job's own
+ * signal (`jobSignal`) has fired, its run stopped by an operator, timed out or its lease lost,
+ * `work` is still waited for before the rejection: the queue's handler then returns only once
+ * the step's code has, which is what holds a stopped run's lease (and with it the saga's wait
+ * before compensating) and a timed-out run's slot. Ending at once, it let the worker clear a
+ * stopped step's lease while the step's code still ran, and the reconciler compensated beside
+ * it (found in an audit). The executor does not wait for it: an attempt ends at the abort, and a
+ * handler still running is tracked as overrunning. Only the saga's deadline cuts `work` off.
+ */
+async function raceSignal<T>(
+  work: () => Promise<T> | T,
+  signal: AbortSignal,
+  jobSignal: AbortSignal,
+): Promise<T> {
   let onAbort: (() => void) | null = null;
   const aborted = new Promise<never>((_, reject) => {
     onAbort = () => reject(signal.reason);
@@ -162,8 +175,12 @@ async function raceSignal<T>(work: () => Promise<T> | T, signal: AbortSignal): P
     else signal.addEventListener('abort', onAbort, { once: true });
   });
   aborted.catch(() => {});
+  const running = Promise.resolve().then(work);
   try {
-    return await Promise.race([Promise.resolve().then(work), aborted]);
+    return await Promise.race([running, aborted]);
+  } catch (error) {
+    if (jobSignal.aborted) await running.catch(() => {});
+    throw error;
   } finally {
     if (onAbort) signal.removeEventListener('abort', onAbort);
   }
@@ -275,7 +292,11 @@ async function runStep(
   const point = { ...key, sagaName: entry.def.name, attempt: job.job.attempt };
   try {
     await e.faults?.({ ...point, phase: 'before' });
-    const value = await raceSignal(() => spec.run!(ctx, prepared.input), deadline.signal);
+    const value = await raceSignal(
+      () => spec.run!(ctx, prepared.input),
+      deadline.signal,
+      job.signal,
+    );
     // Later steps read the output back from jsonb; hand them exactly that, in every process.
     const output = value === undefined ? null : storedOutput(spec.name, value);
     await e.faults?.({ ...point, phase: 'after' });

@@ -305,6 +305,10 @@ async function readStranded(
   const job = (await jobStates(tx, [jobId])).get(jobId);
   if (!job) return { kind, jobId, key, status: 'missing', lastError: null };
   if (job.status !== 'dead' && job.status !== 'cancelled') return null;
+  // A run an operator stopped whose handler may still be at work: the reconciler waits for it
+  // (see `createReconciler`), so it is not stranded yet. Before, `sagas show` and the dashboard
+  // called it stranded and sent the operator to a reconcile pass that did nothing.
+  if (job.stopping) return null;
   return { kind, jobId, key, status: job.status, lastError: job.lastError };
 }
 

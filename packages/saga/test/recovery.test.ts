@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { createClient, createSweeper, createWorker } from '@skiplock/queue';
 import { LockKeys, tryAdvisoryLock } from '@skiplock/queue/engine';
 import { describe, expect, it } from 'vitest';
@@ -382,6 +383,9 @@ describe('the reconciler', () => {
       // Ignores its signal until the gate opens: a handler busy in a call it cannot abort.
       .step('b', {
         ...fast,
+        // Its worker sees the stop at its first renewal, 1 s in; the stopped lease runs out 2 s
+        // after that.
+        leaseMs: 3_000,
         run: async () => {
           running = true;
           await gate;
@@ -389,7 +393,9 @@ describe('the reconciler', () => {
           return 2;
         },
       });
-    const { runtime } = await startSagas(db.pool, [saga]);
+    const { runtime, worker } = await startSagas(db.pool, [saga]);
+    const lost: string[] = [];
+    worker.on('job:lock_lost', (e) => lost.push(e.jobId));
     await runtime.start(saga, { id: 'stopped', input: {} });
     await waitFor(() => running, { what: "step b's handler running" });
     const { rows } = await db.pool.query<{ id: string }>(
@@ -400,7 +406,21 @@ describe('the reconciler', () => {
       expect(await client.cancelJob(rows[0]!.id, { running: true })).toBe(true);
       // Before: this pass failed the step at once, and step a was undone beside b's handler.
       expect(await runtime.reconciler.runOnce()).toMatchObject({ reconciled: 0 });
-      expect((await runtime.getSaga('stopped'))!.status).toBe('running');
+      // Its worker has seen the stop and ended the attempt; the step's code still runs.
+      await waitFor(() => lost.length === 1, { what: 'the worker to see the stop' });
+      await sleep(300);
+      // Before: the saga's handler gave up on the step's code at the abort and returned, its
+      // worker cleared the stopped run's lease, and this pass undid step a beside b's code.
+      const { rows: held } = await db.pool.query<{ live: boolean }>(
+        'SELECT lease_expires_at > now() AS live FROM skiplock.jobs WHERE id = $1',
+        [rows[0]!.id],
+      );
+      expect(held).toEqual([{ live: true }]);
+      expect(await runtime.reconciler.runOnce()).toMatchObject({ reconciled: 0 });
+      // Not stranded either: the reconciler waits for it (before, `sagas show` and the dashboard
+      // said stranded and sent the operator to a reconcile pass that did nothing).
+      expect(await runtime.getSaga('stopped')).toMatchObject({ status: 'running', stranded: null });
+      expect(running).toBe(true);
       release();
       // Its worker gives the stopped run's lease back once the handler has returned.
       await waitFor(async () => {
