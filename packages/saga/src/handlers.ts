@@ -154,19 +154,13 @@ function longTimeout(fire: () => void, ms: number): { clear(): void } {
 }
 
 /**
- * Runs `work` until it settles or `signal` fires, whichever comes first. When the job's own
- * signal (`jobSignal`) has fired, its run stopped by an operator, timed out or its lease lost,
- * `work` is still waited for before the rejection: the queue's handler then returns only once
- * the step's code has, which is what holds a stopped run's lease (and with it the saga's wait
- * before compensating) and a timed-out run's slot. Ending at once, it let the worker clear a
- * stopped step's lease while the step's code still ran, and the reconciler compensated beside
- * it (found in an audit). The executor does not wait for it: an attempt ends at the abort, and a
- * handler still running is tracked as overrunning. Only the saga's deadline cuts `work` off.
+ * Runs `work` until it settles or `signal` fires, whichever comes first; `work`'s own promise is
+ * handed to `started`, for a caller that must still wait for it after the race (see `runStep`).
  */
 async function raceSignal<T>(
   work: () => Promise<T> | T,
   signal: AbortSignal,
-  jobSignal: AbortSignal,
+  started: (running: Promise<T>) => void,
 ): Promise<T> {
   let onAbort: (() => void) | null = null;
   const aborted = new Promise<never>((_, reject) => {
@@ -176,11 +170,9 @@ async function raceSignal<T>(
   });
   aborted.catch(() => {});
   const running = Promise.resolve().then(work);
+  started(running);
   try {
     return await Promise.race([running, aborted]);
-  } catch (error) {
-    if (jobSignal.aborted) await running.catch(() => {});
-    throw error;
   } finally {
     if (onAbort) signal.removeEventListener('abort', onAbort);
   }
@@ -290,12 +282,14 @@ async function runStep(
   const deadline = withDeadline(saga, job.signal);
   const ctx = contextFor(e, entry, spec, 'step', prepared, job, deadline.signal, completion);
   const point = { ...key, sagaName: entry.def.name, attempt: job.job.attempt };
+  // The step's code, set by the race (a closure's write TypeScript does not narrow through).
+  const code: { running?: Promise<unknown> } = {};
   try {
     await e.faults?.({ ...point, phase: 'before' });
     const value = await raceSignal(
       () => spec.run!(ctx, prepared.input),
       deadline.signal,
-      job.signal,
+      (started) => (code.running = started),
     );
     // Later steps read the output back from jsonb; hand them exactly that, in every process.
     const output = value === undefined ? null : storedOutput(spec.name, value);
@@ -310,6 +304,14 @@ async function runStep(
     await e
       .sql(e.pool, recordAttemptError({ ...key, message: errorMessage(error), attempt: attempt() }))
       .catch(() => {});
+    // The job's own signal fired (an operator's stop, a timeout, a lost lease, shutdown) while the
+    // step's code runs on: the handler returns only once that code has. The executor has ended
+    // the attempt already and tracks the handler as overrunning, so nothing waits for it but the
+    // run's slot and a stopped run's lease, which is what keeps the saga from compensating beside
+    // the code (the reconciler waits for a stopped run). Returning at the abort, the worker
+    // cleared that lease at its next renewal, and the next pass undid the saga beside the step
+    // still at work (found in an audit). Only the saga's deadline (above) cuts the code off.
+    if (job.signal.aborted) await code.running?.catch(() => {});
     throw error;
   } finally {
     deadline.clear();
