@@ -263,11 +263,12 @@ export interface Client {
    * Cancels a job that has not started (pending, retry-waiting, slot-waiting) or whose run's lease
    * has expired (its worker is gone or stuck; its `onDead` hook is not run); false when it is in
    * another state (or does not exist). With `running: true`, a running job too: its worker aborts
-   * the handler (`ctx.signal`, a `LockLostError`) at its next lease renewal, within a third of the
-   * job's lease, and writes nothing for it. The stopped run keeps its lease, and so its
-   * concurrency slot, until its handler has returned (its worker then clears the lease) or the
-   * lease runs out (its worker gone, or a handler ignoring its signal for a whole lease); the job
-   * cannot be retried until then.
+   * the handler (`ctx.signal`, a `LockLostError`) and writes nothing for it, at once when the worker
+   * listens (the stop notifies it on `skiplock_stop`; a job stopped in its local buffer then never
+   * starts), else at its next lease renewal, within a third of the job's lease. The stopped run
+   * keeps its lease, and so its concurrency slot, until its handler has returned (its worker then
+   * clears the lease) or the lease runs out (its worker gone, or a handler ignoring its signal for
+   * a whole lease); the job cannot be retried until then.
    */
   cancelJob(
     id: string,

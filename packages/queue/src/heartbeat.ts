@@ -194,6 +194,20 @@ export class Heartbeat {
 
   /** A renewal in flight, if any: a tick never stacks a second one on it. */
   private renewing: Promise<unknown> | null = null;
+  /** `renewNow` came while a renewal was in flight, which may have read the rows before it. */
+  private renewAgain = false;
+
+  /**
+   * Renews now rather than at the next tick: an operator stopped one of this worker's jobs (see
+   * `cancelJob`), and the renewal is what finds it so and aborts its handler, or keeps it from
+   * starting when it waits in the buffer. A renewal in flight may have read its row before the
+   * stop committed, so one more follows it; any number of calls meanwhile add only that one.
+   */
+  renewNow(): void {
+    if (this.stopper.signal.aborted) return;
+    if (this.renewing) this.renewAgain = true;
+    else this.tick();
+  }
 
   /**
    * One tick of the loop: gives up the leases not renewed for a whole lease, then renews the rest
@@ -205,6 +219,10 @@ export class Heartbeat {
     this.abortOverdue(this.holders());
     this.renewing ??= this.beat().finally(() => {
       this.renewing = null;
+      if (this.renewAgain) {
+        this.renewAgain = false;
+        if (!this.stopper.signal.aborted) this.tick();
+      }
     });
   }
 

@@ -6,13 +6,20 @@ import { detached } from './tracing.js';
 export const NOTIFY_CHANNEL = 'skiplock_jobs';
 /** Inserts of jobs waiting for a concurrency slot notify their key here (`*`: many keys). */
 export const ADMIT_CHANNEL = 'skiplock_admit';
+/** An operator's stop of a running job names the job's worker here (see `cancelJob`). */
+export const STOP_CHANNEL = 'skiplock_stop';
 
 export interface ListenerOptions {
   /** Connection settings of the pool; the listener opens one connection of its own. */
   connection: pg.ClientConfig;
   onNotify: (queue: string) => void;
   onAdmit?: ((key: string) => void) | undefined;
-  /** Channels to LISTEN on; notifications on any but the admission channel go to `onNotify`. */
+  /** A job of the worker this names was stopped (`*`: the connection was down, maybe missed). */
+  onStop?: ((workerId: string) => void) | undefined;
+  /**
+   * Channels to LISTEN on; notifications on any but the admission and stop channels go to
+   * `onNotify`.
+   */
   channels?: readonly string[] | undefined;
   logger: Logger;
   /** Reconnect attempts in a row before giving up on LISTEN (polling carries on). */
@@ -158,13 +165,14 @@ export class Listener {
     });
     client.on('notification', (msg) => {
       if (msg.channel === ADMIT_CHANNEL) this.options.onAdmit?.(msg.payload ?? '*');
+      else if (msg.channel === STOP_CHANNEL) this.options.onStop?.(msg.payload ?? '*');
       else this.options.onNotify(msg.payload ?? '');
     });
     try {
       // node-postgres never settles connect() on a client ended while it connects (stop() during
       // an attempt a server has not answered yet), so the wait also ends on stop().
       await this.untilStopped(client.connect());
-      const channels = this.options.channels ?? [NOTIFY_CHANNEL, ADMIT_CHANNEL];
+      const channels = this.options.channels ?? [NOTIFY_CHANNEL, ADMIT_CHANNEL, STOP_CHANNEL];
       await client.query(channels.map((channel) => `LISTEN ${channel}`).join('; '));
       if (this.options.sessionSql) {
         await client.query(this.options.sessionSql).catch((error: unknown) => {
@@ -186,9 +194,10 @@ export class Listener {
     }
     this.connected = true;
     this.wakeWaiters();
-    // Work may have arrived while we were not listening.
+    // Work, or a stop, may have arrived while we were not listening.
     this.options.onNotify('*');
     this.options.onAdmit?.('*');
+    this.options.onStop?.('*');
     const onStop = () => void client.end().catch(() => {});
     this.stopper.signal.addEventListener('abort', onStop, { once: true });
     await done;

@@ -519,6 +519,13 @@ export function createWorker(options: WorkerOptions): Worker {
         onAdmit: (key) => {
           if (state === 'running') admitter?.poke(key);
         },
+        // An operator stopped a job of this worker's (or the connection was down and a stop may
+        // have gone unheard): renew now, which aborts its handler or keeps it from starting.
+        onStop: (worker) => {
+          if ((worker !== id && worker !== '*') || state === 'stopped') return;
+          lastStopHeard = performance.now();
+          heartbeat.renewNow();
+        },
         sessionSql: CLAIM_SESSION_SQL,
       })
     : null;
@@ -529,6 +536,8 @@ export function createWorker(options: WorkerOptions): Worker {
   const claimsOnListener = listener !== null && config.preparedStatements;
 
   let state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  /** performance.now() of the last stop of one of this worker's jobs it heard (see `claim`). */
+  let lastStopHeard = -Infinity;
   let loopDone: Promise<void> | null = null;
   // runOnce()'s claim while it is in flight, with its rows taken into the buffer: stop() waits for
   // it (bounded, as for the loop's) before it releases the buffer, so what the claim leased is
@@ -576,6 +585,10 @@ export function createWorker(options: WorkerOptions): Worker {
     );
     metrics.claimDuration.observe((performance.now() - started) / 1000);
     metrics.claimBatchSize.observe(rows.length);
+    // A stop heard while the claim was in flight may be of a job it took, which the renewal the
+    // stop set off did not know yet: one more renewal, once the caller has taken the rows in (the
+    // next macrotask), aborts it before or just after it starts rather than a tick later.
+    if (rows.length > 0 && lastStopHeard >= started) setImmediate(() => heartbeat.renewNow());
     inClaimOrder(rows);
     if (rows.length > 0) {
       let bytes = 0;

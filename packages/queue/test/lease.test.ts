@@ -11,6 +11,7 @@ import {
   type DeadJobInfo,
 } from '../src/index.js';
 import { runSql } from '../src/db.js';
+import { Heartbeat, type LeaseHolder } from '../src/heartbeat.js';
 import { MAX_SWEEPER_SERIES } from '../src/sweeper.js';
 import { failJob } from '../src/sql/settle.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
@@ -1025,6 +1026,137 @@ describe('leases, fencing and the sweeper', () => {
       return rows[0]!.lease_expires_at === null;
     });
     expect(await client.retryJob(id)).toBe(true);
+  });
+
+  it('stops a running job at once on a listening worker: the stop notifies the worker, which renews then, not a third of the lease later', async () => {
+    // A 30 s lease: the worker's own renewal would come 10 s after the claim.
+    const { def, release, started, signals } = gatedJob('stopped-at-once');
+    const { id } = await client.enqueue(def, {});
+    const worker = testWorker(db.pool, [def], { listen: true });
+    const lost: string[] = [];
+    worker.on('job:lock_lost', (e) => lost.push(e.jobId));
+    try {
+      // runOnce() waits for the LISTEN connection before it claims.
+      const run = worker.runOnce();
+      await waitFor(() => started.length === 1);
+      expect(await client.cancelJob(id, { running: true })).toBe(true);
+      // Well inside the 10 s the next tick would take: only the notification can do it.
+      await waitFor(() => signals[0]!.aborted, {
+        timeoutMs: 4_000,
+        what: 'the handler aborted by the stop',
+      });
+      expect(signals[0]!.reason).toBeInstanceOf(LockLostError);
+      release();
+      await run;
+      expect(lost).toEqual([id]);
+      expect(await jobRow(db.pool, id)).toMatchObject({ status: 'cancelled', attempts: 1 });
+    } finally {
+      release();
+      await worker.stop();
+    }
+  });
+
+  it('stops a job whose claim was still answering when the stop was heard, a renewal after the claim', async () => {
+    const { def, release, started, signals } = gatedJob('stopped-mid-claim');
+    const { id } = await client.enqueue(def, {});
+    // Unnamed claims go on the pool (not the LISTEN connection): its answers to claims wait for
+    // the test's word after the server has given them.
+    const pool = db.newPool(4);
+    let claimed!: () => void;
+    const answered = new Promise<void>((resolve) => (claimed = resolve));
+    let open!: () => void;
+    const hold = new Promise<void>((resolve) => (open = resolve));
+    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<{ rowCount: number }>;
+    (pool as unknown as { query: typeof query }).query = async (...args: unknown[]) => {
+      const first = args[0];
+      const text = typeof first === 'string' ? first : (first as { text: string }).text;
+      const answer = await query(...args);
+      if (text.includes('picked AS') && answer.rowCount > 0) {
+        claimed();
+        await hold;
+      }
+      return answer;
+    };
+    const worker = testWorker(pool, [def], { listen: true, preparedStatements: false });
+    const lost: string[] = [];
+    worker.on('job:lock_lost', (e) => lost.push(e.jobId));
+    try {
+      await worker.start();
+      await answered;
+      // The claim has committed; its answer has not reached the worker, which knows no job yet.
+      expect(await client.cancelJob(id, { running: true })).toBe(true);
+      // The notification reaches the worker, whose renewal then has nothing to renew.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      open();
+      // A 30 s lease: without a renewal after the claim, its own would come 10 s later.
+      await waitFor(() => lost.includes(id), {
+        timeoutMs: 4_000,
+        what: 'the job stopped once its claim was taken in',
+      });
+      // Aborted before its handler started, or at once after (the renewal races the start).
+      expect(started.length === 0 || signals[0]!.aborted).toBe(true);
+      expect(await jobRow(db.pool, id)).toMatchObject({ status: 'cancelled', attempts: 1 });
+    } finally {
+      open();
+      release();
+      await worker.stop();
+    }
+  });
+
+  it('renews once more after a renewal that was in flight when a stop was announced', async () => {
+    const { def } = gatedJob('stopped-mid-renewal');
+    const { id } = await client.enqueue(def, {});
+    // The job as a claim by worker w-renew left it (no worker runs here: the heartbeat alone).
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'processing', attempts = 1, locked_by = 'w-renew',
+         locked_at = now(), lease_expires_at = now() + interval '30 seconds' WHERE id = $1`,
+      [id],
+    );
+    // A pool whose answers wait for the test's word after the server has given them: the first
+    // renewal reads the row while it is still processing, and is still in flight after the stop.
+    const pool = db.newPool(2);
+    let hold: Promise<void> | null = null;
+    let renewals = 0;
+    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+    (pool as unknown as { query: typeof query }).query = async (...args: unknown[]) => {
+      const answer = await query(...args);
+      renewals += 1;
+      await hold;
+      return answer;
+    };
+    let open!: () => void;
+    hold = new Promise<void>((resolve) => (open = resolve));
+    const aborted: Error[] = [];
+    const holder: LeaseHolder = {
+      token: { id, attempt: 1 },
+      leaseMs: 30_000,
+      renewMs: 30_000,
+      renewedAt: performance.now(),
+      isRunning: () => true,
+      abort: (reason) => aborted.push(reason),
+    };
+    const heartbeat = new Heartbeat(
+      pool,
+      'w-renew',
+      false,
+      10_000,
+      () => [holder],
+      quiet,
+      () => {},
+    );
+    heartbeat.renewNow();
+    await waitFor(() => renewals === 1, { what: 'the first renewal answered' });
+    expect(await client.cancelJob(id, { running: true })).toBe(true);
+    // The stop's notification, while the first renewal's answer (still the job's) is on its way.
+    heartbeat.renewNow();
+    heartbeat.renewNow();
+    hold = null;
+    open();
+    await waitFor(() => aborted.length === 1, { what: 'the second renewal to find the stop' });
+    expect(aborted[0]).toBeInstanceOf(LockLostError);
+    // One more renewal for any number of announcements during the first.
+    expect(renewals).toBe(2);
+    await heartbeat.stop();
   });
 
   it('runs one sweep at a time across hosts (advisory lock)', async () => {

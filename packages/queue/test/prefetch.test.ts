@@ -6,7 +6,7 @@ import { createAdmitter, createClient, defineJob } from '../src/index.js';
 import { NOTIFY_CHANNEL } from '../src/listener.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { countByStatus, quiet, testWorker } from './fixtures.js';
+import { countByStatus, jobRow, quiet, testWorker } from './fixtures.js';
 import { metricValue } from '../../../test/support/metrics.js';
 
 const db = await useTestDatabase();
@@ -182,6 +182,76 @@ describe('claiming ahead into the local buffer', () => {
       await admitter.runOnce();
       expect((await row(second!.id)).status).toBe('pending');
       expect(keyedRuns).toBe(0);
+    } finally {
+      release();
+      await worker.stop();
+    }
+  });
+
+  it('never starts a buffered job stopped before its turn on a listening worker, and gives its lease back', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const ran: number[] = [];
+    const job = defineJob({
+      type: 'stop-in-buffer',
+      queue: 'stopped-in-buffer',
+      payload: z.object({ n: z.number(), slow: z.boolean() }),
+      // A 30 s lease: the worker's own renewal comes 10 s after its claim.
+      handler: async ({ n, slow }) => {
+        ran.push(n);
+        if (slow) await gate;
+      },
+    });
+    const logs = captureLogs();
+    const worker = testWorker(db.pool, [job], {
+      concurrency: 1,
+      pollIntervalMs: 20,
+      maxPrefetchWaitMs: 600_000,
+      listen: true,
+      logger: logs.logger,
+    });
+    const claimed = new Set<string>();
+    worker.on('job:claimed', (e) => claimed.add(e.jobId));
+    try {
+      // Teach the worker its handlers are quick, so that it claims ahead; then hold its only slot.
+      await client.enqueueMany(
+        job,
+        Array.from({ length: 20 }, () => ({ payload: { n: 0, slow: false } })),
+      );
+      await worker.start();
+      await waitFor(
+        async () => (await countByStatus(db.pool, 'stopped-in-buffer')).completed === 20,
+      );
+      const slow = await client.enqueue(job, { n: 1, slow: true });
+      await waitFor(() => ran.includes(1), { what: 'the slow job to hold the slot' });
+      const buffered = await client.enqueue(job, { n: 2, slow: false });
+      await waitFor(() => claimed.has(buffered.id), { what: 'the job claimed into the buffer' });
+      expect(await client.cancelJob(buffered.id, { running: true })).toBe(true);
+      // Found stopped by the renewal the stop's notification set off, while it still waits (its
+      // `job:lock_lost` event comes when its turn does).
+      await waitFor(
+        () => logs.lines.some((l) => l.reason === 'lock_lost' && l.jobId === buffered.id),
+        {
+          timeoutMs: 4_000,
+          what: 'the buffered job found stopped',
+        },
+      );
+      release();
+      // Its handler never started, so its worker clears the stopped run's lease at once.
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query<{ lease_expires_at: Date | null }>(
+              'SELECT lease_expires_at FROM skiplock.jobs WHERE id = $1',
+              [buffered.id],
+            )
+          ).rows[0]!.lease_expires_at === null,
+        { what: "the stopped job's lease cleared" },
+      );
+      await waitFor(async () => (await jobRow(db.pool, slow.id)).status === 'completed');
+      // Before: the job started once the slot came free, the stop seen only at the next renewal.
+      expect(ran.filter((n) => n === 2)).toEqual([]);
+      expect(await jobRow(db.pool, buffered.id)).toMatchObject({ status: 'cancelled' });
     } finally {
       release();
       await worker.stop();

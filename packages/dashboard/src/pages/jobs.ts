@@ -291,7 +291,7 @@ export function jobPage(
   const actions = html`<div class="actions" data-testid="job-actions">
     ${own && (expired || (RETRYABLE.includes(job.status) && !isStoppedRunLive(job, ctx.now))) ? actionForm(ctx, `/jobs/${job.id}/retry`, 'Retry now', {}) : ''}
     ${own && (expired || CANCELLABLE.includes(job.status)) ? actionForm(ctx, `/jobs/${job.id}/cancel`, 'Cancel', { danger: true, confirm: `Cancel job ${job.id}?` }) : ''}
-    ${own && job.status === 'processing' && !expired ? actionForm(ctx, `/jobs/${job.id}/cancel`, 'Stop and cancel', { danger: true, confirm: `Stop job ${job.id}? Its worker aborts the handler at its next lease renewal.`, fields: html`<input type="hidden" name="running" value="1" />` }) : ''}
+    ${own && job.status === 'processing' && !expired ? actionForm(ctx, `/jobs/${job.id}/cancel`, 'Stop and cancel', { danger: true, confirm: `Stop job ${job.id}? Its worker aborts the handler.`, fields: html`<input type="hidden" name="running" value="1" />` }) : ''}
   </div>`;
   const body = html`<h1>Job ${job.id} <small>${job.jobType}</small></h1>
     <div data-live="job-head" class="head-line">

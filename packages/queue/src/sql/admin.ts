@@ -65,11 +65,16 @@ const expiredRun = sql`(status = 'processing' AND lease_expires_at < now())`;
 /**
  * Cancels a job that has not started (pending, retry-waiting or slot-waiting) or whose run's
  * lease has expired; with `running`, any running one too. Its worker finds the job no longer its
- * own at its next lease renewal (the fence checks the status) and aborts the handler, as for a
- * lease taken back. A run stopped so keeps its lease: it holds its concurrency slot (see
+ * own at a lease renewal (the fence checks the status) and aborts the handler, as for a lease
+ * taken back. A run stopped so keeps its lease: it holds its concurrency slot (see
  * migrations-flow/0005_stopping_runs_hold_slots.sql) until its worker clears the lease once the
  * handler has returned (`releaseStoppedRun`), or the lease runs out. Returns the concurrency key
  * of a job that gave its slot back now (null while its stopped run still holds it).
+ *
+ * A stop of a live run notifies its worker (on `skiplock_stop`, at commit), which renews at once
+ * when it listens instead of at its next tick: the stop reached the handler up to a third of the
+ * lease later (10 s with the default lease), and a job stopped in a worker's local buffer started
+ * before it.
  */
 export function cancelJob(id: string, running = false) {
   return sql`
@@ -77,7 +82,8 @@ export function cancelJob(id: string, running = false) {
     SET status = 'cancelled', updated_at = now(),
         lease_expires_at = ${running ? sql`CASE WHEN status = 'processing' AND lease_expires_at > now() THEN lease_expires_at END` : sql`NULL`}
     WHERE id = ${id} AND (status IN ('pending', 'retryable', 'waiting') OR ${running ? sql`status = 'processing'` : expiredRun})
-    RETURNING id::text AS id, CASE WHEN lease_expires_at IS NULL THEN concurrency_key END AS concurrency_key`;
+    RETURNING id::text AS id, CASE WHEN lease_expires_at IS NULL THEN concurrency_key END AS concurrency_key
+      ${running ? sql`, (CASE WHEN lease_expires_at IS NOT NULL THEN pg_notify('skiplock_stop', locked_by) END) IS NOT NULL AS stop_notified` : sql``}`;
 }
 
 /**
