@@ -74,6 +74,7 @@ export { IntervalService } from './service.js';
 export { Counter, Gauge, Histogram, Registry } from 'prom-client';
 export { isRegistry, reuse } from './metrics.js';
 export { commitItem } from './sql/commit.js';
+export { claimedSince } from './sql/fence.js';
 export { Listener, type ListenerOptions } from './listener.js';
 export { retryDelayMs, sleep, withJitter } from './timers.js';
 export { asStored, findJsonProblem, type JsonProblem } from './json-safe.js';

@@ -315,4 +315,55 @@ describe('the cost of a saga step', () => {
     expect(rows.rows).toEqual([{ status: 'failed', error: 'dead' }]);
     await runtime.close();
   });
+
+  it("keeps a later attempt's error when an earlier attempt's error arrives after it, and takes the errors of a retried job's new attempts", async () => {
+    const one = defineSaga({ name: 'one', version: 1, input: z.object({}) }).step('x', {
+      ...fast,
+      run: () => 1,
+    });
+    // No worker: the saga stays on step x, and the records below stand for its attempts' ends.
+    const runtime = createSagaRuntime({ pool: db.pool, sagas: [one], logger: silent });
+    await runtime.start(one, { id: 'late-1', input: {} });
+    const { rows: saga } = await db.pool.query<{ job: string }>(
+      `SELECT current_job_id::text AS job FROM skiplock.sagas WHERE id = 'late-1'`,
+    );
+    // The step's job as its claims leave it: its attempt count (no worker runs it here).
+    const claimed = (attempts: number) =>
+      db.pool.query(`UPDATE skiplock.jobs SET attempts = $2 WHERE id = $1`, [
+        saga[0]!.job,
+        attempts,
+      ]);
+    const record = (attempt: number, message: string) =>
+      runSql(
+        db.pool,
+        recordAttemptError({
+          sagaId: 'late-1',
+          step: 'x',
+          kind: 'step',
+          message,
+          attempt: { attempt, startedAgoMs: 5 },
+        }),
+      );
+    const row = async () =>
+      (
+        await db.pool.query(
+          `SELECT status::text, attempts, error FROM skiplock.saga_steps WHERE saga_id = 'late-1'`,
+        )
+      ).rows;
+    await claimed(2);
+    await record(2, 'second attempt failed');
+    // The first attempt's record, late (its worker slow to write it after a timeout).
+    await record(1, 'first attempt failed');
+    expect(await row()).toEqual([
+      { status: 'running', attempts: 2, error: 'second attempt failed' },
+    ]);
+    // An operator's retry restarts the job's count: its new first attempt's error is written, and
+    // the row keeps the most attempts any run made.
+    await claimed(1);
+    await record(1, 'first attempt after the retry failed');
+    expect(await row()).toEqual([
+      { status: 'running', attempts: 2, error: 'first attempt after the retry failed' },
+    ]);
+    await runtime.close();
+  });
 });

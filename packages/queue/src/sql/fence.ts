@@ -15,6 +15,14 @@ export const fenced = (workerId: string, statuses: FencedStatuses = 'processing'
 
 type FencedStatuses = 'processing' | 'or completed';
 
+/**
+ * Whether the job `id` names was claimed again after attempt `attempt` (its count passed it): for
+ * another package's write made on the strength of one attempt, which must not land over what a
+ * later attempt wrote. An operator's retry restarts the count with the job.
+ */
+export const claimedSince = (id: SQL, attempt: number) =>
+  sql`EXISTS (SELECT 1 FROM skiplock.jobs later WHERE later.id = ${id} AND later.attempts > ${attempt}::int)`;
+
 /** The fence for one job: its id, the attempt it was claimed for, and `fenced`. */
 export const ownsToken = (workerId: string, token: LockToken) =>
   sql`j.id = ${token.id} AND j.attempts = ${token.attempt} AND ${fenced(workerId)}`;

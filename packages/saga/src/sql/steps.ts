@@ -1,4 +1,4 @@
-import { storableText } from '@skiplock/queue/engine';
+import { claimedSince, storableText } from '@skiplock/queue/engine';
 import { sql, type SQL } from 'drizzle-orm';
 import type { SagaStepKind, SagaStepStatus } from '../schema.js';
 
@@ -104,7 +104,12 @@ export function recordAttemptError(p: StepKey & { message: string; attempt: Atte
   return upsertHistory({
     source: sql`${stepRow(p)} JOIN skiplock.sagas s
       ON s.id = k.saga_id AND s.current_step = k.step AND s.current_kind = k.kind`,
-    where: sql`s.status IN ('running', 'compensating')`,
+    // A record arrives after the attempt's end, so an earlier attempt's can come after a later
+    // one's (its worker slow to write it after a timeout): it would put the earlier error over
+    // the later one's. Fenced by the step's job, whose count restarts with an operator's retry
+    // (the row's `attempts` does not: it keeps the most any run made).
+    where: sql`s.status IN ('running', 'compensating')
+      AND NOT ${claimedSince(sql`s.current_job_id::bigint`, p.attempt.attempt)}`,
     lock: sql`FOR KEY SHARE OF s`,
     insert: {
       status: sql`'running'::skiplock.saga_step_status`,
