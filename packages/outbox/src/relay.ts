@@ -16,6 +16,7 @@ import {
   sleep,
   storableText,
   withJitter,
+  type Statement,
 } from '@skiplock/queue/engine';
 import type { Delivery, OutboxMessage, Sink } from './sink.js';
 import {
@@ -257,6 +258,8 @@ export function createRelay(options: RelayOptions): Relay {
     };
     let pauseMs = 0;
     const leaseId = randomUUID();
+    // The lease runs from the claim's start on the server: the batch's deadlines count from here.
+    const claimSentAt = performance.now();
     const { rows } = await run<ClaimedRow>(
       pool,
       namedStatement(
@@ -276,7 +279,7 @@ export function createRelay(options: RelayOptions): Relay {
     rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
     result.claimed = rows.length;
     const messages = rows.map(toMessage);
-    const deliveries = await deliver(messages);
+    const deliveries = await deliver(messages, claimSentAt);
     const anyDelivered = deliveries.some((d) => d?.ok === true);
     if (anyDelivered) sinkDelivered();
     const down = deliveries.filter(
@@ -386,24 +389,63 @@ export function createRelay(options: RelayOptions): Relay {
             settleDelivered(leaseId, asyncCommit, outcome.ids),
           )
         : namedStatement('skiplock_outbox_settle', settleMessages(leaseId, asyncCommit, outcome));
-    const settled = await run<{ settled: number }>(pool, settle);
-    result.fenced = rows.length - (settled.rows[0]?.settled ?? 0);
+    const settled = await settleBatch(settle, rows.length, claimSentAt);
+    result.fenced = rows.length - settled.count;
     if (result.fenced > 0) {
       logger.warn(
         { reason: 'outbox_lease_lost', count: result.fenced, sink: sink.name },
-        'lease ran out before the settle; another relay took the messages',
+        settled.repeated
+          ? 'a settle tried again matched fewer messages: the failed one may have committed, or the lease ran out'
+          : 'lease ran out before the settle; another relay took the messages',
       );
     }
     return { result, pauseMs };
   }
 
+  /**
+   * Writes the batch's settle, again after a failed write (a reset connection, a failover) until
+   * the lease would have run out or the relay stops hard. Given up at the first failure, a batch
+   * stayed leased: maintenance then sent a delivered message on its last attempt dead as never
+   * settled, an unavailable broker's messages kept the attempt they should have got back, and
+   * the next claim delivered the whole batch again (found by an audit). Fenced by the lease id,
+   * which the first settle to commit clears: a repeat of one that committed, its answer lost,
+   * matches nothing.
+   */
+  async function settleBatch(
+    statement: Statement,
+    count: number,
+    claimSentAt: number,
+  ): Promise<{ count: number; repeated: boolean }> {
+    for (let failures = 1; ; failures++) {
+      try {
+        const { rows } = await run<{ settled: number }>(pool, statement);
+        return { count: rows[0]?.settled ?? 0, repeated: failures > 1 };
+      } catch (error) {
+        const delay = retryDelayMs(failures, 1_000);
+        if (hardStop.signal.aborted || performance.now() + delay >= claimSentAt + leaseMs) {
+          throw error;
+        }
+        logger.warn(
+          { reason: 'outbox_settle_retry', count, failures, err: errorMessage(error) },
+          'settle failed; trying again',
+        );
+        await sleep(delay, hardStop.signal);
+      }
+    }
+  }
+
   /** The sink's deliveries, or every message failed when the sink throws or misbehaves. */
-  async function deliver(messages: OutboxMessage[]): Promise<Delivery[]> {
+  async function deliver(messages: OutboxMessage[], claimSentAt: number): Promise<Delivery[]> {
     // One controller per batch, fed by the stop and a timer. Not AbortSignal.any() on the
     // relay-long stop signal: on Node 20 every call adds a dependant that is never dropped.
     const batch = new AbortController();
     const abort = () => batch.abort(new Error('the batch deadline passed or the relay stopped'));
-    const timer = setTimeout(abort, Math.max(1, Math.floor(leaseMs / 2)));
+    // Half the lease from the claim's start, not from its answer: a slow claim (a lagging
+    // synchronous standby, a pool wait) ate into the time left to settle (found by an audit).
+    const timer = setTimeout(
+      abort,
+      Math.max(1, Math.floor(leaseMs / 2 - (performance.now() - claimSentAt))),
+    );
     hardStop.signal.addEventListener('abort', abort, { once: true });
     if (hardStop.signal.aborted) abort();
     // A sink that ignores its signal must not hold the relay past the deadline. One that heeds it

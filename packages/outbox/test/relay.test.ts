@@ -251,6 +251,100 @@ describe('relay', () => {
     expect((await statusOf([id!]))[0]).toMatchObject({ status: 'delivered', attempts: 2 });
   });
 
+  it('tries a failed settle again: a delivered message on its last attempt is marked delivered, not left leased', async () => {
+    const [id] = await publishMany(db.pool, [{ topic: 'resettle.test', key: 'R', payload: 'r' }]);
+    const holder = await db.pool.connect();
+    // Delivers, then holds the message's row, so that the relay's settle waits for it there.
+    const holding: Sink = {
+      name: 'holding',
+      deliver: async (messages) => {
+        await holder.query('BEGIN');
+        await holder.query('SELECT 1 FROM skiplock.outbox_messages WHERE id = $1 FOR UPDATE', [id]);
+        return messages.map(() => ({ ok: true as const }));
+      },
+      close: async () => {},
+    };
+    const logs = captureLogs();
+    const relay = createRelay({
+      pool: db.newPool(2),
+      sink: holding,
+      logger: logs.logger,
+      topics: ['resettle.test'],
+      maxAttempts: 1,
+    });
+    try {
+      const pass = relay.runOnce();
+      // The settle's connection ends under it (a failover, a reset): a real failed write.
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+               WHERE wait_event_type = 'Lock' AND query LIKE '%outbox_messages%'
+                 AND datname = current_database() AND pid <> pg_backend_pid()`,
+            )
+          ).rowCount === 1 || null,
+        { what: 'the settle to wait for the row, and its connection to end' },
+      );
+      await holder.query('COMMIT');
+      // Before: the pass failed with the connection, and the message stayed leased until
+      // maintenance sent it dead as never settled, though its broker had it.
+      expect(await pass).toMatchObject({ claimed: 1, delivered: 1, fenced: 0 });
+      expect((await statusOf([id!]))[0]).toMatchObject({ status: 'delivered', attempts: 1 });
+      expect(logs.lines.find((l) => l.reason === 'outbox_settle_retry')).toMatchObject({
+        count: 1,
+        failures: 1,
+      });
+    } finally {
+      holder.release();
+      await relay.stop();
+    }
+  });
+
+  it("times the sink's deadline from the claim's start: a slow claim leaves the sink less time", async () => {
+    const [id] = await publishMany(db.pool, [{ topic: 'slow-claim.test', payload: 's' }]);
+    // A pool whose answers to claims come late (a lagging synchronous standby, say): after the
+    // server has given them, 1.5 s of the relay's 2 s lease.
+    const pool = db.newPool(2);
+    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+    (pool as unknown as { query: typeof query }).query = async (...args: unknown[]) => {
+      const first = args[0];
+      const text = typeof first === 'string' ? first : (first as { text: string }).text;
+      const answer = await query(...args);
+      if (text.includes('WITH picked AS')) await new Promise((r) => setTimeout(r, 1_500));
+      return answer;
+    };
+    let abortedEarly: boolean | null = null;
+    const heeding: Sink = {
+      name: 'heeding',
+      deliver: async (messages, signal) => {
+        // Half the lease from the claim's start has passed already: the signal fires at once.
+        await new Promise((r) => setTimeout(r, 100));
+        abortedEarly = signal.aborted;
+        return messages.map(() =>
+          signal.aborted
+            ? { ok: false as const, error: 'deadline', notSent: true }
+            : { ok: true as const },
+        );
+      },
+      close: async () => {},
+    };
+    const relay = createRelay({
+      pool,
+      sink: heeding,
+      logger: silent,
+      leaseMs: 2_000,
+      topics: ['slow-claim.test'],
+    });
+    // Before: half the lease from the claim's answer, so the sink had a whole second more, and its
+    // settle could come after the lease ran out.
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, delivered: 0, retried: 1 });
+    expect(abortedEarly).toBe(true);
+    // Never sent: its attempt is given back.
+    expect((await statusOf([id!]))[0]).toMatchObject({ status: 'pending', attempts: 0 });
+    await relay.stop();
+  });
+
   it('lets a late settle of a last attempt land after maintenance sent the message dead', async () => {
     const receiver = await startReceiver();
     const [id] = await publishMany(db.pool, [{ topic: 'late.test', key: 'Z', payload: 'z' }]);
