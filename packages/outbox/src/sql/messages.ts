@@ -343,7 +343,7 @@ export function settleDelivered(leaseId: string, asyncCommit: boolean, ids: stri
  * Sends to dead the messages of `topics` (all, when null) that are out of attempts and not
  * leased: those whose last attempt's lease ran out (the relay died or hung while delivering them:
  * a message that crashes its relay every time would otherwise crash-loop the relays and hold its
- * key for good), and those that failed their last attempt under a relay allowed more of them
+ * key for good; or a claim's answer was lost, the message never sent, or every settle failed), and those that failed their last attempt under a relay allowed more of them
  * (`maxAttempts` lowered since), which no claim takes again and which held their key for good
  * (found in review). Each relay expires its own topics only, by its own `maxAttempts`: another
  * relay's messages may have attempts left under that relay's setting.
@@ -366,7 +366,7 @@ export function expireLastAttempts(
         last_error = CASE WHEN m.lease_until IS NULL
           THEN format('out of attempts: %s started, maxAttempts %s; last error: %s',
                       m.attempts, ${maxAttempts}::int, coalesce(m.last_error, 'none'))
-          ELSE 'its last attempt''s lease ran out: the relay died or hung delivering it' END
+          ELSE 'its last attempt''s lease ran out unsettled: the relay died or hung, or lost its claim''s answer (the message may never have been sent) or every try of its settle' END
     FROM (
       SELECT id, lease_until IS NOT NULL AS lease_ran_out FROM skiplock.outbox_messages
       WHERE status = 'pending' AND attempts >= ${maxAttempts}
