@@ -161,6 +161,8 @@ const NOTICES: Record<string, (n: number) => string> = {
   job_cancelled: () => 'Job cancelled.',
   job_not_cancelled: () =>
     'Not cancelled: only pending, retry-waiting and slot-waiting jobs can be, and running ones whose lease has expired.',
+  job_not_stopped: () =>
+    'Not stopped: the job is no longer running (it finished, or was stopped or taken back meanwhile).',
   bulk_retried: (n) => `${n} dead job${n === 1 ? '' : 's'} retried.`,
   bulk_discarded: (n) => `${n} dead job${n === 1 ? '' : 's'} discarded.`,
   bulk_retried_kept: (n) =>
@@ -209,6 +211,7 @@ const BAD_NOTICES = new Set([
   'bulk_discarded_kept',
   'job_not_retried',
   'job_not_cancelled',
+  'job_not_stopped',
   'saga_cancel_stranded',
   'saga_cancel_finished',
   'saga_cancel_pivoted',
@@ -515,10 +518,14 @@ export function createDashboard(options: DashboardOptions): Dashboard {
         'No operator token was set, so nothing can be changed here.',
       );
     }
-    const bearer = bearerToken(r.req);
+    // A signed-in browser's request goes by its session, whatever Authorization header an
+    // authenticating proxy in front adds: taken for a wrong operator token, the proxy's bearer
+    // failed every action and soon throttled every client behind the proxy (found by an audit).
+    const bearer = r.session === null ? bearerToken(r.req) : null;
     if (bearer !== null) {
       const header = r.req.headers['x-skiplock-operator'];
-      const operator = operatorName(Array.isArray(header) ? header[0] : header);
+      const named = operatorName(Array.isArray(header) ? header[0] : header);
+      const operator = named !== null && guard.tokenMatches(named) ? null : named;
       if (throttled(r)) return null;
       if (guard.tokenMatches(bearer)) {
         throttle?.succeeded(clientKey(r));
@@ -531,7 +538,11 @@ export function createDashboard(options: DashboardOptions): Dashboard {
         );
       }
       if (operator === null) {
-        return refuse(400, 'dashboard_token_refused', 'Name yourself in X-Skiplock-Operator.');
+        return refuse(
+          400,
+          'dashboard_token_refused',
+          'Name yourself in X-Skiplock-Operator (your name, not the token).',
+        );
       }
       return operator;
     }
@@ -877,7 +888,11 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   async function signIn(r: Request) {
     const form = await readForm(r.req);
     const next = localPath(form.get('next'), `${base}/`);
-    const operator = operatorName(form.get('operator'));
+    const named = operatorName(form.get('operator'));
+    // The token typed as the name (the two fields swapped, or filled alike): it would be logged,
+    // shown back, and signed in as the operator's name on every log line and page (found by an
+    // audit).
+    const operator = named !== null && guard.tokenMatches(named) ? null : named;
     if (!sameOrigin(r.req)) {
       logger.warn(
         { reason: 'dashboard_csrf_refused', action: 'sign_in' },
@@ -904,18 +919,21 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     if (!tokenMatches) tokenFailed(r, 'sign_in');
     else throttle?.succeeded(clientKey(r));
     if (operator === null || !tokenMatches) {
+      // No name: a refused sign-in's name field may hold the token, mistyped or swapped.
       logger.warn(
-        { reason: 'dashboard_sign_in_refused', operator },
+        { reason: 'dashboard_sign_in_refused', named: operator !== null },
         operator === null ? 'sign-in without a name' : 'sign-in with a wrong token',
       );
       return page(
         r,
         signInPage(r.ctx, next, {
           error:
-            operator === null
-              ? 'Give your name (1 to 64 characters).'
-              : 'That is not the operator token.',
-          operator: operator ?? '',
+            named !== null && operator === null
+              ? 'That name is the operator token: give your own name, and the token below it.'
+              : operator === null
+                ? 'Give your name (1 to 64 characters).'
+                : 'That is not the operator token.',
+          operator: '',
           status: 401,
         }),
       );
@@ -1009,7 +1027,12 @@ export function createDashboard(options: DashboardOptions): Dashboard {
         : retried?.status === 'waiting'
           ? 'job_retried_waiting'
           : 'job_retried';
-    const not = action === 'retry' ? 'job_not_retried' : 'job_not_cancelled';
+    const not =
+      action === 'retry'
+        ? 'job_not_retried'
+        : form.get('running') === '1'
+          ? 'job_not_stopped'
+          : 'job_not_cancelled';
     redirect(r.res, withNotice(`${base}/jobs/${id}`, changed ? done : not));
   }
 

@@ -274,6 +274,72 @@ describe('dashboard safety', () => {
     expect((await send('GET', '/sagas/no-such-saga', host)).status).toBe(404);
   });
 
+  it('refuses the token as an operator name, never logging or showing it, and goes by the session whatever bearer a proxy adds', async () => {
+    const logs = captureLogs();
+    const own = createDashboard({ pool: db.pool, token, logger: logs.logger });
+    const ownServed = await serve(own);
+    try {
+      const raw = rawHttp(ownServed, token);
+      const here = { host: `127.0.0.1:${raw.port}`, origin: `http://127.0.0.1:${raw.port}` };
+      const form = { ...here, 'content-type': 'application/x-www-form-urlencoded' };
+      // The two fields swapped, then both the token: refused, and the token goes nowhere.
+      for (const fields of [
+        { operator: token, token: 'ada' },
+        { operator: token, token },
+      ]) {
+        const res = await raw.send(
+          'POST',
+          '/sign-in',
+          form,
+          new URLSearchParams(fields).toString(),
+        );
+        expect(res.status).toBe(401);
+        expect(res.cookie).toBe('');
+        expect(res.text).toContain('That name is the operator token');
+        expect(res.text).not.toContain(token);
+      }
+      // A script naming itself with the token: refused too.
+      const named = await raw.send('POST', '/jobs/1/cancel', {
+        ...raw.operatorForm,
+        'x-skiplock-operator': token,
+      });
+      expect(named.status).toBe(400);
+      expect(JSON.stringify(logs.lines)).not.toContain(token);
+      expect(logs.lines.filter((l) => l.reason === 'dashboard_sign_in_refused')).toHaveLength(2);
+
+      // Signed in, behind a proxy that adds its own bearer token to every request.
+      const refusedBefore = logs.reasons().filter((r) => r === 'dashboard_token_refused').length;
+      const client = createClient({ pool: db.pool, logger: silent });
+      const def = defineJob({ type: 'behind-proxy', payload: z.object({}), handler: () => {} });
+      const { id } = await client.enqueue(def, {}, { runAt: new Date(Date.now() + 3_600_000) });
+      const signIn = await raw.send(
+        'POST',
+        '/sign-in',
+        form,
+        new URLSearchParams({ operator: 'ada', token }).toString(),
+      );
+      const proxy = { cookie: signIn.cookie, authorization: 'Bearer the-proxys-own-token' };
+      const jobPage = await raw.send('GET', `/jobs/${id}`, { host: here.host, ...proxy });
+      const csrf = /name="_csrf" value="([^"]+)"/.exec(jobPage.text)?.[1];
+      expect(csrf).toBeTruthy();
+      // Before: taken for a wrong operator token (401), and counted against the proxy's address.
+      const cancelled = await raw.send(
+        'POST',
+        `/jobs/${id}/cancel`,
+        { ...form, ...proxy },
+        new URLSearchParams({ _csrf: csrf! }).toString(),
+      );
+      expect(cancelled.location).toMatch(/notice=job_cancelled&/);
+      expect((await client.getJob(id))?.status).toBe('cancelled');
+      expect(logs.reasons().filter((r) => r === 'dashboard_token_refused')).toHaveLength(
+        refusedBefore,
+      );
+    } finally {
+      await ownServed.close();
+      await own.close();
+    }
+  });
+
   it('offers retry and cancel for a running job whose lease expired; while the lease is kept, a stop that only its own form sends', async () => {
     const client = createClient({ pool: db.pool, logger: silent });
     const def = defineJob({ type: 'stranded-run', payload: z.object({}), handler: () => {} });
@@ -304,6 +370,10 @@ describe('dashboard safety', () => {
     const stopped = await send('POST', `/jobs/${id}/cancel`, operatorForm, 'running=1');
     expect(stopped.location).toMatch(/notice=job_cancelled&/);
     expect((await client.getJob(id))?.status).toBe('cancelled');
+    // A second stop (a page read before the first) finds it no longer running, and says that.
+    expect((await send('POST', `/jobs/${id}/cancel`, operatorForm, 'running=1')).location).toMatch(
+      /notice=job_not_stopped&/,
+    );
     // Its handler has not returned (its lease is kept): no retry, which could run it twice.
     const stopping = await send('GET', `/jobs/${id}`, host);
     expect(await actions()).toEqual([]);

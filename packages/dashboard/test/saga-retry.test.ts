@@ -6,7 +6,7 @@ import { createSagaRuntime, defineSaga, readSaga, type SagaStatus } from '@skipl
 import { createDashboard } from '../src/index.js';
 import { captureLogs, useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
-import { serve, operatorPost } from './support.js';
+import { rawHttp, serve, operatorPost } from './support.js';
 
 /** Waits for `go`, books (the pivot), then notifies: that fails for good while `failing`. */
 let failing = true;
@@ -27,6 +27,21 @@ const booking = defineSaga({
     },
   });
 
+/** Holds, then fails for good; undoing the hold fails for good too: the saga fails compensating. */
+const refund = defineSaga({ name: 'refund', version: 1, input: z.object({}) })
+  .step('hold', {
+    run: async () => ({ held: true }),
+    compensate: async () => {
+      throw new NonRetryableError('ledger unavailable');
+    },
+    compensation: { maxAttempts: 1 },
+  })
+  .step('pay', {
+    run: async () => {
+      throw new NonRetryableError('account closed');
+    },
+  });
+
 /** Two branches that each wait for their gate, so a cancel finds them running. */
 const gates = new Map<string, () => void>();
 const gated = (key: string) => new Promise<void>((resolve) => gates.set(key, resolve));
@@ -42,13 +57,18 @@ const quiet = pino({ level: 'silent' });
 const token = 'a-long-random-operator-token-for-tests';
 const db = await useTestDatabase();
 const client = createClient({ pool: db.pool, logger: quiet });
-const sagas = createSagaRuntime({ pool: db.pool, client, sagas: [booking, fanout], logger: quiet });
+const sagas = createSagaRuntime({
+  pool: db.pool,
+  client,
+  sagas: [booking, fanout, refund],
+  logger: quiet,
+});
 const worker = createWorker({ pool: db.pool, jobs: sagas.jobs, logger: quiet, pollIntervalMs: 50 });
 const logs = captureLogs();
 const dashboard = createDashboard({
   pool: db.pool,
   token,
-  sagas: [booking, fanout],
+  sagas: [booking, fanout, refund],
   logger: logs.logger,
 });
 const served = await serve(dashboard);
@@ -100,6 +120,21 @@ describe('dashboard saga retry', () => {
     expect(await retry('first')).toContain('Retried: the failed step runs again');
     await until('first', 'completed');
   }, 60_000);
+
+  it("asks before running a failed compensation again as the undo it is, not as the step's run", async () => {
+    // Started by the first test, unless this one runs alone.
+    await worker.start().catch(() => {});
+    await sagas.start(refund, { id: 'refund-failed', input: {} });
+    await until('refund-failed', 'failed');
+    const raw = rawHttp(served, token);
+    const { cookie } = await raw.signIn();
+    const page = (
+      await raw.send('GET', '/sagas/refund-failed', { host: `127.0.0.1:${raw.port}`, cookie })
+    ).text;
+    expect(page).toContain('Retry undo hold');
+    // Before: "Run hold of saga refund-failed again?", which reads as holding the funds again.
+    expect(page).toContain('data-confirm="Run the undo of hold of saga refund-failed again?"');
+  });
 
   it("a cancel the runtime refuses by throwing is shown on the saga's page with why, not a 500", async () => {
     await sagas.start(booking, { id: 'renamed', input: { account: 'b1' } });

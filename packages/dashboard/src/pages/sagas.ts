@@ -306,7 +306,12 @@ export function sagaPage(ctx: PageContext, saga: SagaView, options: SagaPageOpti
             ctx,
             `/sagas/${encodeURIComponent(saga.id)}/retry`,
             `Retry ${failedStep.kind === 'compensation' ? 'undo ' : ''}${failedStep.step}`,
-            { confirm: `Run ${failedStep.step} of saga ${saga.id} again?` },
+            {
+              confirm:
+                failedStep.kind === 'compensation'
+                  ? `Run the undo of ${failedStep.step} of saga ${saga.id} again?`
+                  : `Run ${failedStep.step} of saga ${saga.id} again?`,
+            },
           )
         : ''
     }
