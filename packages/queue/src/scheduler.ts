@@ -40,7 +40,10 @@ export type SchedulerOptions = z.input<typeof schedulerOptionsSchema>;
 export interface SchedulerResult {
   /** Jobs enqueued per schedule in this pass (a tick another scheduler enqueued counts 0). */
   enqueued: Record<string, number>;
-  /** Schedules another scheduler held, or paused, so this pass left them alone. */
+  /**
+   * Schedules another scheduler held, or paused, or not yet recorded by this process (their row
+   * held past its wait: see `schedule_record_deferred`), so this pass left them alone.
+   */
   skipped: string[];
   /** Schedules whose pass failed (logged with reason `schedule_failed`); retried next pass. */
   failed: string[];
@@ -98,11 +101,16 @@ export function createScheduler(
   const bulkSize = (client as { maxBulkSize?: unknown }).maxBulkSize;
   const bulk =
     Number.isInteger(bulkSize) && (bulkSize as number) > 0 ? (bulkSize as number) : 1_000;
-  let synced = false;
+  /** Schedules this process has not recorded yet: not run until they are (see `recordOwn`). */
+  const unrecorded = new Set(schedules.map((s) => s.name));
+  /** Of those, the ones whose deferral was logged (once each). */
+  const deferLogged = new Set<string>();
   // Under 'skip' a tick is on time when a pass of a running scheduler can reach it: a minute, or
   // longer with a slow interval (jittered up to 1.2x). With a fixed minute, an hourly schedule
   // passed every 5 minutes enqueued nothing in a day (found in review).
   const onTimeMs = Math.max(ON_TIME_MS, Math.ceil(config.intervalMs * 1.5));
+  /** Rounds of one schedule's pass under 'skip' and 'latest' (see `runRounds`). */
+  const maxRounds = Math.ceil(onTimeMs / 1_000 / MAX_TICKS_PER_PASS) + 1;
 
   const clock = () => readDatabaseClock(pool);
 
@@ -141,6 +149,14 @@ export function createScheduler(
     onTimeMs,
   });
   const record = (s: ScheduleDefinition, now: Date) => upsertSchedule(recorded(s, now));
+  function failedPass(s: ScheduleDefinition, error: unknown): void {
+    metrics.scheduleFailures.inc({ schedule: s.name });
+    logger.error(
+      { reason: 'schedule_failed', schedule: s.name, err: loggableMessage(error) },
+      'schedule pass failed; its ticks stay due',
+    );
+  }
+
   /** Per schedule, the recorded definition this scheduler last logged it defers to. */
   const deferredTo = new Map<string, string>();
 
@@ -226,27 +242,88 @@ export function createScheduler(
     return 0;
   }
 
-  async function runSchedule(s: ScheduleDefinition, now: Date): Promise<number | null> {
+  /**
+   * One round of a schedule's pass: how many ticks it enqueued, and whether it stopped at
+   * `MAX_TICKS_PER_PASS` with more due; null when this scheduler leaves the schedule alone.
+   */
+  async function runSchedule(
+    s: ScheduleDefinition,
+    now: Date,
+  ): Promise<{ enqueued: number; capped: boolean } | null> {
     return withTransaction(pool, async (tx: Queryable) => {
       const row = (await runSql<LockedSchedule>(tx, lockSchedule(s.name))).rows[0];
-      if (!row) return recordAgain(tx, s, now);
+      if (!row) return (await recordAgain(tx, s, now)) === null ? null : NOTHING_ENQUEUED;
       const last = await ownDefinition(tx, s, row, now);
       if (last === null) return null;
       const { ticks, through } = due(s, last, now);
       let enqueued = 0;
+      // A tick refused (its payload function throws, or the job refuses its payload or options)
+      // while others of the pass are taken is skipped, and logged: it failed the whole pass, and
+      // every tick after it waited until it fell out of the catch-up window, up to a year under
+      // `{ withinMs }` (found by an audit). When every tick is refused (a payload bug, not a
+      // date), the pass fails as before and its ticks stay due until the fix.
+      const refusals: { tick: Date; error: unknown }[] = [];
+      let taken = 0;
+      const items: { tick: Date; item: { payload: never; idempotencyKey: string } }[] = [];
+      for (const tick of ticks) {
+        try {
+          const payload = s.payload(tick) as never;
+          items.push({
+            tick,
+            item: { payload, idempotencyKey: `schedule:${s.name}:${tick.toISOString()}` },
+          });
+        } catch (error) {
+          refusals.push({ tick, error });
+        }
+      }
+      const enqueue = async (these: typeof items) => {
+        const results = await client.enqueueMany(
+          s.job as unknown as JobDefinition<never>,
+          these.map((t) => t.item),
+          { tx },
+        );
+        taken += these.length;
+        return results.filter((r) => r.inserted).length;
+      };
       // In bulks the client accepts: a client given with a `maxBulkSize` below the ticks of one
       // pass (up to MAX_TICKS_PER_PASS on a catch-up) refused them all on every pass, and the
       // schedule never moved again (found in review).
-      for (let from = 0; from < ticks.length; from += bulk) {
-        const results = await client.enqueueMany(
-          s.job as unknown as JobDefinition<never>,
-          ticks.slice(from, from + bulk).map((tick) => ({
-            payload: s.payload(tick) as never,
-            idempotencyKey: `schedule:${s.name}:${tick.toISOString()}`,
-          })),
-          { tx },
+      for (let from = 0; from < items.length; from += bulk) {
+        const these = items.slice(from, from + bulk);
+        try {
+          enqueued += await enqueue(these);
+        } catch (error) {
+          if (!refusesTick(error)) throw error;
+          // Refused before any statement was sent, so the transaction goes on: one by one, until
+          // FALLBACK_REFUSALS in a row with none taken tell a payload bug (the pass fails) from a
+          // date (each refused try is one more log line of the client's).
+          let inARow = 0;
+          for (const one of these) {
+            if (taken === 0 && inARow >= FALLBACK_REFUSALS) throw error;
+            try {
+              enqueued += await enqueue([one]);
+              inARow = 0;
+            } catch (oneError) {
+              if (!refusesTick(oneError)) throw oneError;
+              refusals.push({ tick: one.tick, error: oneError });
+              inARow += 1;
+            }
+          }
+        }
+      }
+      if (refusals.length > 0) {
+        refusals.sort((a, b) => a.tick.getTime() - b.tick.getTime());
+        if (taken === 0) throw refusals[0]!.error;
+        logger.error(
+          {
+            reason: 'schedule_ticks_refused',
+            schedule: s.name,
+            count: refusals.length,
+            first: refusals[0]!.tick.toISOString(),
+            err: loggableMessage(refusals[0]!.error),
+          },
+          "schedule skipped ticks whose payload function threw or whose payload the job refused; the pass's other ticks were enqueued",
         );
-        enqueued += results.filter((r) => r.inserted).length;
       }
       if (through > last) {
         await runSql(tx, advanceSchedule(s.name, through, onTimeMs, now));
@@ -260,28 +337,80 @@ export function createScheduler(
         // once when the row's window is shorter than this scheduler's (see advanceSchedule).
         await runSql(tx, touchSchedule(s.name, onTimeMs, now));
       }
-      return enqueued;
+      return { enqueued, capped: ticks.length === MAX_TICKS_PER_PASS };
     });
+  }
+
+  /**
+   * A schedule's pass: rounds of `runSchedule`. Under `'skip'` and `'latest'` the next pass
+   * starts at the on-time window, so a round that stopped at its bound is followed by another at
+   * once: ticks past it were dropped at the next pass (a seconds cron with `intervalMs` of an
+   * hour ran about 1,000 of every 3,600; found by an audit). Bounded by the window's ticks at one
+   * a second, croner's finest. Under `{ withinMs }` the next pass goes on from the bound.
+   */
+  async function runRounds(s: ScheduleDefinition, now: Date): Promise<number | null> {
+    const rounds = typeof s.catchUp === 'string' ? maxRounds : 1;
+    let total: number | null = null;
+    for (let round = 0; round < rounds; round++) {
+      let outcome: Awaited<ReturnType<typeof runSchedule>>;
+      try {
+        outcome = await runSchedule(s, now);
+      } catch (error) {
+        // The earlier rounds committed: counted, and the rest is due at the next pass.
+        if (total === null) throw error;
+        failedPass(s, error);
+        break;
+      }
+      if (outcome === null) break;
+      total = (total ?? 0) + outcome.enqueued;
+      if (!outcome.capped) break;
+    }
+    return total;
+  }
+
+  /**
+   * Records this process's definitions, each once: a new process's own definition wins (see
+   * `ownDefinition`). A row another transaction holds past `RECORD_WAIT_MS` (a pass stalled
+   * before its commit) is recorded at a later pass, and until then this process does not run
+   * that schedule, which the holder blocks anyway; the others go on. Before, the first pass
+   * waited for the holder with no bound, and every schedule of the process with it.
+   */
+  async function recordOwn(now: Date): Promise<void> {
+    for (const s of schedules) {
+      if (!unrecorded.has(s.name)) continue;
+      try {
+        await runSql(pool, upsertSchedule(recorded(s, now), RECORD_WAIT_MS));
+      } catch (error) {
+        if ((error as { code?: unknown } | null)?.code !== LOCK_NOT_AVAILABLE) throw error;
+        if (!deferLogged.has(s.name)) {
+          deferLogged.add(s.name);
+          logger.warn(
+            { reason: 'schedule_record_deferred', schedule: s.name },
+            "another transaction holds the schedule's row; this process records and runs it once it is free",
+          );
+        }
+        continue;
+      }
+      unrecorded.delete(s.name);
+      deferLogged.delete(s.name);
+    }
   }
 
   async function pass(passOptions: { now?: Date } = {}): Promise<SchedulerResult> {
     const now = passOptions.now ?? (await clock());
-    if (!synced) {
-      for (const s of schedules) await runSql(pool, record(s, now));
-      synced = true;
-    }
+    if (unrecorded.size > 0) await recordOwn(now);
     const result: SchedulerResult = { enqueued: {}, skipped: [], failed: [] };
     for (const s of schedules) {
+      if (unrecorded.has(s.name)) {
+        result.skipped.push(s.name);
+        continue;
+      }
       let enqueued: number | null;
       try {
-        enqueued = await runSchedule(s, now);
+        enqueued = await runRounds(s, now);
       } catch (error) {
         // One schedule's bad payload or lost connection does not hold up the others.
-        metrics.scheduleFailures.inc({ schedule: s.name });
-        logger.error(
-          { reason: 'schedule_failed', schedule: s.name, err: loggableMessage(error) },
-          'schedule pass failed; its ticks stay due',
-        );
+        failedPass(s, error);
         result.failed.push(s.name);
         continue;
       }
@@ -490,8 +619,31 @@ function busy(name: string): SkiplockError {
   );
 }
 
+const NOTHING_ENQUEUED = { enqueued: 0, capped: false } as const;
+
+/**
+ * The client's refusals of one job's payload or options, made before it sends a statement: by
+ * name, since the client may come from another copy of this package.
+ */
+function refusesTick(error: unknown): boolean {
+  const { name, code } = (error ?? {}) as { name?: unknown; code?: unknown };
+  return (
+    ['InvalidPayloadError', 'PayloadTooLargeError', 'ConfigError'].includes(String(name)) ||
+    ['invalid_payload', 'payload_too_large', 'invalid_config'].includes(String(code))
+  );
+}
+
+/** Refusals in a row, none taken, after which a refused bulk's pass fails (see `runSchedule`). */
+const FALLBACK_REFUSALS = 10;
+
 /** PostgreSQL's SQLSTATE for a lock wait that ran past `lock_timeout`. */
 const LOCK_NOT_AVAILABLE = '55P03';
+
+/**
+ * How long a starting scheduler waits for a schedule's row another transaction holds before it
+ * goes on without it (see `recordOwn`): a pass holds it for milliseconds.
+ */
+const RECORD_WAIT_MS = 500;
 const SERIALIZATION_FAILURE = '40001';
 
 /**

@@ -479,6 +479,143 @@ describe('scheduler', () => {
     }
   });
 
+  it("a starting scheduler's first pass does not wait for a schedule another transaction holds: the others run, and it is recorded once free", async () => {
+    const j = job('start-held');
+    const define = (name: string) => everyMinute(name, j);
+    const t0 = at('2026-05-02T00:00:30Z');
+    const first = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('start-held'), define('start-free')],
+      logger: quiet,
+    });
+    await first.runOnce({ now: t0 });
+    // Another process's pass holds 'start-held' (stalled before its commit, a paused VM say).
+    const other = await db.pool.connect();
+    const logs = captureLogs();
+    const next = createScheduler({
+      pool: db.newPool(2),
+      schedules: [define('start-held'), define('start-free')],
+      logger: logs.logger,
+    });
+    try {
+      await other.query('BEGIN');
+      await other.query(`SELECT 1 FROM skiplock.schedules WHERE name = 'start-held' FOR UPDATE`);
+      // Before: its start-up record waited for the holder with no bound, and ran nothing.
+      const pass = next.runOnce({ now: minutes(t0, 1) });
+      const timedOut = new Promise<'waited'>((r) => setTimeout(() => r('waited'), 5_000));
+      const result = await Promise.race([pass, timedOut]);
+      expect(result).not.toBe('waited');
+      expect(result).toMatchObject({ skipped: ['start-held'], enqueued: { 'start-free': 1 } });
+      expect(logs.lines.filter((l) => l.reason === 'schedule_record_deferred')).toMatchObject([
+        { schedule: 'start-held' },
+      ]);
+      // Still held at the next pass: skipped again, logged once.
+      expect(await next.runOnce({ now: minutes(t0, 2) })).toMatchObject({
+        skipped: ['start-held'],
+      });
+      expect(logs.reasons().filter((r) => r === 'schedule_record_deferred')).toHaveLength(1);
+      await other.query('ROLLBACK');
+      // Free again: recorded, and run.
+      const free = await next.runOnce({ now: minutes(t0, 3) });
+      expect(free).toMatchObject({ skipped: [], enqueued: { 'start-free': 1 } });
+      expect(await ticksOf('start-held')).toContain('2026-05-02T00:03:00.000Z');
+    } finally {
+      await other.query('ROLLBACK').catch(() => {});
+      other.release();
+    }
+  });
+
+  it("enqueues every on-time tick of a pass under 'skip', past the 1,000 of one round: a seconds cron on an hourly interval loses none", async () => {
+    const j = job('seconds');
+    const seconds = defineSchedule({
+      name: 'seconds',
+      cron: '* * * * * *',
+      job: j,
+      payload: (t) => ({ at: t.toISOString() }),
+    });
+    const scheduler = createScheduler({
+      pool: db.newPool(2),
+      schedules: [seconds],
+      logger: quiet,
+      intervalMs: 3_600_000,
+    });
+    const t0 = at('2026-05-03T00:00:00Z');
+    await scheduler.runOnce({ now: t0 });
+    // An hour later (the interval; the on-time window is 1.5 of it): 3,600 ticks are on time.
+    // Before: 1,000, and the next pass started at its window, past the other 2,600.
+    expect(await scheduler.runOnce({ now: new Date(t0.getTime() + 3_600_000) })).toMatchObject({
+      enqueued: { seconds: 3_600 },
+    });
+    const ticks = await ticksOf('seconds');
+    expect(ticks).toHaveLength(3_600);
+    expect(ticks[0]).toBe('2026-05-03T00:00:01.000Z');
+    expect(ticks.at(-1)).toBe('2026-05-03T01:00:00.000Z');
+  });
+
+  it("skips a tick whose payload function throws or whose payload the job refuses when the pass's other ticks are taken; all refused, the pass fails and they stay due", async () => {
+    const j = job('refused');
+    const bad = { throws: '2026-05-04T00:02:00.000Z', invalid: '2026-05-04T00:03:00.000Z' };
+    let allBad = false;
+    let allInvalid = false;
+    const schedule = defineSchedule({
+      name: 'refused',
+      cron: '* * * * *',
+      job: j,
+      catchUp: { withinMs: 3_600_000 },
+      payload: (t) => {
+        const at = t.toISOString();
+        if (at === bad.throws || allBad) throw new Error('no such date');
+        // The job's schema wants a string.
+        return { at: at === bad.invalid || allInvalid ? (42 as unknown as string) : at };
+      },
+    });
+    const logs = captureLogs();
+    const scheduler = createScheduler({
+      pool: db.newPool(2),
+      schedules: [schedule],
+      logger: logs.logger,
+    });
+    const t0 = at('2026-05-04T00:00:00Z');
+    await scheduler.runOnce({ now: t0 });
+    // Before: the whole pass failed on every try, and no tick after 00:02 was ever enqueued
+    // while 00:02 stayed inside the hour's catch-up window.
+    expect(await scheduler.runOnce({ now: minutes(t0, 5) })).toMatchObject({
+      enqueued: { refused: 3 },
+      failed: [],
+    });
+    expect(await ticksOf('refused')).toEqual([
+      '2026-05-04T00:01:00.000Z',
+      '2026-05-04T00:04:00.000Z',
+      '2026-05-04T00:05:00.000Z',
+    ]);
+    expect(logs.lines.find((l) => l.reason === 'schedule_ticks_refused')).toMatchObject({
+      schedule: 'refused',
+      count: 2,
+      first: bad.throws,
+    });
+    // Every tick refused (a payload bug): the pass fails, and its ticks stay due for the fix.
+    allBad = true;
+    expect(await scheduler.runOnce({ now: minutes(t0, 7) })).toMatchObject({ failed: ['refused'] });
+    allBad = false;
+    expect(await scheduler.runOnce({ now: minutes(t0, 8) })).toMatchObject({
+      enqueued: { refused: 3 },
+    });
+    expect((await ticksOf('refused')).slice(-3)).toEqual([
+      '2026-05-04T00:06:00.000Z',
+      '2026-05-04T00:07:00.000Z',
+      '2026-05-04T00:08:00.000Z',
+    ]);
+    // Every payload refused by the job (a schema bug) over 30 due ticks: the pass fails after the
+    // bulk and ten single tries, not one try (and one client log line) per tick.
+    allInvalid = true;
+    const refusedLines = () => logs.reasons().filter((r) => r === 'invalid_payload').length;
+    const before = refusedLines();
+    expect(await scheduler.runOnce({ now: minutes(t0, 38) })).toMatchObject({
+      failed: ['refused'],
+    });
+    expect(refusedLines() - before).toBe(11);
+  });
+
   it('of two schedulers recording a removed schedule again, the second does not wait for the first', async () => {
     const j = job('recorders');
     const define = (name: string) => everyMinute(name, j);

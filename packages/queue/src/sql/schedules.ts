@@ -80,11 +80,22 @@ export function insertMissingSchedule(p: RecordedSchedule) {
  * Records a schedule's definition. A new schedule starts at `now` (no ticks before it existed);
  * a changed one keeps its `last_tick_at`, so changing the cron does not replay the past, and
  * keeps `paused`, which belongs to the operator. The recording process is seen running it.
+ *
+ * With `waitMs`, a row another transaction holds is waited for up to that long (`lock_timeout`,
+ * set for this statement's own transaction only: run it outside any transaction, as a starting
+ * scheduler does), then the statement fails with SQLSTATE 55P03. The conflict's update locks the
+ * row even when its WHERE is false, so with no bound a scheduler's first pass waited behind a
+ * stalled holder (a paused VM's open pass) for as long as that lasted, and every schedule with it
+ * (found by an audit). The uncorrelated subquery runs once, before the conflict is met.
  */
-export function upsertSchedule(p: RecordedSchedule) {
+export function upsertSchedule(p: RecordedSchedule, waitMs: number | null = null) {
+  const lockWait =
+    waitMs === null
+      ? sql``
+      : sql`WHERE (SELECT set_config('lock_timeout', ${`${waitMs}ms`}, true)) IS NOT NULL`;
   return sql`
     ${insertInto}
-    VALUES (${recordedValues(p)})
+    SELECT ${recordedValues(p)} ${lockWait}
     ON CONFLICT (name) DO UPDATE
     SET cron = excluded.cron, timezone = excluded.timezone, job_type = excluded.job_type,
         queue = excluded.queue, on_time_ms = excluded.on_time_ms, updated_at = now(),
