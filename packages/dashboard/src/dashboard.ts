@@ -797,16 +797,19 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     const change = {
       pause: () => pauseSchedule(pool, name),
       resume: () => resumeSchedule(pool, name),
-      remove: () =>
-        removeSchedule(pool, name).catch((error: unknown) => {
-          const busy = ['schedule_in_use', 'schedule_busy'];
-          if (error instanceof SkiplockError && busy.includes(error.code)) {
-            throw new HttpError(409, `Not removed: ${error.message}.`);
-          }
-          throw error;
-        }),
+      remove: () => removeSchedule(pool, name),
     }[action];
-    const state = await schedulesOrMissing(change());
+    const not = { pause: 'Not paused', resume: 'Not resumed', remove: 'Not removed' }[action];
+    const state = await schedulesOrMissing(
+      change().catch((error: unknown) => {
+        // A pass stalled before its commit holds the row (all three), or the schedule is in use.
+        const busy = ['schedule_in_use', 'schedule_busy'];
+        if (error instanceof SkiplockError && busy.includes(error.code)) {
+          throw new HttpError(409, `${not}: ${error.message}.`);
+        }
+        throw error;
+      }),
+    );
     if (state === MISSING) throw new HttpError(409, SCHEDULES_MISSING);
     if (state === null) throw new HttpError(404, `No schedule ${name.slice(0, 80)}.`);
     const done = { pause: 'paused', resume: 'resumed', remove: 'removed' }[action];

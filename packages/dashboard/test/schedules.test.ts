@@ -228,6 +228,27 @@ describe('dashboard schedules', () => {
     expect((await post('/schedules/remove', 'retired')).status).toBe(404);
   });
 
+  it('refuses a pause with 409, saying why, while a stalled pass holds the schedule', async () => {
+    await createScheduler({
+      pool: db.pool,
+      schedules: [schedule('held-by-pass', '0 8 * * *')],
+      logger: silent,
+    }).runOnce();
+    const other = await db.pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query(`SELECT 1 FROM skiplock.schedules WHERE name = 'held-by-pass' FOR UPDATE`);
+      // Before: the request waited as long as the holder did.
+      const res = await post('/schedules/pause', 'held-by-pass');
+      expect(res.status).toBe(409);
+      expect(await res.text()).toContain('Not paused: schedule &quot;held-by-pass&quot; was held');
+    } finally {
+      await other.query('ROLLBACK');
+      other.release();
+    }
+    expect(await paused('held-by-pass')).toBe(false);
+  });
+
   it('answers 404 for a schedule no one has, or none can be named, and 400 for none named', async () => {
     for (const name of ['nope', 'not a name']) {
       const res = await post('/schedules/pause', name);

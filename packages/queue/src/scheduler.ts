@@ -521,7 +521,20 @@ async function setPaused(
   paused: boolean,
 ): Promise<ScheduleState | null> {
   if (!knownName(name)) return null;
-  const row = (await runSql<ScheduleRow>(db, setSchedulePaused(name, paused))).rows[0];
+  // On a pool, in a statement of its own: a row held by a pass stalled before its commit is
+  // waited for REMOVE_HELD_MS, not for as long as the stall lasts (a dashboard request hung with
+  // it; found by an audit). A caller's transaction keeps its own lock_timeout, and waits.
+  const waitMs = isPool(db) ? REMOVE_HELD_MS : null;
+  let row: ScheduleRow | undefined;
+  try {
+    row = (await runSql<ScheduleRow>(db, setSchedulePaused(name, paused, waitMs))).rows[0];
+  } catch (error) {
+    if ((error as { code?: unknown } | null)?.code !== LOCK_NOT_AVAILABLE) throw error;
+    throw new SkiplockError(
+      'schedule_busy',
+      `schedule "${name}" was held by another transaction (a scheduler's pass, a pause, a resume or a removal) for ${REMOVE_HELD_MS / 1000} s; it was not ${paused ? 'paused' : 'resumed'}: try again`,
+    );
+  }
   return row ? toState(row) : null;
 }
 

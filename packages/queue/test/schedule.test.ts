@@ -616,6 +616,39 @@ describe('scheduler', () => {
     expect(refusedLines() - before).toBe(11);
   });
 
+  it('a pause given a pool waits 2 s for a row a stalled pass holds, then fails busy and changes nothing', async () => {
+    const j = job('pause-held');
+    const scheduler = createScheduler({
+      pool: db.newPool(2),
+      schedules: [everyMinute('pause-held', j)],
+      logger: quiet,
+    });
+    await scheduler.runOnce({ now: at('2026-05-05T00:00:30Z') });
+    const other = await db.pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query(`SELECT 1 FROM skiplock.schedules WHERE name = 'pause-held' FOR UPDATE`);
+      // Before: the pause waited as long as the holder did (a dashboard request with it).
+      const pausing = pauseSchedule(db.pool, 'pause-held').then(
+        () => 'paused',
+        (error: unknown) => error,
+      );
+      const timedOut = new Promise<'waited'>((r) => setTimeout(() => r('waited'), 6_000));
+      const outcome = await Promise.race([pausing, timedOut]);
+      expect(outcome).toBeInstanceOf(SkiplockError);
+      expect(outcome).toMatchObject({ code: 'schedule_busy' });
+      await other.query('ROLLBACK');
+      expect((await listSchedules(db.pool)).find((r) => r.name === 'pause-held')).toMatchObject({
+        paused: false,
+      });
+      // Free, it pauses.
+      expect((await pauseSchedule(db.pool, 'pause-held'))?.paused).toBe(true);
+    } finally {
+      await other.query('ROLLBACK').catch(() => {});
+      other.release();
+    }
+  });
+
   it('of two schedulers recording a removed schedule again, the second does not wait for the first', async () => {
     const j = job('recorders');
     const define = (name: string) => everyMinute(name, j);

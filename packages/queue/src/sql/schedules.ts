@@ -228,11 +228,19 @@ export function removeScheduleRow(
     FROM (SELECT) AS one LEFT JOIN target t ON true`;
 }
 
-/** Pauses or resumes; on resume the schedule's catch-up policy decides about the missed ticks. */
-export function setSchedulePaused(name: string, paused: boolean) {
+/**
+ * Pauses or resumes; on resume the schedule's catch-up policy decides about the missed ticks.
+ * With `waitMs`, a row another transaction holds is waited for up to that long (`lock_timeout`
+ * for this statement's own transaction, as `removeScheduleRow` does), then SQLSTATE 55P03.
+ */
+export function setSchedulePaused(name: string, paused: boolean, waitMs: number | null = null) {
+  const lockWait =
+    waitMs === null
+      ? sql``
+      : sql`AND (SELECT set_config('lock_timeout', ${`${waitMs}ms`}, true)) IS NOT NULL`;
   return sql`
     UPDATE skiplock.schedules SET paused = ${paused}, updated_at = now()
-    WHERE name = ${name}
+    WHERE name = ${name} ${lockWait}
     RETURNING name, cron, timezone, job_type, queue, paused, last_tick_at, created_at, updated_at,
               on_time_ms, ${seenReport}`;
 }
