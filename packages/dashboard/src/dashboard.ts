@@ -7,6 +7,7 @@ import {
   removeSchedule,
   resumeSchedule,
   SkiplockError,
+  type Job,
   type Logger,
 } from '@skiplock/queue';
 import {
@@ -39,7 +40,7 @@ import type pg from 'pg';
 import { branchParentName } from './branch-redact.js';
 import { createDatabaseClock } from './database-clock.js';
 import { html, type Html } from './html.js';
-import { jobPage, jobsPage, jobStatuses, type JobFilters } from './pages/jobs.js';
+import { jobPage, jobsPage, jobStatuses, sagaIdOfJob, type JobFilters } from './pages/jobs.js';
 import type { PageContext } from './pages/layout.js';
 import { messagePage, signInPage } from './pages/misc.js';
 import { outboxPage } from './pages/outbox.js';
@@ -388,6 +389,8 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   const show: ((what: string, value: unknown) => unknown) | null = options.hidePayloads
     ? null
     : (options.redact ?? ((_what, value) => value));
+  /** Whether a job's page shows its keys: only beside its whole payload (see `jobPage`). */
+  const keysShown = (job: Job) => show !== null && show(job.jobType, job.payload) === job.payload;
   let outboxModule: Promise<OutboxAdmin | null> | null = null;
   const loadOutbox = () => {
     outboxModule ??= importOutbox().catch((error: unknown) => {
@@ -625,17 +628,19 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       throw new HttpError(400, 'before must be a job id.');
     }
     if (filters.lookup !== undefined) {
-      const found: string[] = [];
+      const jobs: Job[] = [];
       // Digits past the bigint range are no job's id, but may be an idempotency key.
       const asId = rowId(filters.lookup);
-      if (asId !== null && (await client.getJob(asId))) found.push(asId);
-      found.push(
-        ...(await findJobsByKey(pool, filters.lookup)).filter((id) => !found.includes(id)),
-      );
-      if (found.length === 1) return redirect(r.res, `${base}/jobs/${found[0]}`);
-      const jobs = (await Promise.all(found.slice(0, 100).map((id) => client.getJob(id)))).filter(
-        (j) => j !== null,
-      );
+      const byId = asId === null ? null : await client.getJob(asId);
+      if (byId) jobs.push(byId);
+      const keyed = (await findJobsByKey(pool, filters.lookup)).filter((id) => id !== asId);
+      for (const job of await Promise.all(keyed.slice(0, 100).map((id) => client.getJob(id)))) {
+        // Found by its key only where its page shows the key: a lookup confirmed a key made from
+        // a hidden or redacted payload (`signup:<email>`) by landing on its job (found by an
+        // audit). A saga's job's key names its saga and step only, and always shows.
+        if (job && (sagaIdOfJob(job) !== null || keysShown(job))) jobs.push(job);
+      }
+      if (jobs.length === 1) return redirect(r.res, `${base}/jobs/${jobs[0]!.id}`);
       const page_: BrowsePage = {
         jobs: jobs.map(({ payload: _p, errors: _e, ...summary }) => summary),
         nextBeforeId: null,

@@ -177,10 +177,17 @@ describe.skipIf(!chromiumHere)('the dashboard in Chromium', () => {
     ]);
     await page.goto(`${served.url}/jobs`);
     await page.fill('[data-testid=lookup]', 'charge:inv_1');
+    await Promise.all([page.waitForURL(/q=charge/), page.press('[data-testid=lookup]', 'Enter')]);
+    // Its payload is redacted, so its page hides its key, and the lookup does not confirm it.
+    expect(await text('[data-testid=no-jobs]')).toContain('No job found');
+    // A saga's job's key names its saga and step only: looked up, it lands on the job.
+    const sagaJob = (await readSaga(db.pool, 'order-done'))!.history[0]!.jobId!;
+    await page.fill('[data-testid=lookup]', 'saga:order-done:reserve');
     await Promise.all([
-      page.waitForURL(`**/jobs/${deadIds[1]}`),
+      page.waitForURL(`**/jobs/${sagaJob}`),
       page.press('[data-testid=lookup]', 'Enter'),
     ]);
+    await page.goto(`${served.url}/jobs/${deadIds[1]}`);
     expect(await text('[data-testid=job-fields]')).toContain('card declined');
     // The redact option hid the card number; the rest of the payload is there.
     const payload = await text('[data-testid=payload]');

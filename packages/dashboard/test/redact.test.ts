@@ -190,7 +190,15 @@ describe('dashboard redaction of sagas', () => {
       const board = createDashboard({ pool: db.pool, logger: quiet, ...options });
       const boardServed = await serve(board);
       try {
-        return await (await fetch(`${boardServed.url}/jobs/${id}`)).text();
+        // A lookup by the key: where it lands says whether a job has it.
+        const lookup = await fetch(
+          `${boardServed.url}/jobs?q=${encodeURIComponent(`signup:${EMAIL}`)}`,
+          { redirect: 'manual' },
+        );
+        return {
+          text: await (await fetch(`${boardServed.url}/jobs/${id}`)).text(),
+          found: lookup.headers.get('location'),
+        };
       } finally {
         await boardServed.close();
         await board.close();
@@ -205,12 +213,15 @@ describe('dashboard redaction of sagas', () => {
       },
     ]) {
       const page = await pageOf(options);
-      expect(page).toContain('data-testid="job-fields"');
-      expect(page).not.toContain(EMAIL);
+      expect(page.text).toContain('data-testid="job-fields"');
+      expect(page.text).not.toContain(EMAIL);
+      // Before: the lookup landed on the job, confirming the hidden key.
+      expect(page.found).toBeNull();
     }
     const whole = await pageOf({});
     for (const key of [`signup:${EMAIL}`, `tenant:${EMAIL}`, `sync:${EMAIL}`]) {
-      expect(whole).toContain(key);
+      expect(whole.text).toContain(key);
     }
+    expect(whole.found).toBe(`/jobs/${id}`);
   });
 });

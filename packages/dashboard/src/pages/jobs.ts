@@ -90,7 +90,8 @@ export function jobsPage(
       ? html`<p class="empty" data-testid="no-jobs">
           ${
             lookupResult?.none
-              ? html`No job has the id or idempotency key ${filters.lookup ?? ''}.`
+              ? html`No job found by the id or idempotency key ${filters.lookup ?? ''} (keys hidden
+                with their payloads are not searched).`
               : page.complete
                 ? 'No jobs match.'
                 : 'No match among the jobs searched so far.'
