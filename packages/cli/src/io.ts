@@ -32,12 +32,24 @@ export function terminalSafe(text: string): string {
   );
 }
 
-/** `io` with both streams passed through `terminalSafe`. */
+/**
+ * The password of every URL in `text` (`scheme://user:password@`) as `***`. A database URL given
+ * where a command wants another argument (`skiplock migrate $DATABASE_URL`) was echoed whole in
+ * the error that refused it, password and all, into terminals and CI logs (found by an audit).
+ */
+export function withoutPasswords(text: string): string {
+  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/[^\s:/@]*):[^\s@]*@/gi, '$1:***@');
+}
+
+/**
+ * `io` with both streams passed through `terminalSafe`, and stderr, which echoes arguments, through
+ * `withoutPasswords`.
+ */
 export function terminalSafeIo(io: CliIo): CliIo {
   return {
     ...io,
     stdout: (text) => io.stdout(terminalSafe(text)),
-    stderr: (text) => io.stderr(terminalSafe(text)),
+    stderr: (text) => io.stderr(withoutPasswords(terminalSafe(text))),
   };
 }
 

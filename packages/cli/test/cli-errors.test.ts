@@ -196,6 +196,43 @@ describe('command line', () => {
     }
   });
 
+  it('never echoes a password, whatever argument a database URL is given as', async () => {
+    const url = 'postgres://ops:s3cret-pw@127.0.0.1:5432/prod';
+    // Before: each refusal quoted the argument whole, password and all.
+    for (const args of [['migrate', url], ['jobs', 'show', url], [url], ['stats', url]]) {
+      const r = await runInProcess(args, env);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr, args.join(' ')).not.toContain('s3cret-pw');
+      expect(r.stderr, args.join(' ')).toContain('postgres://ops:***@127.0.0.1:5432/prod');
+    }
+  });
+
+  it('gives up on a row another transaction holds after 5 s, changing nothing, and says why', async () => {
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO skiplock.jobs (queue, job_type, payload) VALUES ('held', 'held-job', '{}')
+       RETURNING id::text`,
+    );
+    const id = rows[0]!.id;
+    const holder = await db.pool.connect();
+    try {
+      // A job stuck in its completeWith holds its row so.
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM skiplock.jobs WHERE id = $1 FOR UPDATE', [id]);
+      // Before: the command waited as long as the holder did.
+      const r = await runInProcess(['jobs', 'cancel', id], env);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain('another transaction held a row this command needs for 5 s');
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    const { rows: after } = await db.pool.query<{ status: string }>(
+      'SELECT status::text FROM skiplock.jobs WHERE id = $1',
+      [id],
+    );
+    expect(after[0]!.status).toBe('pending');
+  });
+
   it('names a database that does not exist', async () => {
     const url = withDatabaseName(adminUrl, 'skiplock_cli_no_such_db');
     const result = await runInProcess(['stats'], { DATABASE_URL: url });

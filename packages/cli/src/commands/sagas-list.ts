@@ -36,7 +36,8 @@ export const sagasListCommand: Command = {
     `  --status S  ${statuses.join(', ')} (repeat or comma-separate)`,
     '  --name N    only sagas of this definition name',
     '  --limit N   at most N sagas, 1 to 1000 (default 50)',
-    '  --cursor C  the next page: the cursor printed under (or in --json, nextCursor of) the last',
+    '  --cursor C  the next page: the cursor printed under the last page (in --json, its',
+    '              nextCursor)',
   ].join('\n'),
   async run(args, io) {
     const { values, positionals } = parseOptions(args, {
