@@ -30,7 +30,7 @@ import {
 } from './commands/schedules.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
-import { terminalSafeIo, type CliIo, type Command } from './io.js';
+import { printJson, terminalSafeIo, withoutPasswords, type CliIo, type Command } from './io.js';
 import { suggestion } from './suggest.js';
 
 export type { CliIo, Command } from './io.js';
@@ -139,8 +139,25 @@ export async function runCli(argv: string[], rawIo: CliIo): Promise<number> {
     io.stdout(`${command.usage}\n`);
     return 0;
   }
+  // With --json, a failure is JSON on stdout too (`{ "error": { "message", "exitCode" } }`):
+  // a script piping the output to a JSON reader got nothing at all (found by an audit).
+  // Not when the command printed already (a refused `sagas cancel --json` prints its result).
+  let printed = false;
+  const commandIo: CliIo = {
+    ...io,
+    stdout: (text) => {
+      printed = true;
+      io.stdout(text);
+    },
+  };
+  const failed = (message: string, exitCode: number) => {
+    if (args.includes('--json') && !printed) {
+      printJson(io, { error: { message: withoutPasswords(message), exitCode } });
+    }
+    return exitCode;
+  };
   try {
-    return await command.run(args, io);
+    return await command.run(args, commandIo);
   } catch (error) {
     if (error instanceof UsageError) {
       // The synopsis (usage up to its first blank line) is enough to see what was expected.
@@ -149,17 +166,16 @@ export async function runCli(argv: string[], rawIo: CliIo): Promise<number> {
         `skiplock ${command.name}: ${error.message}\n\n${synopsis}\n` +
           `(skiplock ${command.name} --help for details)\n`,
       );
-      return 2;
+      return failed(error.message, 2);
     }
     if (error instanceof CliError) {
       io.stderr(`skiplock ${command.name}: ${error.message}\n`);
-      return error.exitCode;
+      return failed(error.message, error.exitCode);
     }
     // Unexpected failures still get one line, not a stack; SKIPLOCK_DEBUG=1 shows the stack.
+    const message = (error as Error)?.message ?? String(error);
     const detail = io.env.SKIPLOCK_DEBUG ? (error as Error)?.stack : undefined;
-    io.stderr(
-      `skiplock ${command.name}: ${detail ?? (error as Error)?.message ?? String(error)}\n`,
-    );
-    return 1;
+    io.stderr(`skiplock ${command.name}: ${detail ?? message}\n`);
+    return failed(message, 1);
   }
 }

@@ -207,6 +207,24 @@ describe('command line', () => {
     }
   });
 
+  it('with --json, says a failure in JSON on stdout too, whatever the exit code', async () => {
+    // Before: stdout was empty, and a script reading it as JSON failed on nothing.
+    const missing = await runInProcess(['jobs', 'cancel', '999999999', '--json'], env);
+    expect(missing.code).toBe(1);
+    expect(JSON.parse(missing.stdout)).toEqual({
+      error: { message: expect.stringContaining('999999999'), exitCode: 1 },
+    });
+    const usage = await runInProcess(['jobs', 'list', '--limit', 'ten', '--json'], env);
+    expect(usage.code).toBe(2);
+    expect(JSON.parse(usage.stdout)).toEqual({
+      error: { message: '--limit must be an integer from 1 to 1000, got "ten"', exitCode: 2 },
+    });
+    const url = await runInProcess(['stats', 'postgres://ops:s3cret-pw@h/db', '--json'], env);
+    expect(url.code).toBe(2);
+    expect(url.stdout).not.toContain('s3cret-pw');
+    expect(JSON.parse(url.stdout).error.message).toContain('postgres://ops:***@h/db');
+  });
+
   it('gives up on a row another transaction holds after 5 s, changing nothing, and says why', async () => {
     const { rows } = await db.pool.query<{ id: string }>(
       `INSERT INTO skiplock.jobs (queue, job_type, payload) VALUES ('held', 'held-job', '{}')
