@@ -75,6 +75,11 @@ export interface Engine {
   tracer: Tracer | null;
   /** What this runtime has warned about once already (see `Notices`). */
   notices: Notices;
+  /**
+   * False in the reconciler's pass over live sagas: a saga that ends there starts the next one
+   * queued for its lock key only when the key's turn is free at once (see `endSaga`).
+   */
+  waitForKeyTurn?: boolean | undefined;
 }
 
 /** The engine for the completing transaction of `job`: its successors are handed to its worker. */

@@ -109,6 +109,10 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     );
   }
 
+  // The pass over live sagas holds a page of them locked: a saga it ends does not wait there for
+  // its lock key's turn (see `endSaga`).
+  const inPass: typeof e = { ...e, waitForKeyTurn: false };
+
   /** Moves one stranded live saga on; false when it is left (see `unknownVersions`). */
   async function reconcileOne(
     tx: Parameters<typeof failSaga>[1],
@@ -136,7 +140,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     } else if (saga.current_kind === 'step') {
       const index = entry.steps.findIndex((s) => s.name === step);
       transition = await inSagaTrace(e.tracer, saga, `reconcile ${step}`, () =>
-        failStep(e, tx, entry, saga, index, why, 'failed', attempt),
+        failStep(inPass, tx, entry, saga, index, why, 'failed', attempt),
       );
     } else {
       await runSql(
@@ -150,7 +154,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
           attempt,
         }),
       );
-      transition = await failSaga(e, tx, saga.id, `compensation of "${step}" failed: ${why}`);
+      transition = await failSaga(inPass, tx, saga.id, `compensation of "${step}" failed: ${why}`);
     }
     if (OUTCOMES.has(transition)) {
       e.metrics.outcomes.inc({ saga: saga.name, step, outcome: transition });
@@ -195,7 +199,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     const cause = entry
       ? `version ${saga.version} of saga "${saga.name}" has no step "${step}" (renamed without a new version?)`
       : `no runtime here knows saga "${saga.name}" version ${saga.version}`;
-    return failSaga(e, tx, saga.id, `${why}; ${cause}`);
+    return failSaga(inPass, tx, saga.id, `${why}; ${cause}`);
   }
 
   // Where the next pass goes on: after the last saga this one read, or from the start.
@@ -271,8 +275,8 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
         index === -1
           ? failUndefined(tx, saga, 'step', why)
           : onward
-            ? advanceAfter(e, tx, entry!, saga, index, null)
-            : failStep(e, tx, entry!, saga, index, why),
+            ? advanceAfter(inPass, tx, entry!, saga, index, null)
+            : failStep(inPass, tx, entry!, saga, index, why),
       );
       if (OUTCOMES.has(transition)) {
         e.metrics.outcomes.inc({ saga: row.name, step: row.current_step, outcome: transition });

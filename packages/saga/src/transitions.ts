@@ -394,7 +394,13 @@ export async function endSaga(
   error: string | null | undefined,
 ): Promise<void> {
   const ended = (await e.sql<FinishedRow>(tx, finishSaga(sagaId, status, error))).rows[0];
-  if (ended?.lock_key) await startNextInLine(e, tx, ended.name, ended.lock_key);
+  // In the reconciler's pass, not waiting for the key's turn: that pass holds a page of live
+  // sagas locked, and waited there behind a producer's open start() of the key, while every
+  // completion of those sagas waited behind it (found by an audit). Its next transaction
+  // (`reconcileQueues`) starts the key's queue once the turn is free.
+  if (ended?.lock_key) {
+    await startNextInLine(e, tx, ended.name, ended.lock_key, e.waitForKeyTurn !== false);
+  }
   if (ended?.parent_id && ended.parent_step) await resumeParent(e, tx, ended, status);
 }
 

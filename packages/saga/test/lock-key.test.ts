@@ -8,6 +8,8 @@ import {
   SagaLockedError,
   type SagaRuntime,
 } from '../src/index.js';
+import { runSql } from '@skiplock/queue/engine';
+import { lockKeyTurn } from '../src/sql/locks.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { captureLogs, fast, settled, silent, startSagas, timeline } from './fixtures.js';
@@ -277,6 +279,54 @@ describe('one active saga per lock key', () => {
     expect((await settled(runtime, 'o-2')).status).toBe('completed');
     // Nothing is queued without a holder now: the next pass has nothing to start.
     expect((await runtime.reconciler.runOnce()).sagaIds).not.toContain('o-2');
+  });
+
+  it("reconciles a stranded holder without waiting for its key's turn that a producer holds, and starts the queue once it is free", async () => {
+    // Its only step waits at its gate: stranded there, nothing is left to compensate, so the
+    // reconciler's pass ends it and hands the key on.
+    const first = defineSaga({
+      name: 'turn_first',
+      version: 1,
+      input: account,
+      lockKey: (input) => `account:${input.account}`,
+    }).step('hold', {
+      ...fast,
+      maxAttempts: 1,
+      run: async (ctx) => {
+        await gate(ctx.sagaId);
+      },
+    });
+    const { runtime } = await startSagas(db.pool, [first]);
+    await runtime.start(first, { id: 't-1', input: { account: 't' } });
+    await runtime.start(first, { id: 't-2', input: { account: 't' } });
+    await waitFor(() => gates.has('t-1') || null, { what: 't-1 to hold' });
+    // Its job died unseen (its hook never ran): t-1 is stranded.
+    await db.pool.query(
+      `UPDATE skiplock.jobs SET status = 'dead', lease_expires_at = NULL
+       WHERE id = (SELECT current_job_id FROM skiplock.sagas WHERE id = 't-1')`,
+    );
+    // A producer's transaction holds the key's turn (an open start({ tx }) of the key).
+    const producer = await db.pool.connect();
+    try {
+      await producer.query('BEGIN');
+      await runSql(producer, lockKeyTurn('turn_first', 'account:t'));
+      // Before: the pass waited for the producer, holding its page of live sagas locked.
+      const pass = runtime.reconciler.runOnce();
+      const timedOut = new Promise<'waited'>((r) => setTimeout(() => r('waited'), 5_000));
+      const result = await Promise.race([pass, timedOut]);
+      expect(result).not.toBe('waited');
+      expect(result).toMatchObject({ sagaIds: ['t-1'] });
+      expect(await rowStatus('t-2')).toMatchObject({ status: 'queued' });
+      await producer.query('COMMIT');
+    } finally {
+      await producer.query('ROLLBACK').catch(() => {});
+      producer.release();
+    }
+    // Free: the next pass starts the key's queue.
+    expect((await runtime.reconciler.runOnce()).sagaIds).toContain('t-2');
+    await open('t-1');
+    await open('t-2');
+    expect((await settled(runtime, 't-2')).status).toBe('completed');
   });
 
   it('refuses a lock key that is not a string of 1-200 characters, or a key function that throws', async () => {
