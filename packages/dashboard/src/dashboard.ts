@@ -303,6 +303,9 @@ function rowId(value: string): string | null {
   return id >= 1n ? String(id) : null;
 }
 
+/** How long a job action waits for the job's row another transaction holds. */
+const JOB_LOCK_WAIT_MS = 5_000;
+
 class HttpError extends Error {
   constructor(
     readonly status: number,
@@ -1017,10 +1020,22 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     }
     // A running job is cancelled only from the form its own page showed while it ran: a page read
     // while the job still waited must not stop it once it has started.
-    const changed =
+    // Waits at most JOB_LOCK_WAIT_MS for a row another transaction holds (a job inside its
+    // completeWith): the request waited as long as that did (found by an audit).
+    const lockWaitMs = JOB_LOCK_WAIT_MS;
+    const changed = await (
       action === 'retry'
-        ? await client.retryJob(id)
-        : await client.cancelJob(id, { running: form.get('running') === '1' });
+        ? client.retryJob(id, { lockWaitMs })
+        : client.cancelJob(id, { running: form.get('running') === '1', lockWaitMs })
+    ).catch((error: unknown) => {
+      if (error instanceof SkiplockError && error.code === 'job_busy') {
+        throw new HttpError(
+          409,
+          `Not ${action === 'retry' ? 'retried' : 'cancelled'}: ${error.message}.`,
+        );
+      }
+      throw error;
+    });
     logger.info(
       { reason: `dashboard_job_${action}`, operator, jobId: id, changed },
       changed

@@ -390,6 +390,26 @@ describe('dashboard safety', () => {
     expect((await client.getJob(id))?.status).toBe('cancelled');
   });
 
+  it("refuses a job action with 409 after 5 s when another transaction holds the job's row", async () => {
+    const client = createClient({ pool: db.pool, logger: silent });
+    const def = defineJob({ type: 'held-row', payload: z.object({}), handler: () => {} });
+    const { id } = await client.enqueue(def, {}, { runAt: new Date(Date.now() + 3_600_000) });
+    const holder = await db.pool.connect();
+    try {
+      // A job inside its completeWith holds its row so.
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM skiplock.jobs WHERE id = $1 FOR UPDATE', [id]);
+      // Before: the request waited as long as the holder did.
+      const res = await send('POST', `/jobs/${id}/cancel`, operatorForm, '');
+      expect(res.status).toBe(409);
+      expect(res.text).toContain(`Not cancelled: job ${id} is held by another transaction`);
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    expect((await client.getJob(id))?.status).toBe('pending');
+  });
+
   it('judges a lease by the database clock, not by a host clock an hour behind it', async () => {
     const client = createClient({ pool: db.pool, logger: silent });
     const def = defineJob({ type: 'skewed-run', payload: z.object({}), handler: () => {} });

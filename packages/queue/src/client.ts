@@ -272,16 +272,56 @@ export interface Client {
    */
   cancelJob(
     id: string,
-    options?: TransactionOption & { running?: boolean | undefined },
+    options?: TransactionOption & LockWaitOption & { running?: boolean | undefined },
   ): Promise<boolean>;
   /**
    * Runs a dead, cancelled, retry-waiting or slot-waiting job, or one whose run's lease has
    * expired, again now with a fresh set of attempts; false when it is in another state, or is a
    * job stopped while it ran whose stopped run has not ended (see `cancelJob`).
    */
-  retryJob(id: string, options?: TransactionOption): Promise<boolean>;
+  retryJob(id: string, options?: TransactionOption & LockWaitOption): Promise<boolean>;
   stats(): Promise<QueueStats[]>;
   close(): Promise<void>;
+}
+
+export interface LockWaitOption {
+  /**
+   * Waits at most this long (ms, 1 to an hour) for the job's row when another transaction holds
+   * it (its `completeWith` still open, say), then throws `SkiplockError` `job_busy`, having
+   * changed nothing; by default it waits as long as the holder does. Not with `tx`: it would set
+   * that transaction's `lock_timeout`.
+   */
+  lockWaitMs?: number | undefined;
+}
+
+/** The `lockWaitMs` of an action's options, checked (see `LockWaitOption`). */
+function lockWaitOf(options: TransactionOption & LockWaitOption): number | null {
+  const ms = options.lockWaitMs;
+  if (ms === undefined) return null;
+  if (!Number.isInteger(ms) || ms < 1 || ms > 3_600_000) {
+    throw new ConfigError(
+      `lockWaitMs must be a whole number of ms from 1 to 3600000, not ${String(ms)}`,
+    );
+  }
+  if (options.tx !== undefined) {
+    throw new ConfigError(
+      "lockWaitMs cannot be given with tx: it would set that transaction's lock_timeout",
+    );
+  }
+  return ms;
+}
+
+/** `work`, with a lock wait past `lockWaitMs` (SQLSTATE 55P03) as `job_busy`. */
+async function busyAsJobBusy<T>(id: string, work: Promise<T>): Promise<T> {
+  try {
+    return await work;
+  } catch (error) {
+    if ((error as { code?: unknown } | null)?.code !== '55P03') throw error;
+    throw new SkiplockError(
+      'job_busy',
+      `job ${id} is held by another transaction (its completeWith or a saga step's transaction still open, an operator's); nothing was changed: try again`,
+    );
+  }
 }
 
 interface KeyedRow {
@@ -938,15 +978,20 @@ export function createClient(options: ClientOptions = {}): Client {
       return rows.map(toJob);
     },
     async cancelJob(id, opts = {}) {
-      const { rows } = await runSql<KeyedRow>(
-        opts.tx ?? pool,
-        cancelJob(checkId(id), opts.running === true),
+      const waitMs = lockWaitOf(opts);
+      const { rows } = await busyAsJobBusy(
+        id,
+        runSql<KeyedRow>(opts.tx ?? pool, cancelJob(checkId(id), opts.running === true, waitMs)),
       );
       await admitAfter(rows[0], opts.tx);
       return rows.length === 1;
     },
     async retryJob(id, opts = {}) {
-      const { rows } = await runSql<KeyedRow>(opts.tx ?? pool, retryJob(checkId(id)));
+      const waitMs = lockWaitOf(opts);
+      const { rows } = await busyAsJobBusy(
+        id,
+        runSql<KeyedRow>(opts.tx ?? pool, retryJob(checkId(id), waitMs)),
+      );
       await admitAfter(rows[0], opts.tx);
       return rows.length === 1;
     },

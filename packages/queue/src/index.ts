@@ -19,6 +19,7 @@ export type {
   EnqueueOptions,
   EnqueueResult,
   Job,
+  LockWaitOption,
   QueueStats,
   TransactionOption,
 } from './client.js';

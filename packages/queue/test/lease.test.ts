@@ -1159,6 +1159,42 @@ describe('leases, fencing and the sweeper', () => {
     await heartbeat.stop();
   });
 
+  it('gives up a cancel or retry after lockWaitMs on a row another transaction holds, changing nothing', async () => {
+    const { def } = gatedJob('held-for-action');
+    const { id } = await client.enqueue(def, {});
+    const dead = (await client.enqueue(def, {})).id;
+    await db.pool.query(`UPDATE skiplock.jobs SET status = 'dead' WHERE id = $1`, [dead]);
+    const holder = await db.pool.connect();
+    try {
+      // A job inside its completeWith holds its row so.
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM skiplock.jobs WHERE id = ANY($1::bigint[]) FOR UPDATE', [
+        [id, dead],
+      ]);
+      for (const action of [
+        () => client.cancelJob(id, { lockWaitMs: 200 }),
+        () => client.retryJob(dead, { lockWaitMs: 200 }),
+      ]) {
+        // Before: no bound but the holder's own end.
+        await expect(action()).rejects.toMatchObject({ code: 'job_busy' });
+      }
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    expect(await jobRow(db.pool, id)).toMatchObject({ status: 'pending' });
+    expect(await jobRow(db.pool, dead)).toMatchObject({ status: 'dead' });
+    // Not with a caller's transaction, whose lock_timeout it would set; not past an hour.
+    await expect(client.cancelJob(id, { lockWaitMs: 200, tx: db.pool })).rejects.toBeInstanceOf(
+      ConfigError,
+    );
+    await expect(client.cancelJob(id, { lockWaitMs: 0 })).rejects.toThrow(/lockWaitMs/);
+    // Free, and the pool's connections keep their own lock_timeout after it.
+    expect(await client.cancelJob(id, { lockWaitMs: 200 })).toBe(true);
+    const { rows } = await db.pool.query<{ lock_timeout: string }>('SHOW lock_timeout');
+    expect(rows[0]!.lock_timeout).toBe('0');
+  });
+
   it('runs one sweep at a time across hosts (advisory lock)', async () => {
     const holder = await db.pool.connect();
     try {

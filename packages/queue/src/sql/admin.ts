@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { JobStatus } from '../schema.js';
 import { leaseMicros, stoppedRunHolds, type LockToken } from './fence.js';
+import { lockTimeoutFor } from './lock.js';
 
 const jobColumns = sql`
   id::text AS id, queue, job_type, payload, idempotency_key, status, priority, attempts,
@@ -62,6 +63,10 @@ export function selectJobs(filter: JobFilter) {
  */
 const expiredRun = sql`(status = 'processing' AND lease_expires_at < now())`;
 
+/** With `waitMs`, a row another transaction holds is waited for that long (`lockTimeoutFor`). */
+const lockWait = (waitMs: number | null) =>
+  waitMs === null ? sql`` : sql`AND ${lockTimeoutFor(waitMs)}`;
+
 /**
  * Cancels a job that has not started (pending, retry-waiting or slot-waiting) or whose run's
  * lease has expired; with `running`, any running one too. Its worker finds the job no longer its
@@ -76,12 +81,13 @@ const expiredRun = sql`(status = 'processing' AND lease_expires_at < now())`;
  * lease later (10 s with the default lease), and a job stopped in a worker's local buffer started
  * before it.
  */
-export function cancelJob(id: string, running = false) {
+export function cancelJob(id: string, running = false, waitMs: number | null = null) {
   return sql`
     UPDATE skiplock.jobs
     SET status = 'cancelled', updated_at = now(),
         lease_expires_at = ${running ? sql`CASE WHEN status = 'processing' AND lease_expires_at > now() THEN lease_expires_at END` : sql`NULL`}
     WHERE id = ${id} AND (status IN ('pending', 'retryable', 'waiting') OR ${running ? sql`status = 'processing'` : expiredRun})
+      ${lockWait(waitMs)}
     RETURNING id::text AS id, CASE WHEN lease_expires_at IS NULL THEN concurrency_key END AS concurrency_key
       ${running ? sql`, (CASE WHEN lease_expires_at IS NOT NULL THEN pg_notify('skiplock_stop', locked_by) END) IS NOT NULL AS stop_notified` : sql``}`;
 }
@@ -158,7 +164,7 @@ export function selectJobStatusesByKey(pairs: readonly { queue: string; key: str
  * back to `waiting` instead, and the caller admits its key. A cancelled job whose stopped run
  * still holds its lease (`stoppedRunHolds`) is left alone.
  */
-export function retryJob(id: string) {
+export function retryJob(id: string, waitMs: number | null = null) {
   return sql`
     WITH retried AS (
       UPDATE skiplock.jobs
@@ -173,7 +179,7 @@ export function retryJob(id: string) {
           singleton_key = CASE WHEN status IN ('dead', 'cancelled') THEN NULL
                                ELSE singleton_key END
       WHERE id = ${id} AND (status IN ('dead', 'cancelled', 'retryable', 'waiting') OR ${expiredRun})
-        AND NOT ${stoppedRunHolds('jobs')}
+        AND NOT ${stoppedRunHolds('jobs')} ${lockWait(waitMs)}
       RETURNING id, queue, concurrency_key
     )
     SELECT id::text AS id, concurrency_key,

@@ -18,3 +18,13 @@ export const SCHEDULE_LOCK_CLASS = LOCK_NAMESPACE + 1;
 export function tryTransactionLock(key: LockKey) {
   return sql`SELECT pg_try_advisory_xact_lock(${LOCK_NAMESPACE}, ${key}) AS locked`;
 }
+
+/**
+ * A condition that sets `lock_timeout` to `waitMs` for the statement's own transaction and is
+ * always true: an uncorrelated subquery, run once before any row is fetched and so before any
+ * row lock is waited for. Then a wait for a row another transaction holds ends after `waitMs`
+ * with SQLSTATE 55P03. Only for a statement sent on its own (autocommit): in a caller's
+ * transaction it would change that transaction's `lock_timeout` for its rest.
+ */
+export const lockTimeoutFor = (waitMs: number) =>
+  sql`(SELECT set_config('lock_timeout', ${`${waitMs}ms`}, true)) IS NOT NULL`;

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { SCHEDULE_LOCK_CLASS } from './lock.js';
+import { lockTimeoutFor, SCHEDULE_LOCK_CLASS } from './lock.js';
 
 export interface ScheduleRow {
   name: string;
@@ -89,10 +89,7 @@ export function insertMissingSchedule(p: RecordedSchedule) {
  * (found by an audit). The uncorrelated subquery runs once, before the conflict is met.
  */
 export function upsertSchedule(p: RecordedSchedule, waitMs: number | null = null) {
-  const lockWait =
-    waitMs === null
-      ? sql``
-      : sql`WHERE (SELECT set_config('lock_timeout', ${`${waitMs}ms`}, true)) IS NOT NULL`;
+  const lockWait = waitMs === null ? sql`` : sql`WHERE ${lockTimeoutFor(waitMs)}`;
   return sql`
     ${insertInto}
     SELECT ${recordedValues(p)} ${lockWait}
@@ -207,7 +204,7 @@ export function removeScheduleRow(
   const lockWait =
     waitMs === null
       ? sql`FOR UPDATE SKIP LOCKED`
-      : sql`AND (SELECT set_config('lock_timeout', ${`${waitMs}ms`}, true)) IS NOT NULL
+      : sql`AND ${lockTimeoutFor(waitMs)}
       FOR UPDATE`;
   return sql`
     WITH target AS (
@@ -234,10 +231,7 @@ export function removeScheduleRow(
  * for this statement's own transaction, as `removeScheduleRow` does), then SQLSTATE 55P03.
  */
 export function setSchedulePaused(name: string, paused: boolean, waitMs: number | null = null) {
-  const lockWait =
-    waitMs === null
-      ? sql``
-      : sql`AND (SELECT set_config('lock_timeout', ${`${waitMs}ms`}, true)) IS NOT NULL`;
+  const lockWait = waitMs === null ? sql`` : sql`AND ${lockTimeoutFor(waitMs)}`;
   return sql`
     UPDATE skiplock.schedules SET paused = ${paused}, updated_at = now()
     WHERE name = ${name} ${lockWait}
