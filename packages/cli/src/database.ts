@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { CliError } from './args.js';
-import { databaseError, describeTarget, LOCK_WAIT_MS } from './db-errors.js';
+import { databaseError, describeTarget } from './db-errors.js';
 
 export interface Database {
   pool: pg.Pool;
@@ -15,13 +15,6 @@ export interface OpenOptions {
   /** Fail with a hint to run `skiplock migrate` when the skiplock schema is missing (default). */
   requireSchema?: boolean;
   onPoolError?: (error: Error) => void;
-  /**
-   * Waits at most `LOCK_WAIT_MS` for a row another transaction holds, then fails with a clear
-   * message (default). A job stuck inside its `completeWith` holds its row, and `jobs cancel`
-   * on it hung with no bound (found by an audit). Off for the long-running commands (a worker,
-   * the dashboard) and for `migrate`, whose statements wait their turn.
-   */
-  boundLockWaits?: boolean;
 }
 
 // Long enough for a busy server, short enough that a firewalled host does not hang a command.
@@ -34,7 +27,6 @@ export async function openDatabase(url: string, options: OpenOptions = {}): Prom
     max: options.maxConnections ?? 2,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     application_name: options.applicationName ?? 'skiplock-cli',
-    ...(options.boundLockWaits === false ? {} : { lock_timeout: LOCK_WAIT_MS }),
   });
   // An idle connection dropped by the server must not crash the process.
   pool.on('error', (error) => options.onPoolError?.(error));

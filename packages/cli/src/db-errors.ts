@@ -11,10 +11,6 @@ export function describeTarget(url: string): { address: string; user: string; da
   };
 }
 
-/** How long a command waits for a row another transaction holds (see `openDatabase`). */
-export const LOCK_WAIT_MS = 5_000;
-const LOCK_WAIT_S = LOCK_WAIT_MS / 1_000;
-
 const networkCauses: Record<string, string> = {
   ECONNREFUSED: 'connection refused (is PostgreSQL running there?)',
   ENOTFOUND: 'host not found',
@@ -57,9 +53,6 @@ export function describeDatabaseError(error: unknown, url: string): string | nul
       return `${at}: the server is starting up or shutting down`;
     case '53300':
       return `${at}: the server has too many connections`;
-    case '55P03':
-      // The command's lock_timeout (see openDatabase): it waited that long for a row.
-      return `another transaction held a row this command needs for ${LOCK_WAIT_S} s (a job's completeWith or a saga step's transaction still open, a scheduler's pass); nothing was changed: try again`;
     case '42P01':
       // The outbox's migrations are not part of a plain `skiplock migrate`.
       if (/outbox_messages/.test(message)) {

@@ -38,7 +38,9 @@ export function terminalSafe(text: string): string {
  * the error that refused it, password and all, into terminals and CI logs (found by an audit).
  */
 export function withoutPasswords(text: string): string {
-  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/[^\s:/@]*):[^\s@]*@/gi, '$1:***@');
+  // The password runs to the last `@` before the host's path, query or fragment: an unencoded `@`
+  // in it is still hidden whole; a `:port/...@` in a path is no password.
+  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/[^\s:/@]*):[^\s/?#]*@/gi, '$1:***@');
 }
 
 /**

@@ -5,8 +5,27 @@ import { jobStatuses } from '../src/commands/jobs-list.js';
 import { jobTimeline } from '../src/format/job.js';
 import { cell, renderTable } from '../src/format/table.js';
 import { formatDuration, relativeTime } from '../src/format/time.js';
+import { withoutPasswords } from '../src/io.js';
 
 describe('formatting', () => {
+  it('hides the password of every URL in a message, and nothing else', () => {
+    expect(withoutPasswords('unexpected argument "postgres://ops:s3cret@db:5432/prod"')).toBe(
+      'unexpected argument "postgres://ops:***@db:5432/prod"',
+    );
+    // An unencoded @ in the password: hidden whole (from review: its tail showed).
+    expect(withoutPasswords('postgres://u:p@ss@db/x and redis://:pw@cache')).toBe(
+      'postgres://u:***@db/x and redis://:***@cache',
+    );
+    // A port and an @ in the path or query are no password.
+    for (const text of [
+      'https://host:8443/cb?mail=a@b.com',
+      'postgres://ops@db/prod',
+      'mail ops@example.com at 10:30',
+    ]) {
+      expect(withoutPasswords(text)).toBe(text);
+    }
+  });
+
   it('knows every job status of the schema', () => {
     expect([...jobStatuses]).toEqual([...jobStatus.enumValues]);
   });

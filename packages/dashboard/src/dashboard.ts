@@ -392,8 +392,17 @@ export function createDashboard(options: DashboardOptions): Dashboard {
   const show: ((what: string, value: unknown) => unknown) | null = options.hidePayloads
     ? null
     : (options.redact ?? ((_what, value) => value));
-  /** Whether a job's page shows its keys: only beside its whole payload (see `jobPage`). */
-  const keysShown = (job: Job) => show !== null && show(job.jobType, job.payload) === job.payload;
+  /**
+   * Whether a job's page shows its keys: only beside its whole payload (see `jobPage`). A
+   * `redact` that throws hides them.
+   */
+  const keysShown = (job: Job) => {
+    try {
+      return show !== null && show(job.jobType, job.payload) === job.payload;
+    } catch {
+      return false;
+    }
+  };
   let outboxModule: Promise<OutboxAdmin | null> | null = null;
   const loadOutbox = () => {
     outboxModule ??= importOutbox().catch((error: unknown) => {

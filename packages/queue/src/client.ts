@@ -305,21 +305,30 @@ function lockWaitOf(options: TransactionOption & LockWaitOption): number | null 
   }
   if (options.tx !== undefined) {
     throw new ConfigError(
-      "lockWaitMs cannot be given with tx: it would set that transaction's lock_timeout",
+      "lockWaitMs cannot be given with tx: it sets lock_timeout for its statement's transaction, which in yours would last to its end",
     );
   }
   return ms;
 }
 
-/** `work`, with a lock wait past `lockWaitMs` (SQLSTATE 55P03) as `job_busy`. */
-async function busyAsJobBusy<T>(id: string, work: Promise<T>): Promise<T> {
+/**
+ * `work`, with a lock wait past `lock_timeout` (SQLSTATE 55P03) as `job_busy`, unless it ran in
+ * the caller's transaction, which that error aborted: there it is the caller's to handle.
+ */
+async function busyAsJobBusy<T>(
+  id: string,
+  options: TransactionOption,
+  work: Promise<T>,
+): Promise<T> {
   try {
     return await work;
   } catch (error) {
-    if ((error as { code?: unknown } | null)?.code !== '55P03') throw error;
+    const code = (error as { code?: unknown } | null)?.code;
+    if (code !== '55P03' || options.tx !== undefined) throw error;
     throw new SkiplockError(
       'job_busy',
       `job ${id} is held by another transaction (its completeWith or a saga step's transaction still open, an operator's); nothing was changed: try again`,
+      { cause: error },
     );
   }
 }
@@ -981,6 +990,7 @@ export function createClient(options: ClientOptions = {}): Client {
       const waitMs = lockWaitOf(opts);
       const { rows } = await busyAsJobBusy(
         id,
+        opts,
         runSql<KeyedRow>(opts.tx ?? pool, cancelJob(checkId(id), opts.running === true, waitMs)),
       );
       await admitAfter(rows[0], opts.tx);
@@ -990,6 +1000,7 @@ export function createClient(options: ClientOptions = {}): Client {
       const waitMs = lockWaitOf(opts);
       const { rows } = await busyAsJobBusy(
         id,
+        opts,
         runSql<KeyedRow>(opts.tx ?? pool, retryJob(checkId(id), waitMs)),
       );
       await admitAfter(rows[0], opts.tx);

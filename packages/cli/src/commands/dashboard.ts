@@ -81,7 +81,6 @@ export const dashboardCommand: Command = {
     const db = await openDatabase(url, {
       maxConnections: 4,
       applicationName: 'skiplock-dashboard',
-      boundLockWaits: false,
       onPoolError: (error) =>
         logger.warn({ reason: 'db_error', err: error.message }, 'idle connection error'),
     });

@@ -9,6 +9,14 @@ import {
 } from '../args.js';
 import { printJson, type Command } from '../io.js';
 
+/**
+ * How long `jobs cancel` and `jobs retry` wait for a job row another transaction holds (a job
+ * stuck inside its `completeWith`): they hung with no bound (found by an audit). Per statement
+ * (`lockWaitMs`), not a connection setting: PgBouncer refuses a `lock_timeout` startup parameter
+ * (found in review).
+ */
+export const LOCK_WAIT_MS = 5_000;
+
 export interface JobActionSpec {
   /** "cancel", "retry": the subcommand of `skiplock jobs`. */
   action: string;

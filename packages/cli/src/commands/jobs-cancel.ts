@@ -1,4 +1,4 @@
-import { jobActionCommand } from './job-action-command.js';
+import { jobActionCommand, LOCK_WAIT_MS } from './job-action-command.js';
 
 export const jobsCancelCommand = jobActionCommand({
   action: 'cancel',
@@ -19,6 +19,6 @@ export const jobsCancelCommand = jobActionCommand({
   allowed: ['pending', 'retryable', 'waiting'],
   flag: 'running',
   runningHint: 'to stop a running job, add --running',
-  apply: (client, id, running) => client.cancelJob(id, { running }),
+  apply: (client, id, running) => client.cancelJob(id, { running, lockWaitMs: LOCK_WAIT_MS }),
   outcome: () => 'it is cancelled',
 });

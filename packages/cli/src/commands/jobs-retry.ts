@@ -1,4 +1,4 @@
-import { jobActionCommand } from './job-action-command.js';
+import { jobActionCommand, LOCK_WAIT_MS } from './job-action-command.js';
 
 export const jobsRetryCommand = jobActionCommand({
   action: 'retry',
@@ -14,7 +14,7 @@ export const jobsRetryCommand = jobActionCommand({
   verb: 'retried',
   allowed: ['dead', 'cancelled', 'retryable', 'waiting'],
   waitsForStoppedRun: true,
-  apply: (client, id) => client.retryJob(id),
+  apply: (client, id) => client.retryJob(id, { lockWaitMs: LOCK_WAIT_MS }),
   // A job with a concurrency key whose slots are all taken waits for one: "runs now" would be
   // wrong. A worker may also have taken the job already by the time it is read again.
   outcome: (after) =>

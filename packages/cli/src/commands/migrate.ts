@@ -30,7 +30,6 @@ export const migrateCommand: Command = {
     const db = await openDatabase(url, {
       requireSchema: false,
       applicationName: 'skiplock-migrate',
-      boundLockWaits: false,
     });
     let applied: string[];
     try {

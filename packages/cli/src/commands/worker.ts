@@ -96,7 +96,6 @@ export const workerCommand: Command = {
       // Room for the claim loop, heartbeats, settles, the sweeper and retention besides jobs.
       maxConnections: options.maxConnections ?? (options.concurrency ?? DEFAULT_CONCURRENCY) + 4,
       applicationName: 'skiplock-worker',
-      boundLockWaits: false,
       onPoolError: (error) =>
         logger.warn({ reason: 'db_error', err: error.message }, 'idle connection error'),
     });
