@@ -148,7 +148,8 @@ export function createScheduler(
     now,
     onTimeMs,
   });
-  const record = (s: ScheduleDefinition, now: Date) => upsertSchedule(recorded(s, now));
+  const record = (s: ScheduleDefinition, now: Date, waitMs: number | null = null) =>
+    upsertSchedule(recorded(s, now), waitMs);
   function failedPass(s: ScheduleDefinition, error: unknown): void {
     metrics.scheduleFailures.inc({ schedule: s.name });
     logger.error(
@@ -379,7 +380,7 @@ export function createScheduler(
     for (const s of schedules) {
       if (!unrecorded.has(s.name)) continue;
       try {
-        await runSql(pool, upsertSchedule(recorded(s, now), RECORD_WAIT_MS));
+        await runSql(pool, record(s, now, RECORD_WAIT_MS));
       } catch (error) {
         if ((error as { code?: unknown } | null)?.code !== LOCK_NOT_AVAILABLE) throw error;
         if (!deferLogged.has(s.name)) {

@@ -154,14 +154,10 @@ function longTimeout(fire: () => void, ms: number): { clear(): void } {
 }
 
 /**
- * Runs `work` until it settles or `signal` fires, whichever comes first; `work`'s own promise is
- * handed to `started`, for a caller that must still wait for it after the race (see `runStep`).
+ * Waits for `running` until it settles or `signal` fires, whichever comes first; the caller keeps
+ * `running`, to wait for it after the race when it must (see `runStep`).
  */
-async function raceSignal<T>(
-  work: () => Promise<T> | T,
-  signal: AbortSignal,
-  started: (running: Promise<T>) => void,
-): Promise<T> {
+async function raceSignal<T>(running: Promise<T>, signal: AbortSignal): Promise<T> {
   let onAbort: (() => void) | null = null;
   const aborted = new Promise<never>((_, reject) => {
     onAbort = () => reject(signal.reason);
@@ -169,8 +165,6 @@ async function raceSignal<T>(
     else signal.addEventListener('abort', onAbort, { once: true });
   });
   aborted.catch(() => {});
-  const running = Promise.resolve().then(work);
-  started(running);
   try {
     return await Promise.race([running, aborted]);
   } finally {
@@ -282,15 +276,12 @@ async function runStep(
   const deadline = withDeadline(saga, job.signal);
   const ctx = contextFor(e, entry, spec, 'step', prepared, job, deadline.signal, completion);
   const point = { ...key, sagaName: entry.def.name, attempt: job.job.attempt };
-  // The step's code, set by the race (a closure's write TypeScript does not narrow through).
-  const code: { running?: Promise<unknown> } = {};
+  // The step's code, once started: waited for after an abort of the job's own signal (below).
+  let running: Promise<unknown> | undefined;
   try {
     await e.faults?.({ ...point, phase: 'before' });
-    const value = await raceSignal(
-      () => spec.run!(ctx, prepared.input),
-      deadline.signal,
-      (started) => (code.running = started),
-    );
+    running = Promise.resolve().then(() => spec.run!(ctx, prepared.input));
+    const value = await raceSignal(running, deadline.signal);
     // Later steps read the output back from jsonb; hand them exactly that, in every process.
     const output = value === undefined ? null : storedOutput(spec.name, value);
     await e.faults?.({ ...point, phase: 'after' });
@@ -311,7 +302,7 @@ async function runStep(
     // the code (the reconciler waits for a stopped run). Returning at the abort, the worker
     // cleared that lease at its next renewal, and the next pass undid the saga beside the step
     // still at work (found in an audit). Only the saga's deadline (above) cuts the code off.
-    if (job.signal.aborted) await code.running?.catch(() => {});
+    if (job.signal.aborted) await running?.catch(() => {});
     throw error;
   } finally {
     deadline.clear();
