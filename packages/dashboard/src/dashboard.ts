@@ -167,9 +167,9 @@ const NOTICES: Record<string, (n: number) => string> = {
   bulk_retried: (n) => `${n} dead job${n === 1 ? '' : 's'} retried.`,
   bulk_discarded: (n) => `${n} dead job${n === 1 ? '' : 's'} discarded.`,
   bulk_retried_kept: (n) =>
-    `${n} dead job${n === 1 ? '' : 's'} retried; the others were not dead any more, or are saga steps (they move only with their saga).`,
+    `${n} dead job${n === 1 ? '' : 's'} retried; the others were not dead any more, are saga steps (they move only with their saga), or were held by another transaction (try again).`,
   bulk_discarded_kept: (n) =>
-    `${n} dead job${n === 1 ? '' : 's'} discarded; the others were not dead any more, or are saga steps (they move only with their saga).`,
+    `${n} dead job${n === 1 ? '' : 's'} discarded; the others were not dead any more, are saga steps (they move only with their saga), or were held by another transaction (try again).`,
   outbox_retried: (n) => `${n} dead message${n === 1 ? '' : 's'} sent again.`,
   outbox_killed: () => "Message killed: it is dead now, and its key's next message goes on.",
   outbox_not_killed: () =>

@@ -188,7 +188,7 @@ describe('dashboard bulk actions on saga step jobs', () => {
       ' ',
     );
     expect(shown).toContain(
-      '1 dead job retried; the others were not dead any more, or are saga steps',
+      '1 dead job retried; the others were not dead any more, are saga steps',
     );
   });
 });

@@ -323,7 +323,8 @@ export interface RetryDeadJobsOptions extends DeadJobsActionOptions {
 }
 
 /**
- * Runs the listed jobs that are dead again now, with fresh attempts (others are left alone);
+ * Runs the listed jobs that are dead again now, with fresh attempts (others are left alone, and
+ * so is one another transaction holds: skipped, never waited for);
  * jobs with a concurrency key wait for a slot of their key and are admitted here. Returns the
  * ids retried. On a pool, not in a caller's transaction: the retry commits first, so an
  * admission that fails after it (a lock wait past `statement_timeout`) is logged and the ids are
@@ -360,7 +361,10 @@ export async function retryDeadJobs(
   return rows.map((r) => r.id);
 }
 
-/** Deletes the listed jobs that are dead (others are left alone); returns the ids deleted. */
+/**
+ * Deletes the listed jobs that are dead (others are left alone, and so is one another transaction
+ * holds: skipped, never waited for); returns the ids deleted.
+ */
 export async function discardDeadJobs(
   db: Queryable,
   ids: readonly string[],

@@ -266,4 +266,35 @@ describe('overview reads on a table of 200,000 finished jobs', () => {
       [other]: 'pending',
     });
   });
+
+  it('skips a dead job another transaction holds instead of waiting for it', async () => {
+    const dead = await browseJobs(db.pool, { statuses: ['dead'], limit: 4 });
+    const [held, a, b] = dead.jobs.map((j) => j.id);
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM skiplock.jobs WHERE id = $1 FOR UPDATE', [held]);
+      // Bounded so that a wait for the held row fails the test instead of hanging it.
+      const bound = <T>(work: Promise<T>) =>
+        Promise.race([
+          work,
+          new Promise<never>((_, reject) =>
+            setTimeout(() => reject(new Error('waited for the held row')), 5_000),
+          ),
+        ]);
+      expect(await bound(retryDeadJobs(db.pool, [held!, a!]))).toEqual([a]);
+      expect(await bound(discardDeadJobs(db.pool, [held!, b!]))).toEqual([b]);
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    const { rows } = await db.pool.query<{ id: string; status: string }>(
+      `SELECT id::text, status FROM skiplock.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [[held, a, b]],
+    );
+    expect(Object.fromEntries(rows.map((r) => [r.id, r.status]))).toEqual({
+      [held!]: 'dead',
+      [a!]: 'pending',
+    });
+  });
 });

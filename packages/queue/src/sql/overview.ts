@@ -228,32 +228,45 @@ export function selectJobIdsByKey(key: string, maxQueues: number) {
 }
 
 /**
- * Runs the listed dead jobs again now, with fresh attempts (as `retryJob`, but only dead ones):
- * pending, or waiting for a slot when they have a concurrency key (the caller admits those keys).
+ * The listed jobs that are dead (not of types starting with `exceptTypePrefix`), locked: a row
+ * another transaction holds is skipped, not waited for, so an operator's bulk action never hangs
+ * behind one (it reports the ids it changed; the held ones stay as they are).
+ */
+function lockFreeDeadJobs(ids: readonly string[], exceptTypePrefix: string | null) {
+  return sql`
+    SELECT id FROM skiplock.jobs
+    WHERE id = ANY(${sql.param(ids)}::bigint[]) AND status = 'dead'
+      AND (${exceptTypePrefix}::text IS NULL OR NOT starts_with(job_type, ${exceptTypePrefix}::text))
+    FOR UPDATE SKIP LOCKED`;
+}
+
+/**
+ * Runs the listed dead jobs again now, with fresh attempts (as `retryJob`, but only dead ones and
+ * only those no other transaction holds): pending, or waiting for a slot when they have a
+ * concurrency key (the caller admits those keys).
  */
 export function retryDeadJobs(ids: readonly string[], exceptTypePrefix: string | null) {
   return sql`
-    WITH retried AS (
-      UPDATE skiplock.jobs
+    WITH free AS (${lockFreeDeadJobs(ids, exceptTypePrefix)}),
+    retried AS (
+      UPDATE skiplock.jobs j
       SET status = CASE WHEN concurrency_key IS NULL THEN 'pending'
                         ELSE 'waiting' END::skiplock.job_status,
           run_at = now(), attempts = 0, lease_expires_at = NULL,
           locked_by = NULL, locked_at = NULL, updated_at = now(), singleton_key = NULL
-      WHERE id = ANY(${sql.param(ids)}::bigint[]) AND status = 'dead'
-        AND (${exceptTypePrefix}::text IS NULL OR NOT starts_with(job_type, ${exceptTypePrefix}::text))
-      RETURNING id, queue, concurrency_key
+      FROM free WHERE j.id = free.id
+      RETURNING j.id, j.queue, j.concurrency_key
     )
     SELECT id::text AS id, concurrency_key,
            pg_notify('skiplock_jobs', queue) IS NULL AS notified FROM retried`;
 }
 
-/** Deletes the listed jobs that are dead (and only those); returns the ids deleted. */
+/** Deletes the listed jobs that are dead and that no other transaction holds; returns their ids. */
 export function deleteDeadJobs(ids: readonly string[], exceptTypePrefix: string | null) {
   return sql`
-    DELETE FROM skiplock.jobs
-    WHERE id = ANY(${sql.param(ids)}::bigint[]) AND status = 'dead'
-      AND (${exceptTypePrefix}::text IS NULL OR NOT starts_with(job_type, ${exceptTypePrefix}::text))
-    RETURNING id::text AS id`;
+    WITH free AS (${lockFreeDeadJobs(ids, exceptTypePrefix)})
+    DELETE FROM skiplock.jobs j USING free WHERE j.id = free.id
+    RETURNING j.id::text AS id`;
 }
 
 /** The listed jobs, newest first, without their payloads and error lists (a list page's rows). */
