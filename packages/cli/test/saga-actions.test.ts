@@ -126,6 +126,41 @@ describe('skiplock sagas cancel, retry and signal', () => {
     expect(again.stderr).toContain('saga "ap-cancel" is cancelled; cancel refused (finished)');
   });
 
+  it('a cancel and a signal of a saga another transaction holds exit 1 after 5 s, changing nothing', async () => {
+    await runtime.start(approval, { id: 'ap-held', input: { breakUndo: false } });
+    await waiting('ap-held');
+    const holder = await db.pool.connect();
+    try {
+      // A producer's signal({ tx }) in its open transaction holds the saga's row so.
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM skiplock.sagas WHERE id = 'ap-held' FOR UPDATE`);
+      // Both at once: each waits its 5 s beside the other. Before, both hung as long as the holder.
+      const [cancel, signal] = await Promise.all([
+        runInProcess(['sagas', 'cancel', 'ap-held', '--module', module], env),
+        runInProcess(
+          ['sagas', 'signal', 'ap-held', 'approved', '--module', module, '--payload', '{"by":"x"}'],
+          env,
+        ),
+      ]);
+      for (const run of [cancel, signal]) {
+        expect(run.code).toBe(1);
+        expect(run.stderr).toMatch(
+          /saga "ap-held": a row or lock key it needs is held by another transaction.*waited 5000 ms and changed nothing: try again \(saga_busy\)/,
+        );
+      }
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    expect(await runtime.getSaga('ap-held')).toMatchObject({
+      status: 'waiting',
+      cancelRequested: false,
+    });
+    const cancel = await runInProcess(['sagas', 'cancel', 'ap-held', '--module', module], env);
+    expect(cancel.code, cancel.stderr).toBe(0);
+    await until('ap-held', 'cancelled');
+  });
+
   it('retries the failed compensation of a saga once its cause is mended', async () => {
     controls.undoBroken = true;
     await runtime.start(approval, { id: 'ap-retry', input: { breakUndo: true } });

@@ -303,8 +303,11 @@ function rowId(value: string): string | null {
   return id >= 1n ? String(id) : null;
 }
 
-/** How long a job action waits for the job's row another transaction holds. */
-const JOB_LOCK_WAIT_MS = 5_000;
+/**
+ * How long a job or saga action waits for a row (or a saga's lock key) another transaction holds,
+ * then answers 409: the request waited as long as the holder did (found by an audit).
+ */
+const ACTION_LOCK_WAIT_MS = 5_000;
 
 class HttpError extends Error {
   constructor(
@@ -1029,9 +1032,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     }
     // A running job is cancelled only from the form its own page showed while it ran: a page read
     // while the job still waited must not stop it once it has started.
-    // Waits at most JOB_LOCK_WAIT_MS for a row another transaction holds (a job inside its
-    // completeWith): the request waited as long as that did (found by an audit).
-    const lockWaitMs = JOB_LOCK_WAIT_MS;
+    // Waits at most ACTION_LOCK_WAIT_MS for a row another transaction holds (a job inside its
+    // completeWith).
+    const lockWaitMs = ACTION_LOCK_WAIT_MS;
     const changed = await (
       action === 'retry'
         ? client.retryJob(id, { lockWaitMs })
@@ -1174,7 +1177,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     id: string,
     path: string,
   ) {
-    const result = await runtime.cancel(id);
+    const result = await runtime.cancel(id, { lockWaitMs: ACTION_LOCK_WAIT_MS });
     // A stranded saga (its job died where no saga hook ran) keeps the cancel until a reconciler
     // moves it: the notice must not say it compensates now (found in an audit).
     const stranded = result.accepted && (await runtime.getSaga(id))?.stranded != null;
@@ -1208,7 +1211,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     id: string,
     path: string,
   ) {
-    const result = await runtime.retryFailed(id);
+    const result = await runtime.retryFailed(id, { lockWaitMs: ACTION_LOCK_WAIT_MS });
     logger.info(
       {
         reason: 'dashboard_saga_retry',
@@ -1243,7 +1246,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       return sagaDetail(r, id, 'The signal payload is not JSON.', 422);
     }
     try {
-      const result = await runtime.signal(id, name, payload);
+      const result = await runtime.signal(id, name, payload, { lockWaitMs: ACTION_LOCK_WAIT_MS });
       logger.info(
         { reason: 'dashboard_saga_signal', operator, sagaId: id, signal: name, ...result },
         'signal sent by an operator',
@@ -1266,7 +1269,9 @@ export function createDashboard(options: DashboardOptions): Dashboard {
         },
         'signal refused',
       );
-      return sagaDetail(r, id, `Signal refused: ${error.message}`, 422);
+      // A held saga (saga_busy) is a conflict to try again, not a bad signal.
+      const status = error.code === 'saga_busy' ? 409 : 422;
+      return sagaDetail(r, id, `Signal refused: ${error.message}`, status);
     }
   }
 

@@ -294,8 +294,11 @@ export interface LockWaitOption {
   lockWaitMs?: number | undefined;
 }
 
-/** The `lockWaitMs` of an action's options, checked (see `LockWaitOption`). */
-function lockWaitOf(options: TransactionOption & LockWaitOption): number | null {
+/**
+ * The `lockWaitMs` of an action's options, checked (see `LockWaitOption`); the saga runtime's
+ * actions take the same option and check it here (through `@skiplock/queue/engine`).
+ */
+export function lockWaitOf(options: TransactionOption & LockWaitOption): number | null {
   const ms = options.lockWaitMs;
   if (ms === undefined) return null;
   if (!Number.isInteger(ms) || ms < 1 || ms > 3_600_000) {

@@ -46,6 +46,7 @@ export {
   type Statement,
 } from './db.js';
 export { completeWithStatement } from './complete-with-statement.js';
+export { lockWaitOf } from './client.js';
 export {
   namedStatement,
   preparedRunner,

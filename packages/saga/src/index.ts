@@ -31,6 +31,7 @@ export { createSagaRuntime } from './runtime.js';
 export type {
   CancelResult,
   RetryResult,
+  SagaActionOptions,
   SagaRuntime,
   SagaRuntimeOptions,
   SignalResult,

@@ -10,6 +10,7 @@ import {
   cancelQueuedJob,
   createDefaultLogger,
   inSpan,
+  lockWaitOf,
   namedStatement,
   lendsSlots,
   openLocalHandOff,
@@ -61,7 +62,7 @@ import {
   type StartConflictRow,
 } from './sql/sagas.js';
 import { selectSaga } from './sql/read.js';
-import { selectSagaKey, type SagaKeyRow } from './sql/locks.js';
+import { selectSagaKey, setLockWait, type SagaKeyRow } from './sql/locks.js';
 import { consumeSignal, insertSignal, selectSignal } from './sql/signals.js';
 import { selectHistory, settleStep, type HistoryRow } from './sql/steps.js';
 import { issuesAt, storedJsonIssues, validate } from './standard.js';
@@ -181,6 +182,18 @@ export interface RetryResult {
     | undefined;
 }
 
+/** Options of an operator's action on a saga (`cancel`, `retryFailed`, `signal`). */
+export interface SagaActionOptions {
+  /**
+   * Waits at most this long (ms, 1 to an hour) for a saga row or lock key another transaction
+   * holds (a step's completing transaction, a producer's `start` or `signal` in its own open
+   * transaction, another operator's action), then throws `SagaError` `saga_busy`, having changed
+   * nothing; by default it waits as long as the holder does. For a child saga's or a branch's
+   * cancel or retry, each waits as long on its own. Not with `tx`.
+   */
+  lockWaitMs?: number | undefined;
+}
+
 export interface SagaRuntime {
   /** Job definitions to pass to `createWorker({ jobs })` (with any jobs of your own). */
   readonly jobs: readonly AnyJobDefinition[];
@@ -211,9 +224,9 @@ export interface SagaRuntime {
     sagaId: string,
     name: string,
     payload: unknown,
-    options?: { tx?: Queryable },
+    options?: { tx?: Queryable | undefined } & SagaActionOptions,
   ): Promise<SignalResult>;
-  cancel(sagaId: string): Promise<CancelResult>;
+  cancel(sagaId: string, options?: SagaActionOptions): Promise<CancelResult>;
   /**
    * An operator's retry of a `failed` saga: the step past the pivot or the compensation that
    * failed for good runs again (its dead job retried with fresh attempts, in one transaction with
@@ -223,7 +236,7 @@ export interface SagaRuntime {
    * reopens it); for a parallel step's, that of every failed branch. A saga with
    * a lock key goes on only while no other saga holds the key (`lock_busy` otherwise).
    */
-  retryFailed(sagaId: string): Promise<RetryResult>;
+  retryFailed(sagaId: string, options?: SagaActionOptions): Promise<RetryResult>;
   getSaga(id: string): Promise<SagaView | null>;
   listSagas(options?: SagaListOptions): Promise<SagaList>;
   /** Stops the reconciler loop and closes what the runtime created (not a pool you passed). */
@@ -413,6 +426,31 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
     options?: { opening?: boolean },
   ) => withOwnTransaction(pool, work, options);
 
+  /**
+   * An operator's action in a transaction of its own, its lock waits bounded by `waitMs` (see
+   * `SagaActionOptions`): one that runs out rolls it back and is thrown as `saga_busy`.
+   */
+  async function actionTransaction<T>(
+    sagaId: string,
+    waitMs: number | null,
+    work: (tx: Queryable) => Promise<T>,
+  ): Promise<T> {
+    if (waitMs === null) return ownTransaction(work);
+    try {
+      return await ownTransaction(async (tx) => {
+        await runSql(tx, setLockWait(waitMs));
+        return work(tx);
+      });
+    } catch (error) {
+      if ((error as { code?: unknown } | null)?.code !== '55P03') throw error;
+      throw new SagaError(
+        'saga_busy',
+        `saga "${sagaId}": a row or lock key it needs is held by another transaction (a step's completing transaction, a producer's start or signal in its open transaction, another operator's action); waited ${waitMs} ms and changed nothing: try again`,
+        { cause: error },
+      );
+    }
+  }
+
   async function lock(tx: Queryable, id: string): Promise<SagaRow> {
     const saga = (await engine.sql<SagaRow>(tx, lockSaga(id))).rows[0];
     if (!saga) throw new SagaNotFoundError(id);
@@ -573,6 +611,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
 
     async signal(sagaId, name, payload, signalOptions = {}) {
       checkSagaId(sagaId);
+      const waitMs = lockWaitOf(signalOptions);
       let expired = false;
       const work = async (tx: Queryable): Promise<SignalResult> => {
         expired = false; // a transaction run again starts over
@@ -617,7 +656,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         report(saga, spec.name, transition, 'signal');
         return { delivered: true, resumed: true };
       };
-      const result = signalOptions.tx ? await work(signalOptions.tx) : await ownTransaction(work);
+      const result = signalOptions.tx
+        ? await work(signalOptions.tx)
+        : await actionTransaction(sagaId, waitMs, work);
       // Logged once the work is done, so a transaction run again does not log twice.
       if (result.delivered) {
         logger.info({ reason: 'signal_received', sagaId, signal: name }, 'signal received');
@@ -631,8 +672,9 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       return result;
     },
 
-    async cancel(sagaId) {
+    async cancel(sagaId, cancelOptions = {}) {
       checkSagaId(sagaId);
+      const waitMs = lockWaitOf(cancelOptions);
       let children: string[] = [];
       // Run again when the saga left the queue (or appeared in it) between the read and the lock.
       const AGAIN = Symbol('again');
@@ -731,17 +773,17 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
             `saga "${sagaId}": cancel found it moving in and out of its key's queue ${tries} times; try again`,
           );
         }
-        result = await ownTransaction(once);
+        result = await actionTransaction(sagaId, waitMs, once);
       }
       logger.info({ reason: 'saga_cancel', sagaId, accepted: result.accepted }, 'cancel requested');
       // Every child is tried, whichever fails: a branch's cancel that threw (its database call,
       // a step its definition lacks) left the branches after it running (noticed in review).
       const { refused } = await eachChild(children, async (childId) => {
-        const down = await runtime.cancel(childId);
+        const down = await runtime.cancel(childId, cancelOptions);
         // The child ended before the cancel reached it (its end may have run where no runtime
         // knew this parent): move the parent on from it now (for a branch: once all ended).
         if (down.reason === 'finished') {
-          await ownTransaction((tx) => resumeEndedChild(engine, tx, childId));
+          await actionTransaction(childId, waitMs, (tx) => resumeEndedChild(engine, tx, childId));
         }
       });
       if (refused.length > 0) {
@@ -750,10 +792,11 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       return result;
     },
 
-    async retryFailed(sagaId) {
+    async retryFailed(sagaId, retryOptions = {}) {
       checkSagaId(sagaId);
+      const waitMs = lockWaitOf(retryOptions);
       let retryChildren: string[] = [];
-      const result = await ownTransaction(async (tx): Promise<RetryResult> => {
+      const result = await actionTransaction(sagaId, waitMs, async (tx): Promise<RetryResult> => {
         const saga = await lock(tx, sagaId);
         if (saga.status !== 'failed') return { retried: false, reason: 'not_failed' };
         const entry = entryOf(saga.name, saga.version);
@@ -855,7 +898,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         // Every child is tried, as for a cancel: one whose retry threw left the ones after it
         // failed (found in review).
         const { done: children, refused: threw } = await eachChild(retryChildren, (childId) =>
-          runtime.retryFailed(childId),
+          runtime.retryFailed(childId, retryOptions),
         );
         const refused = children.find((c) => !c.retried);
         Object.assign(

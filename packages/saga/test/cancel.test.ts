@@ -132,6 +132,53 @@ describe('cancel', () => {
     }
   });
 
+  it('with lockWaitMs, an action on a saga another transaction holds fails saga_busy, changing nothing', async () => {
+    const { runtime } = await startSagas(db.pool, [trip]);
+    await runtime.start(trip, { id: 'c-held', input: { block: false } });
+    await settled(runtime, 'c-held', ['waiting']);
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM skiplock.sagas WHERE id = 'c-held' FOR UPDATE`);
+      // Bounded so that an action waiting for the held row fails the test instead of hanging it.
+      const bound = <T>(work: Promise<T>) =>
+        Promise.race([
+          work,
+          new Promise<never>((_, reject) =>
+            setTimeout(() => reject(new Error('waited for the held saga')), 5_000),
+          ),
+        ]);
+      const busy = { code: 'saga_busy', message: expect.stringMatching(/c-held.*waited 200 ms/) };
+      await expect(bound(runtime.cancel('c-held', { lockWaitMs: 200 }))).rejects.toMatchObject(
+        busy,
+      );
+      await expect(bound(runtime.retryFailed('c-held', { lockWaitMs: 200 }))).rejects.toMatchObject(
+        busy,
+      );
+      await expect(
+        bound(runtime.signal('c-held', 'paid', {}, { lockWaitMs: 200 })),
+      ).rejects.toMatchObject(busy);
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    const saga = await runtime.getSaga('c-held');
+    expect(saga).toMatchObject({ status: 'waiting', cancelRequested: false });
+    await expect(runtime.cancel('c-held', { lockWaitMs: 0 })).rejects.toMatchObject({
+      code: 'invalid_config',
+      message: expect.stringMatching(/lockWaitMs/),
+    });
+    await expect(
+      runtime.signal('c-held', 'paid', {}, { tx: db.pool, lockWaitMs: 200 }),
+    ).rejects.toMatchObject({ code: 'invalid_config', message: expect.stringMatching(/tx/) });
+    // Once the row is free the bounded action goes through: the signal was not stored before.
+    expect(await runtime.signal('c-held', 'paid', {}, { lockWaitMs: 200 })).toEqual({
+      delivered: true,
+      resumed: true,
+    });
+    expect((await settled(runtime, 'c-held')).status).toBe('completed');
+  });
+
   it('refuses to cancel once the pivot completed', async () => {
     const { runtime } = await startSagas(db.pool, [trip]);
     await runtime.start(trip, { id: 'c-late', input: { block: false } });

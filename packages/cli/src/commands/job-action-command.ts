@@ -11,7 +11,8 @@ import { printJson, type Command } from '../io.js';
 
 /**
  * How long `jobs cancel` and `jobs retry` wait for a job row another transaction holds (a job
- * stuck inside its `completeWith`): they hung with no bound (found by an audit). Per statement
+ * stuck inside its `completeWith`), and `sagas cancel|retry|signal` for a saga's row or lock key:
+ * they hung with no bound (found by an audit). Per statement
  * (`lockWaitMs`), not a connection setting: PgBouncer refuses a `lock_timeout` startup parameter
  * (found in review).
  */

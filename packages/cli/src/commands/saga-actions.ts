@@ -11,6 +11,7 @@ import {
 import { printJson, type CliIo, type Command } from '../io.js';
 import type { CancelResult, RetryResult, SagaRuntime, StrandedJob } from '@skiplock/saga';
 import { strandedText } from '../format/saga.js';
+import { LOCK_WAIT_MS } from './job-action-command.js';
 
 const MODULE_HELP = [
   '  --module FILE   the module (TypeScript or JavaScript) that exports the saga definitions',
@@ -133,7 +134,7 @@ export const sagasCancelCommand: Command = {
       io,
       action,
       async (runtime) => {
-        const result = await runtime.cancel(id);
+        const result = await runtime.cancel(id, { lockWaitMs: LOCK_WAIT_MS });
         // A cancel only asks: the saga's step moves it to compensation when it ends. A saga on a
         // job that died unseen has no step left to end, so the cancel waits for a reconciler
         // (found in an audit: "compensates what it completed" was printed and nothing moved).
@@ -187,7 +188,7 @@ export const sagasRetryCommand: Command = {
     const result = await withSagaRuntime(
       io,
       action,
-      (runtime) => runtime.retryFailed(id),
+      (runtime) => runtime.retryFailed(id, { lockWaitMs: LOCK_WAIT_MS }),
       (partial, children) => action.json && json(partial, children),
     );
     if (action.json) json(result);
@@ -231,7 +232,7 @@ export const sagasSignalCommand: Command = {
       }
     }
     const { result, status } = await withSagaRuntime(io, action, async (runtime) => {
-      const result = await runtime.signal(id, name, payload);
+      const result = await runtime.signal(id, name, payload, { lockWaitMs: LOCK_WAIT_MS });
       return { result, status: (await runtime.getSaga(id))?.status ?? 'gone' };
     });
     if (action.json) {

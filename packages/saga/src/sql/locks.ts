@@ -100,3 +100,12 @@ export interface SagaKeyRow {
 export function selectSagaKey(id: string) {
   return sql`SELECT status, name, lock_key FROM skiplock.sagas WHERE id = ${id}`;
 }
+
+/**
+ * Bounds every lock wait for the rest of the transaction (rows, the key turn's advisory lock) to
+ * `waitMs`: a longer one fails with SQLSTATE 55P03 and the transaction changes nothing. Only for
+ * a transaction of the runtime's own (an operator's action), never a caller's.
+ */
+export function setLockWait(waitMs: number) {
+  return sql`SELECT set_config('lock_timeout', ${`${waitMs}ms`}, true)`;
+}
