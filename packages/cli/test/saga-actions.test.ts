@@ -126,7 +126,7 @@ describe('skiplock sagas cancel, retry and signal', () => {
     expect(again.stderr).toContain('saga "ap-cancel" is cancelled; cancel refused (finished)');
   });
 
-  it('a cancel and a signal of a saga another transaction holds exit 1 after 5 s, changing nothing', async () => {
+  it('a cancel, a retry and a signal of a saga another transaction holds exit 1 after 5 s, changing nothing', async () => {
     await runtime.start(approval, { id: 'ap-held', input: { breakUndo: false } });
     await waiting('ap-held');
     const holder = await db.pool.connect();
@@ -134,20 +134,27 @@ describe('skiplock sagas cancel, retry and signal', () => {
       // A producer's signal({ tx }) in its open transaction holds the saga's row so.
       await holder.query('BEGIN');
       await holder.query(`SELECT 1 FROM skiplock.sagas WHERE id = 'ap-held' FOR UPDATE`);
-      // Both at once: each waits its 5 s beside the other. Before, both hung as long as the holder.
-      const [cancel, signal] = await Promise.all([
+      // All at once: each waits its 5 s beside the others. Before, they hung as long as the
+      // holder: bounded here so that the test fails instead of hanging.
+      const began = performance.now();
+      const runs = Promise.all([
         runInProcess(['sagas', 'cancel', 'ap-held', '--module', module], env),
+        runInProcess(['sagas', 'retry', 'ap-held', '--module', module], env),
         runInProcess(
           ['sagas', 'signal', 'ap-held', 'approved', '--module', module, '--payload', '{"by":"x"}'],
           env,
         ),
       ]);
-      for (const run of [cancel, signal]) {
+      const timedOut = new Promise<never>((_, reject) =>
+        setTimeout(() => reject(new Error('waited for the held saga')), 20_000),
+      );
+      for (const run of await Promise.race([runs, timedOut])) {
         expect(run.code).toBe(1);
         expect(run.stderr).toMatch(
-          /saga "ap-held": a row or lock key it needs is held by another transaction.*waited 5000 ms and changed nothing: try again \(saga_busy\)/,
+          /saga "ap-held": a lock it needs \(its row, .*waited 5000 ms for it and changed nothing: try again \(saga_busy\)/,
         );
       }
+      expect(performance.now() - began).toBeGreaterThan(4_500);
     } finally {
       await holder.query('ROLLBACK');
       holder.release();

@@ -38,13 +38,20 @@ describe('dashboard: a saga another transaction holds', () => {
       await holder.query('BEGIN');
       await holder.query(`SELECT 1 FROM skiplock.sagas WHERE id = 'held' FOR UPDATE`);
       // All three at once: each waits its 5 s beside the others. Before, each request waited as
-      // long as the holder did.
-      const [cancel, retry, signal] = await Promise.all([
+      // long as the holder did: bounded here so that the test fails instead of hanging.
+      const began = performance.now();
+      const actions = Promise.all([
         operatorPost(`${served.url}/sagas/held/cancel`, token, ''),
         operatorPost(`${served.url}/sagas/held/retry`, token, ''),
         operatorPost(`${served.url}/sagas/held/signal`, token, 'name=paid&payload=%7B%7D'),
       ]);
-      const held = 'a row or lock key it needs is held by another transaction';
+      const timedOut = new Promise<never>((_, reject) =>
+        setTimeout(() => reject(new Error('waited for the held saga')), 20_000),
+      );
+      const [cancel, retry, signal] = await Promise.race([actions, timedOut]);
+      // Each gave up after its 5 s wait, not before.
+      expect(performance.now() - began).toBeGreaterThan(4_500);
+      const held = 'a lock it needs (its row, its lock key';
       expect(cancel.status).toBe(409);
       expect(words(await cancel.text())).toContain(`Cancel refused: saga "held": ${held}`);
       expect(retry.status).toBe(409);

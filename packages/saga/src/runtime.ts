@@ -185,11 +185,14 @@ export interface RetryResult {
 /** Options of an operator's action on a saga (`cancel`, `retryFailed`, `signal`). */
 export interface SagaActionOptions {
   /**
-   * Waits at most this long (ms, 1 to an hour) for a saga row or lock key another transaction
-   * holds (a step's completing transaction, a producer's `start` or `signal` in its own open
-   * transaction, another operator's action), then throws `SagaError` `saga_busy`, having changed
-   * nothing; by default it waits as long as the holder does. For a child saga's or a branch's
-   * cancel or retry, each waits as long on its own. Not with `tx`.
+   * Each time the action waits for a lock another transaction holds (the saga's row, its lock
+   * key's turn, its job's row: a step's completing transaction, a producer's `start` or `signal`
+   * in its own open transaction, another operator's action), waits at most this long (ms, 1 to an
+   * hour), then throws `SagaError` `saga_busy`, having changed nothing; by default it waits as
+   * long as the holder does. An action waits for a few such locks at most, one after the other.
+   * A child saga's or a branch's cancel or retry, in a transaction of its own after the parent's
+   * committed, is bounded so too, and one that runs out is reported in `ChildSagasError`. Not
+   * with `tx`.
    */
   lockWaitMs?: number | undefined;
 }
@@ -445,7 +448,7 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
       if ((error as { code?: unknown } | null)?.code !== '55P03') throw error;
       throw new SagaError(
         'saga_busy',
-        `saga "${sagaId}": a row or lock key it needs is held by another transaction (a step's completing transaction, a producer's start or signal in its open transaction, another operator's action); waited ${waitMs} ms and changed nothing: try again`,
+        `saga "${sagaId}": a lock it needs (its row, its lock key's turn, its job's row) is held by another transaction (a step's completing transaction, a producer's start or signal in its open transaction, another operator's action); waited ${waitMs} ms for it and changed nothing: try again`,
         { cause: error },
       );
     }
@@ -783,7 +786,8 @@ export function createSagaRuntime(options: SagaRuntimeOptions): SagaRuntime {
         // The child ended before the cancel reached it (its end may have run where no runtime
         // knew this parent): move the parent on from it now (for a branch: once all ended).
         if (down.reason === 'finished') {
-          await actionTransaction(childId, waitMs, (tx) => resumeEndedChild(engine, tx, childId));
+          // Named after this saga: moving it on waits for its row first.
+          await actionTransaction(sagaId, waitMs, (tx) => resumeEndedChild(engine, tx, childId));
         }
       });
       if (refused.length > 0) {

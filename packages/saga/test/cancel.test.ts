@@ -148,7 +148,10 @@ describe('cancel', () => {
             setTimeout(() => reject(new Error('waited for the held saga')), 5_000),
           ),
         ]);
-      const busy = { code: 'saga_busy', message: expect.stringMatching(/c-held.*waited 200 ms/) };
+      const busy = {
+        code: 'saga_busy',
+        message: expect.stringMatching(/c-held.*waited 200 ms for it/),
+      };
       await expect(bound(runtime.cancel('c-held', { lockWaitMs: 200 }))).rejects.toMatchObject(
         busy,
       );

@@ -329,6 +329,36 @@ describe('one active saga per lock key', () => {
     expect((await settled(runtime, 't-2')).status).toBe('completed');
   });
 
+  it("with lockWaitMs, a cancel of a queued saga whose key's turn a producer holds fails saga_busy", async () => {
+    const { runtime } = await startSagas(db.pool, [queued]);
+    await runtime.start(queued, { id: 'kb-1', input: { account: 'kb' } });
+    await runtime.start(queued, { id: 'kb-2', input: { account: 'kb' } });
+    await waitFor(() => gates.has('kb-1') || null, { what: 'kb-1 to hold' });
+    // A producer's transaction holds the key's turn (an open start({ tx }) of the key).
+    const producer = await db.pool.connect();
+    try {
+      await producer.query('BEGIN');
+      await runSql(producer, lockKeyTurn('locked_queue', 'account:kb'));
+      const cancel = runtime.cancel('kb-2', { lockWaitMs: 200 });
+      const timedOut = new Promise<'waited'>((r) => setTimeout(() => r('waited'), 5_000));
+      const result = await Promise.race([cancel.catch((error: unknown) => error), timedOut]);
+      expect(result).toMatchObject({
+        code: 'saga_busy',
+        message: expect.stringMatching(/^saga "kb-2": a lock it needs .* waited 200 ms for it/),
+      });
+    } finally {
+      await producer.query('ROLLBACK');
+      producer.release();
+    }
+    expect(await rowStatus('kb-2')).toMatchObject({ status: 'queued' });
+    expect(await runtime.cancel('kb-2', { lockWaitMs: 200 })).toEqual({
+      accepted: true,
+      status: 'cancelled',
+    });
+    await open('kb-1');
+    expect((await settled(runtime, 'kb-1')).status).toBe('completed');
+  });
+
   it('refuses a lock key that is not a string of 1-200 characters, or a key function that throws', async () => {
     const keyed = (name: string, lockKey: (input: { account: string }) => string) =>
       defineSaga({ name, version: 1, input: z.object({ account: z.string() }), lockKey }).step(

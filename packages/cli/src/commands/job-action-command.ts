@@ -11,10 +11,10 @@ import { printJson, type Command } from '../io.js';
 
 /**
  * How long `jobs cancel` and `jobs retry` wait for a job row another transaction holds (a job
- * stuck inside its `completeWith`), and `sagas cancel|retry|signal` for a saga's row or lock key:
- * they hung with no bound (found by an audit). Per statement
- * (`lockWaitMs`), not a connection setting: PgBouncer refuses a `lock_timeout` startup parameter
- * (found in review).
+ * stuck inside its `completeWith`), and `sagas cancel|retry|signal` each time they wait for a
+ * saga's row or lock key: they hung with no bound (found by an audit). Set per statement or per
+ * transaction (`lockWaitMs`), not as a connection setting: PgBouncer refuses a `lock_timeout`
+ * startup parameter (found in review).
  */
 export const LOCK_WAIT_MS = 5_000;
 

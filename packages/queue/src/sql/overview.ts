@@ -228,16 +228,21 @@ export function selectJobIdsByKey(key: string, maxQueues: number) {
 }
 
 /**
- * The listed jobs that are dead (not of types starting with `exceptTypePrefix`), locked: a row
- * another transaction holds is skipped, not waited for, so an operator's bulk action never hangs
- * behind one (it reports the ids it changed; the held ones stay as they are).
+ * The listed jobs that are dead (not of types starting with `exceptTypePrefix`), locked as
+ * `strength` needs (`NO KEY UPDATE` for an update, `UPDATE` for a delete): a row another
+ * transaction holds is skipped, not waited for, so an operator's bulk action never hangs behind
+ * one on a job row (it reports the ids it changed; the held ones stay as they are).
  */
-function lockFreeDeadJobs(ids: readonly string[], exceptTypePrefix: string | null) {
+function lockFreeDeadJobs(
+  ids: readonly string[],
+  exceptTypePrefix: string | null,
+  strength: 'NO KEY UPDATE' | 'UPDATE',
+) {
   return sql`
     SELECT id FROM skiplock.jobs
     WHERE id = ANY(${sql.param(ids)}::bigint[]) AND status = 'dead'
       AND (${exceptTypePrefix}::text IS NULL OR NOT starts_with(job_type, ${exceptTypePrefix}::text))
-    FOR UPDATE SKIP LOCKED`;
+    FOR ${sql.raw(strength)} SKIP LOCKED`;
 }
 
 /**
@@ -247,7 +252,7 @@ function lockFreeDeadJobs(ids: readonly string[], exceptTypePrefix: string | nul
  */
 export function retryDeadJobs(ids: readonly string[], exceptTypePrefix: string | null) {
   return sql`
-    WITH free AS (${lockFreeDeadJobs(ids, exceptTypePrefix)}),
+    WITH free AS (${lockFreeDeadJobs(ids, exceptTypePrefix, 'NO KEY UPDATE')}),
     retried AS (
       UPDATE skiplock.jobs j
       SET status = CASE WHEN concurrency_key IS NULL THEN 'pending'
@@ -264,7 +269,7 @@ export function retryDeadJobs(ids: readonly string[], exceptTypePrefix: string |
 /** Deletes the listed jobs that are dead and that no other transaction holds; returns their ids. */
 export function deleteDeadJobs(ids: readonly string[], exceptTypePrefix: string | null) {
   return sql`
-    WITH free AS (${lockFreeDeadJobs(ids, exceptTypePrefix)})
+    WITH free AS (${lockFreeDeadJobs(ids, exceptTypePrefix, 'UPDATE')})
     DELETE FROM skiplock.jobs j USING free WHERE j.id = free.id
     RETURNING j.id::text AS id`;
 }
