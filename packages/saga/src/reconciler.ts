@@ -204,7 +204,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
 
   // Where the next pass goes on: after the last saga this one read, or from the start.
   let cursor: { updatedAt: string; id: string } | null = null;
-  let waitingCursor: { updatedAt: string; id: string } | null = null;
+  let waitingCursor: { createdAt: string; id: string } | null = null;
 
   /**
    * Waiting sagas whose wait has a timeout job that can no longer end it (dead without its hook,
@@ -218,7 +218,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
       .rows;
     const last = page.at(-1);
     waitingCursor =
-      page.length === batchSize && last ? { updatedAt: last.updated_at, id: last.id } : null;
+      page.length === batchSize && last ? { createdAt: last.created_at, id: last.id } : null;
     const expected: { row: WaitingSagaRow; index: number; queue: string; key: string }[] = [];
     for (const row of page) {
       const entry = e.entries.get(entryKey(row.name, row.version));

@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { readSagas } from '../src/index.js';
 import { selectSagaReach, selectSagas } from '../src/sql/read.js';
 import { useTestDatabase } from '../../../test/support/db.js';
-import { explainAnalyze } from '../../../test/support/explain.js';
+import { explainAnalyze, rowsExamined } from '../../../test/support/explain.js';
 
 const db = await useTestDatabase();
 
@@ -20,24 +20,6 @@ beforeAll(async () => {
 });
 
 const explain = (query: SQL) => explainAnalyze(db.pool, query);
-
-/** The most rows any scan node of the plan returned plus removed by its own filter. */
-function rowsExamined(plan: string): number {
-  const lines = plan.split('\n');
-  let most = 0;
-  lines.forEach((line, i) => {
-    if (!/Scan/.test(line)) return;
-    const actual = Number(/actual rows=(\d+)/.exec(line)?.[1] ?? 0);
-    // The node's own detail lines run until the next node (`->`).
-    let removed = 0;
-    for (const detail of lines.slice(i + 1)) {
-      if (detail.includes('->')) break;
-      removed += Number(/Rows Removed by Filter: (\d+)/.exec(detail)?.[1] ?? 0);
-    }
-    most = Math.max(most, actual + removed);
-  });
-  return most;
-}
 
 describe('saga list window', () => {
   const WINDOW = 20_000;
