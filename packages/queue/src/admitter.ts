@@ -39,7 +39,8 @@ export interface AdmitterLease {
    * until `release` gives them back, just before what it leased is adopted.
    */
   room(): number;
-  adopt(rows: ClaimedRow[]): void;
+  /** Takes what an admission leased; `sent` is `performance.now()` when its statement was sent. */
+  adopt(rows: ClaimedRow[], sent: number): void;
   release?(promised: number): void;
 }
 
@@ -105,6 +106,7 @@ export function createAdmitter(
 
   async function admit(keys: readonly string[] | null, wait: boolean): Promise<AdmitRow> {
     const room = lease ? lease.room() : 0;
+    const sent = performance.now();
     let row: AdmitRow;
     try {
       row = (
@@ -126,7 +128,7 @@ export function createAdmitter(
     if (row.admitted > 0) metrics.admitted.inc(row.admitted);
     if (row.leased.length > 0) {
       metrics.admittedLeased.inc(row.leased.length);
-      lease!.adopt(row.leased);
+      lease!.adopt(row.leased, sent);
     }
     return row;
   }

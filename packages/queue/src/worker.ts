@@ -380,9 +380,12 @@ export function createWorker(options: WorkerOptions): Worker {
               wake('slot');
               queueMicrotask(pump);
             },
-            adopt: (rows) => {
+            adopt: (rows, sent) => {
               // At the front, as hand-offs: leased to run now, they start before claimed ones.
               for (const row of rows) void accept(row, 0, undefined, undefined, rateLimited);
+              // A stop heard while the admission was answering may be of a job it leased, which
+              // the renewal the stop set off did not know yet (as for a claim, see `claim`).
+              if (lastStopHeard >= sent) heartbeat.renewNow();
               // Stopping began while the admission ran: hand them back with the rest, before
               // stop() returns (it awaits `lateRelease` after the admitter's stop).
               if (state !== 'running') {
@@ -447,6 +450,9 @@ export function createWorker(options: WorkerOptions): Worker {
             adopt: ({ row, carry, leasedAt }, depth) => {
               metrics.handedOff.inc();
               void accept(row, depth, carry, leasedAt);
+              // Its stop can come once the handing transaction committed, before this adoption:
+              // the renewal that stop set off did not know the job yet (as for a claim).
+              if (lastStopHeard >= leasedAt) heartbeat.renewNow();
               // Stopping began after the insert: hand it back with the rest of the buffer.
               if (state !== 'running') {
                 lateRelease = Promise.all([lateRelease, releaseBuffered()]).then(() => {});

@@ -1,5 +1,6 @@
 import { enqueueHandedOff, type HandOffResult } from '@skiplock/queue/engine';
 import { sql } from 'drizzle-orm';
+import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -405,6 +406,101 @@ describe('the lease of a handed-off job', () => {
     expect(sweeps).toEqual([[]]);
     for (const row of await rows('handoff-late')) {
       expect(row).toMatchObject({ status: 'completed', attempts: 1 });
+    }
+  });
+
+  it("stops a successor whose stop was heard between its transaction's commit and its adoption", async () => {
+    let releaseNext!: () => void;
+    const gate = new Promise<void>((r) => (releaseNext = r));
+    const started: string[] = [];
+    const signals: AbortSignal[] = [];
+    const decisions: HandOffResult[] = [];
+    const def = defineJob({
+      type: 'handoff-stopped-next',
+      queue: 'handoff-stopped-next',
+      payload: z.object({ n: z.number() }),
+      leaseMs: 30_000,
+      backoff: { baseMs: 1, maxMs: 5, jitter: 0 },
+      handler: async ({ n }, ctx) => {
+        started.push(ctx.job.id);
+        signals.push(ctx.signal);
+        if (n === 1) {
+          await gate;
+          return;
+        }
+        await ctx.completeWith(async (tx) => {
+          decisions.push(await enqueueHandedOff(client, tx, ctx, def, { n: 1 }));
+        });
+      },
+    });
+    // The answer to the first COMMIT on this pool (job 0's completing transaction) waits for the
+    // test's word after the server has committed: the successor is leased, not yet adopted.
+    const pool = db.newPool(4);
+    let committed!: () => void;
+    const commit = new Promise<void>((resolve) => (committed = resolve));
+    let open!: () => void;
+    const hold = new Promise<void>((resolve) => (open = resolve));
+    let armed = true;
+    const wrapped = new WeakSet<object>();
+    const wrap = (c: pg.PoolClient) => {
+      if (wrapped.has(c)) return;
+      wrapped.add(c);
+      const query = c.query.bind(c) as (...args: unknown[]) => Promise<unknown>;
+      (c as unknown as { query: typeof query }).query = async (...args: unknown[]) => {
+        const answer = await query(...args);
+        if (armed && args[0] === 'COMMIT') {
+          armed = false;
+          committed();
+          await hold;
+        }
+        return answer;
+      };
+    };
+    const connect = pool.connect.bind(pool) as (...args: unknown[]) => unknown;
+    (pool as unknown as { connect: typeof connect }).connect = (...args: unknown[]) => {
+      const cb = args[0] as ((e: unknown, c?: pg.PoolClient, done?: unknown) => void) | undefined;
+      if (typeof cb === 'function') {
+        return connect((e: unknown, c?: pg.PoolClient, done?: unknown) => {
+          if (c) wrap(c);
+          cb(e, c, done);
+        });
+      }
+      return (connect() as Promise<pg.PoolClient>).then((c) => {
+        wrap(c);
+        return c;
+      });
+    };
+    const worker = testWorker(pool, [def], { listen: true, concurrency: 2 });
+    const lost: string[] = [];
+    worker.on('job:lock_lost', (e) => lost.push(e.jobId));
+    try {
+      await worker.start();
+      await client.enqueue(def, { n: 0 });
+      await commit;
+      expect(decisions).toMatchObject([{ handedOff: true }]);
+      const next = decisions[0]!.id;
+      // Committed and leased to the worker, which has not adopted it yet.
+      expect(await client.cancelJob(next, { running: true })).toBe(true);
+      // The notification reaches the worker, whose renewal then has nothing of it to renew.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      open();
+      // A 30 s lease: without a renewal after the adoption, its own would come 10 s later.
+      await waitFor(() => lost.includes(next), {
+        timeoutMs: 4_000,
+        what: 'the successor stopped once adopted',
+      });
+      const at = started.indexOf(next);
+      // Aborted before its handler started, or at once after (the renewal races the start).
+      expect(at === -1 || signals[at]!.aborted).toBe(true);
+      const { rows } = await db.pool.query<{ status: string }>(
+        'SELECT status::text FROM skiplock.jobs WHERE id = $1',
+        [next],
+      );
+      expect(rows[0]?.status).toBe('cancelled');
+    } finally {
+      open();
+      releaseNext();
+      await stop(worker);
     }
   });
 

@@ -54,6 +54,35 @@ function gatedJob(
   return { def, release: () => release(), started, signals };
 }
 
+/**
+ * Holds back the answer to the first query on `pool` that `matches` (the server has answered it,
+ * so what it wrote is committed) until the test calls `open`; `answered` resolves once held.
+ */
+function holdAnswer(
+  pool: pg.Pool,
+  matches: (text: string, answer: { rowCount: number; rows: unknown[] }) => boolean,
+) {
+  let held!: () => void;
+  const answered = new Promise<void>((resolve) => (held = resolve));
+  let open!: () => void;
+  const hold = new Promise<void>((resolve) => (open = resolve));
+  let done = false;
+  type Answer = { rowCount: number; rows: unknown[] };
+  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<Answer>;
+  (pool as unknown as { query: typeof query }).query = async (...args: unknown[]) => {
+    const first = args[0];
+    const text = typeof first === 'string' ? first : (first as { text: string }).text;
+    const answer = await query(...args);
+    if (!done && matches(text, answer)) {
+      done = true;
+      held();
+      await hold;
+    }
+    return answer;
+  };
+  return { answered, open };
+}
+
 describe('leases, fencing and the sweeper', () => {
   it('a worker whose job was taken over cannot complete it: 0 rows, lock_lost, and the new owner wins', async () => {
     const { def, release, started } = gatedJob('fenced');
@@ -1062,21 +1091,10 @@ describe('leases, fencing and the sweeper', () => {
     // Unnamed claims go on the pool (not the LISTEN connection): its answers to claims wait for
     // the test's word after the server has given them.
     const pool = db.newPool(4);
-    let claimed!: () => void;
-    const answered = new Promise<void>((resolve) => (claimed = resolve));
-    let open!: () => void;
-    const hold = new Promise<void>((resolve) => (open = resolve));
-    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<{ rowCount: number }>;
-    (pool as unknown as { query: typeof query }).query = async (...args: unknown[]) => {
-      const first = args[0];
-      const text = typeof first === 'string' ? first : (first as { text: string }).text;
-      const answer = await query(...args);
-      if (text.includes('picked AS') && answer.rowCount > 0) {
-        claimed();
-        await hold;
-      }
-      return answer;
-    };
+    const { answered, open } = holdAnswer(
+      pool,
+      (text, answer) => text.includes('picked AS') && answer.rowCount > 0,
+    );
     const worker = testWorker(pool, [def], { listen: true, preparedStatements: false });
     const lost: string[] = [];
     worker.on('job:lock_lost', (e) => lost.push(e.jobId));
@@ -1099,6 +1117,71 @@ describe('leases, fencing and the sweeper', () => {
     } finally {
       open();
       release();
+      await worker.stop();
+    }
+  });
+
+  it('stops an admitted job whose admission was still answering when the stop was heard, a renewal after it', async () => {
+    let releaseFirst!: () => void;
+    const first = new Promise<void>((r) => (releaseFirst = r));
+    let releaseAll!: () => void;
+    const all = new Promise<void>((r) => (releaseAll = r));
+    const started: string[] = [];
+    const signals: AbortSignal[] = [];
+    const def = defineJob({
+      type: 'stopped-mid-admission',
+      payload: z.object({ n: z.number() }),
+      leaseMs: 30_000,
+      backoff: { baseMs: 1, maxMs: 5, jitter: 0 },
+      handler: async (p, ctx) => {
+        started.push(ctx.job.id);
+        signals.push(ctx.signal);
+        await (p.n === 1 ? first : all);
+      },
+    });
+    // One slot for the key: the second waits until the first ends, then the settling worker's
+    // admission leases it to itself.
+    const keyed = { concurrencyKey: 'mid-admission', concurrencyLimit: 1 };
+    const a = await client.enqueue(def, { n: 1 }, keyed);
+    const b = await client.enqueue(def, { n: 2 }, keyed);
+    const pool = db.newPool(4);
+    let armed = false;
+    // Armed once the first job runs: the admission that leases it is let through.
+    const { answered, open } = holdAnswer(
+      pool,
+      (text, answer) =>
+        armed &&
+        text.includes('skiplock.admit(') &&
+        ((answer.rows[0] as { leased?: unknown[] } | undefined)?.leased?.length ?? 0) > 0,
+    );
+    const worker = testWorker(pool, [def], { listen: true, preparedStatements: false });
+    const lost: string[] = [];
+    worker.on('job:lock_lost', (e) => lost.push(e.jobId));
+    try {
+      await worker.start();
+      await waitFor(() => started.includes(a.id) || null, { what: 'the first job to run' });
+      armed = true;
+      releaseFirst();
+      await answered;
+      // The admission has committed; its answer has not reached the worker, which knows no
+      // second job yet.
+      expect(await client.cancelJob(b.id, { running: true })).toBe(true);
+      // The notification reaches the worker, whose renewal then has nothing of it to renew.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      open();
+      // A 30 s lease: without a renewal after the admission, its own would come 10 s later.
+      await waitFor(() => lost.includes(b.id), {
+        timeoutMs: 4_000,
+        what: 'the job stopped once its admission was taken in',
+      });
+      const at = started.indexOf(b.id);
+      // Aborted before its handler started, or at once after (the renewal races the start).
+      expect(at === -1 || signals[at]!.aborted).toBe(true);
+      expect(await jobRow(db.pool, b.id)).toMatchObject({ status: 'cancelled', attempts: 1 });
+    } finally {
+      open();
+      releaseFirst();
+      releaseAll();
       await worker.stop();
     }
   });
