@@ -16,6 +16,7 @@ import {
   selectLiveSagas,
   selectStrandedParents,
   type StrandedChildRow,
+  type StrandedPageRow,
   selectWaitingSagas,
   type LiveSagaRow,
   type WaitingSagaRow,
@@ -89,9 +90,10 @@ export interface Reconciler {
  * (see `reconcileQueues`). A step is then treated as failed for good (compensate, or `failed` past
  * the pivot); a compensation makes the saga `failed`. A saga whose version (or step) this runtime
  * does not define is left for a runtime that does, or failed (`unknownVersions`). One pass at a
- * time across all hosts (the `sagaReconcile` advisory lock); each pass reads one page of live
- * sagas, least recently moved first, and the next pass goes on after it, so sagas that are merely
- * slow (or left) never hide a stranded one for more than one round.
+ * time across all hosts (the `sagaReconcile` advisory lock); each pass reads one page of each
+ * kind (live sagas least recently moved first, waiting sagas and candidate parents oldest first),
+ * and the next pass goes on after it, so sagas that are merely slow (or left) never hide a
+ * stranded one for more than one round.
  */
 export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Reconciler {
   const intervalMs = options.intervalMs ?? 5_000;
@@ -291,7 +293,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
   }
 
   let queueCursor: { name: string; key: string } | null = null;
-  let parentCursor: { updatedAt: string; id: string } | null = null;
+  let parentCursor: { createdAt: string; id: string } | null = null;
 
   /**
    * Lock keys with sagas queued and none active (the end of the last holder ran where no runtime
@@ -327,15 +329,23 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     tx: Parameters<typeof failSaga>[1],
     left: Set<string>,
   ): Promise<string[]> {
-    const ended = (
-      await runSql<StrandedChildRow>(tx, selectStrandedParents(batchSize, parentCursor))
+    const scan = batchSize * 10;
+    const rows = (
+      await runSql<StrandedPageRow>(tx, selectStrandedParents(batchSize, scan, parentCursor))
     ).rows;
-    // The next pass goes on after this page's last parent (from the start once a page is not
-    // full): parents this runtime cannot move (their version unknown here) stay where they are,
-    // and a full page of them hid every parent after it (noticed in review).
+    const ended = rows.filter((r): r is StrandedPageRow & StrandedChildRow => r.id !== null);
+    // The next pass goes on after this page (from the start once a page is not full), or after
+    // its last stranded parent when it found as many as one pass moves: parents this runtime
+    // cannot move (their version unknown here) stay where they are, and a full page of them hid
+    // every parent after it (noticed in review).
     const last = ended.at(-1);
+    const end = rows[0];
     parentCursor =
-      ended.length === batchSize && last ? { updatedAt: last.updated_at, id: last.parent } : null;
+      ended.length === batchSize && last
+        ? { createdAt: last.created_at, id: last.parent }
+        : end && end.scanned === scan
+          ? { createdAt: end.page_end_at, id: end.page_end_id }
+          : null;
     const moved: string[] = [];
     for (const { id, parent, parent_name, parent_version, parent_step } of ended) {
       // The check `resumeParent` makes, made first: it warns (child_parent_unknown) for each
@@ -399,7 +409,7 @@ export function createReconciler(e: Engine, options: ReconcilerOptions = {}): Re
     }
     stranded.push(...(await reconcileEnds(left)));
     if (stranded.length > 0) e.metrics.reconciled.inc(stranded.length);
-    // Left sagas keep their place (least recently moved first), so every round of passes reads
+    // Left sagas keep their place (they do not move), so every round of passes reads
     // them again: one line a pass, not one a saga, keeps that from flooding the log.
     if (left.size > 0) {
       e.logger.warn(
