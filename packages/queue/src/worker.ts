@@ -385,7 +385,7 @@ export function createWorker(options: WorkerOptions): Worker {
               for (const row of rows) void accept(row, 0, undefined, undefined, rateLimited);
               // A stop heard while the admission was answering may be of a job it leased, which
               // the renewal the stop set off did not know yet (as for a claim, see `claim`).
-              if (lastStopHeard >= sent) heartbeat.renewNow();
+              if (lastStopHeard >= sent) renewOnceTakenIn();
               // Stopping began while the admission ran: hand them back with the rest, before
               // stop() returns (it awaits `lateRelease` after the admitter's stop).
               if (state !== 'running') {
@@ -452,7 +452,7 @@ export function createWorker(options: WorkerOptions): Worker {
               void accept(row, depth, carry, leasedAt);
               // Its stop can come once the handing transaction committed, before this adoption:
               // the renewal that stop set off did not know the job yet (as for a claim).
-              if (lastStopHeard >= leasedAt) heartbeat.renewNow();
+              if (lastStopHeard >= leasedAt) renewOnceTakenIn();
               // Stopping began after the insert: hand it back with the rest of the buffer.
               if (state !== 'running') {
                 lateRelease = Promise.all([lateRelease, releaseBuffered()]).then(() => {});
@@ -544,6 +544,20 @@ export function createWorker(options: WorkerOptions): Worker {
   let state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   /** performance.now() of the last stop of one of this worker's jobs it heard (see `claim`). */
   let lastStopHeard = -Infinity;
+  let renewScheduled = false;
+  /**
+   * One lease renewal, in the next macrotask, once the jobs being taken in now are all in: a
+   * claim's rows, or each successor of a transaction that handed off several (one renewal for
+   * them all, not one each).
+   */
+  function renewOnceTakenIn() {
+    if (renewScheduled) return;
+    renewScheduled = true;
+    setImmediate(() => {
+      renewScheduled = false;
+      heartbeat.renewNow();
+    });
+  }
   let loopDone: Promise<void> | null = null;
   // runOnce()'s claim while it is in flight, with its rows taken into the buffer: stop() waits for
   // it (bounded, as for the loop's) before it releases the buffer, so what the claim leased is
@@ -594,7 +608,7 @@ export function createWorker(options: WorkerOptions): Worker {
     // A stop heard while the claim was in flight may be of a job it took, which the renewal the
     // stop set off did not know yet: one more renewal, once the caller has taken the rows in (the
     // next macrotask), aborts it before or just after it starts rather than a tick later.
-    if (rows.length > 0 && lastStopHeard >= started) setImmediate(() => heartbeat.renewNow());
+    if (rows.length > 0 && lastStopHeard >= started) renewOnceTakenIn();
     inClaimOrder(rows);
     if (rows.length > 0) {
       let bytes = 0;

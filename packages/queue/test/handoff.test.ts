@@ -441,12 +441,15 @@ describe('the lease of a handed-off job', () => {
     let open!: () => void;
     const hold = new Promise<void>((resolve) => (open = resolve));
     let armed = true;
+    const sent: string[] = [];
     const wrapped = new WeakSet<object>();
     const wrap = (c: pg.PoolClient) => {
       if (wrapped.has(c)) return;
       wrapped.add(c);
       const query = c.query.bind(c) as (...args: unknown[]) => Promise<unknown>;
       (c as unknown as { query: typeof query }).query = async (...args: unknown[]) => {
+        const first = args[0];
+        sent.push(typeof first === 'string' ? first : ((first as { text?: string }).text ?? ''));
         const answer = await query(...args);
         if (armed && args[0] === 'COMMIT') {
           armed = false;
@@ -480,9 +483,12 @@ describe('the lease of a handed-off job', () => {
       expect(decisions).toMatchObject([{ handedOff: true }]);
       const next = decisions[0]!.id;
       // Committed and leased to the worker, which has not adopted it yet.
+      const from = sent.length;
       expect(await client.cancelJob(next, { running: true })).toBe(true);
       // The notification reaches the worker, whose renewal then has nothing of it to renew.
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await waitFor(() => sent.slice(from).some((t) => t.includes('WITH lockable AS')) || null, {
+        what: 'the renewal the stop set off',
+      });
       open();
       // A 30 s lease: without a renewal after the adoption, its own would come 10 s later.
       await waitFor(() => lost.includes(next), {

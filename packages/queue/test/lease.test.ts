@@ -83,6 +83,25 @@ function holdAnswer(
   return { answered, open };
 }
 
+/**
+ * Listens on the stop channel as the worker does; `heard` resolves once a stop was announced, and
+ * a moment later, by when the worker's own LISTEN connection, in this process, has had it too.
+ */
+async function listenForStops(pool: pg.Pool) {
+  const listener = await pool.connect();
+  await listener.query('LISTEN skiplock_stop');
+  const heard = new Promise<void>((resolve) =>
+    listener.once('notification', () => setTimeout(resolve, 200)),
+  );
+  return {
+    heard,
+    close: async () => {
+      await listener.query('UNLISTEN skiplock_stop').catch(() => {});
+      listener.release();
+    },
+  };
+}
+
 describe('leases, fencing and the sweeper', () => {
   it('a worker whose job was taken over cannot complete it: 0 rows, lock_lost, and the new owner wins', async () => {
     const { def, release, started } = gatedJob('fenced');
@@ -1102,9 +1121,11 @@ describe('leases, fencing and the sweeper', () => {
       await worker.start();
       await answered;
       // The claim has committed; its answer has not reached the worker, which knows no job yet.
+      const stops = await listenForStops(db.pool);
       expect(await client.cancelJob(id, { running: true })).toBe(true);
       // The notification reaches the worker, whose renewal then has nothing to renew.
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await stops.heard;
+      await stops.close();
       open();
       // A 30 s lease: without a renewal after the claim, its own would come 10 s later.
       await waitFor(() => lost.includes(id), {
@@ -1165,9 +1186,11 @@ describe('leases, fencing and the sweeper', () => {
       await answered;
       // The admission has committed; its answer has not reached the worker, which knows no
       // second job yet.
+      const stops = await listenForStops(db.pool);
       expect(await client.cancelJob(b.id, { running: true })).toBe(true);
       // The notification reaches the worker, whose renewal then has nothing of it to renew.
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await stops.heard;
+      await stops.close();
       open();
       // A 30 s lease: without a renewal after the admission, its own would come 10 s later.
       await waitFor(() => lost.includes(b.id), {
