@@ -1,7 +1,7 @@
 import type { SQL } from 'drizzle-orm';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { deadMessages, outboxCounts, retryDeadMessages } from '../src/index.js';
-import { countMessagesCapped } from '../src/sql/messages.js';
+import { countMessagesCapped, selectDead } from '../src/sql/messages.js';
 import { useTestDatabase } from '../../../test/support/db.js';
 import { explainAnalyze } from '../../../test/support/explain.js';
 
@@ -83,5 +83,30 @@ describe('deadMessages and retryDeadMessages', () => {
     );
     await expect(retryDeadMessages(db.pool, ['0x1'])).rejects.toThrow('"0x1" is not a message id');
     expect(await deadMessages(db.pool, { limit: 0 })).toHaveLength(1);
+  });
+});
+
+describe('the dead list', () => {
+  it('lists the dead newest first by id through their own index, paging across a change of digits', async () => {
+    const plan = await explain(selectDead(51, null));
+    // Before: every dead message read from the settled index and sorted, by id as text.
+    expect(plan).toMatch(/Index Scan Backward using outbox_messages_dead_idx/);
+    expect(plan).not.toMatch(/Sort/);
+    // Two dead messages whose ids sort the other way round as text: 999999 before 1000000.
+    await db.pool.query(`
+      INSERT INTO skiplock.outbox_messages (id, topic, key, payload, status, attempts, settled_at)
+      VALUES (999999, 'order.paid', 'x1', '{}', 'dead', 5, now()),
+             (1000000, 'order.paid', 'x2', '{}', 'dead', 5, now())`);
+    try {
+      expect((await deadMessages(db.pool, { limit: 2 })).map((m) => m.id)).toEqual([
+        '1000000',
+        '999999',
+      ]);
+      // The next page goes on after 999999: the newest seeded dead message, none skipped.
+      const next = await deadMessages(db.pool, { limit: 2, beforeId: '999999' });
+      expect(next.map((m) => m.id)).toEqual(['60300', '60299']);
+    } finally {
+      await db.pool.query('DELETE FROM skiplock.outbox_messages WHERE id IN (999999, 1000000)');
+    }
   });
 });

@@ -465,7 +465,12 @@ export function countMessagesCapped(cap: number) {
   // reads every entry of the status first, and a sequential scan may read the whole table
   // before it finds cap + 1 of a rare status.
   const upTo = (status: 'pending' | 'delivered' | 'dead') => {
-    const order = status === 'pending' ? sql`run_after, id` : sql`status, settled_at`;
+    const order =
+      status === 'pending'
+        ? sql`run_after, id`
+        : status === 'dead'
+          ? sql`id`
+          : sql`status, settled_at`;
     return sql`(SELECT count(*)::int FROM (
       SELECT 1 FROM skiplock.outbox_messages
       WHERE status = ${sql.raw(`'${status}'`)} ORDER BY ${order} LIMIT ${cap + 1}) s)`;
@@ -487,14 +492,18 @@ export interface DeadRow {
   settled_at: Date;
 }
 
-/** Dead messages, newest first, keyset-paged by id. */
+/**
+ * Dead messages, newest first, keyset-paged by id: a range of `outbox_messages_dead_idx`. ORDER
+ * BY names the table's column: a bare `id` is the select list's `id::text`, which put 999 before
+ * 1000, and a keyset page after it then skipped messages.
+ */
 export function selectDead(limit: number, beforeId: string | null) {
-  const page = beforeId === null ? sql`` : sql`AND id < ${beforeId}::bigint`;
+  const page = beforeId === null ? sql`` : sql`AND outbox_messages.id < ${beforeId}::bigint`;
   return sql`
     SELECT id::text AS id, topic, key, attempts, last_error, created_at, settled_at
     FROM skiplock.outbox_messages
     WHERE status = 'dead' ${page}
-    ORDER BY id DESC
+    ORDER BY outbox_messages.id DESC
     LIMIT ${limit}`;
 }
 

@@ -48,6 +48,19 @@ export function selectJobs(filter: JobFilter) {
   if (filter.beforeId) where.push(sql`jobs.id < ${filter.beforeId}::bigint`);
   // ORDER BY names the table's column: a bare `id` would be the select list's `id::text`,
   // which sorts '99' after '241' and makes keyset pages skip jobs.
+  if (filter.holdingSlot && filter.concurrencyKey) {
+    // A key's slot holders are few (its limit), found first through jobs_slot_holders_idx, then
+    // ordered. In one query the planner, taking the key's share of the table (history mostly)
+    // times the active statuses' share for the match count, walked the primary key backward for
+    // the 20 newest: through every job, as fewer ever match (173 ms on 400,000 jobs, 300,000 of
+    // the key completed; the dashboard's page of a waiting job reads it every 2 s).
+    // An array, not `IN (SELECT ...)`: the planner, counting as many holders, merged that with
+    // the same backward walk.
+    return sql`
+      SELECT ${jobColumns} FROM skiplock.jobs
+      WHERE jobs.id = ANY(ARRAY(SELECT id FROM skiplock.jobs WHERE ${sql.join(where, sql` AND `)}))
+      ORDER BY jobs.id DESC LIMIT ${filter.limit}`;
+  }
   return sql`
     SELECT ${jobColumns} FROM skiplock.jobs
     WHERE ${sql.join(where, sql` AND `)}
