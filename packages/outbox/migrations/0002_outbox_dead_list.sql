@@ -1,1 +1,1 @@
-CREATE INDEX "outbox_messages_dead_idx" ON "skiplock"."outbox_messages" USING btree ("id") WHERE status = 'dead';
+CREATE INDEX IF NOT EXISTS "outbox_messages_dead_idx" ON "skiplock"."outbox_messages" USING btree ("id") WHERE status = 'dead';

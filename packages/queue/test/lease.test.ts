@@ -90,9 +90,10 @@ function holdAnswer(
 async function listenForStops(pool: pg.Pool) {
   const listener = await pool.connect();
   await listener.query('LISTEN skiplock_stop');
-  const heard = new Promise<void>((resolve) =>
-    listener.once('notification', () => setTimeout(resolve, 200)),
-  );
+  let stopHeard = false;
+  listener.once('notification', () => setTimeout(() => (stopHeard = true), 200));
+  // Fails with a message rather than at the test's timeout should no stop be announced.
+  const heard = waitFor(() => stopHeard || null, { timeoutMs: 5_000, what: 'the stop announced' });
   return {
     heard,
     close: async () => {

@@ -84,6 +84,9 @@ function parentsPage(
   scan: number,
   after: { createdAt: string; id: string } | null,
 ) {
+  // Filters on the index's range, not conditions of it: the compensating range may read every
+  // saga compensating now after the cursor (as many as compensate at once; an index on
+  // current_job_id would make every pointer update non-HOT).
   const kind =
     status === 'waiting'
       ? sql`current_kind = 'step'`
